@@ -1,0 +1,30 @@
+"""The keras-posenc model zoo: complete models created by name.
+
+>>> from keras_posenc import zoo
+>>> names = zoo.list_models()          # every registered configuration
+>>> # model = zoo.create(names[0], weights=None, **overrides)
+
+Each family module registers its named configurations with
+:func:`register_model` when it is imported; this package imports every family
+module, so ``list_models`` is complete as soon as ``keras_posenc.zoo`` is.
+Model cards (parameters ours vs the paper's, measured speed, export status)
+live in the repository's top-level ``zoo/`` folder.
+"""
+
+from keras_posenc.zoo.registry import (
+    ModelSpec,
+    create,
+    get_spec,
+    list_models,
+    register_model,
+    unregister_model,
+)
+
+__all__ = [
+    "ModelSpec",
+    "create",
+    "get_spec",
+    "list_models",
+    "register_model",
+    "unregister_model",
+]

@@ -1,0 +1,251 @@
+"""The zoo registry: named model configurations, listed and created by name.
+
+A family module registers each of its named configurations once, at import
+time, with :func:`register_model`::
+
+    def build_coatnet(blocks, channels, num_classes=1000, ...): -> keras.Model
+        ...
+
+    for name, config in {"coatnet_0": {...}, "coatnet_1": {...}}.items():
+        register_model(name, build_coatnet, family="coatnet", config=config,
+                       paper_parameters=25_000_000, reference="Dai et al. 2021")
+
+Users then call :func:`list_models` and :func:`create`. A configuration is the
+set of keyword arguments its builder is called with; ``create`` merges the
+user's overrides on top, after checking every override names a real argument
+of the builder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import keras
+
+_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+_WEIGHT_SUFFIXES = (".weights.h5", ".keras")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """One registered zoo configuration.
+
+    Attributes:
+        name: the name ``create`` takes, lower case with underscores (``"coatnet_0"``).
+        builder: a function that takes the configuration as keyword arguments and
+            returns a ``keras.Model``.
+        family: the family the model belongs to (``"coatnet"``, ``"convs2s"``, ...).
+        config: the keyword arguments the builder is called with.
+        description: one line for listings.
+        paper_parameters: the parameter count the paper reports, when it reports one.
+        reference: the paper, e.g. ``"Dai et al. 2021, CoAtNet"``.
+    """
+
+    name: str
+    builder: Callable[..., keras.Model]
+    family: str
+    config: Mapping[str, Any]
+    description: str = ""
+    paper_parameters: int | None = None
+    reference: str | None = None
+
+    def builder_arguments(self) -> tuple[str, ...] | None:
+        """The keyword arguments the builder accepts, or None if it takes ``**kwargs``."""
+        parameters = inspect.signature(self.builder).parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return None
+        return tuple(
+            p.name
+            for p in parameters
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        )
+
+
+_REGISTRY: dict[str, ModelSpec] = {}
+
+
+def register_model(
+    name: str,
+    builder: Callable[..., keras.Model],
+    *,
+    family: str,
+    config: Mapping[str, Any] | None = None,
+    description: str = "",
+    paper_parameters: int | None = None,
+    reference: str | None = None,
+) -> ModelSpec:
+    """Registers a named configuration of a model builder in the zoo.
+
+    Args:
+        name: the unique name users pass to :func:`create`; lower case letters,
+            digits and underscores, starting with a letter.
+        builder: a callable returning a ``keras.Model`` from keyword arguments.
+        family: the family the model belongs to.
+        config: the keyword arguments for ``builder``. Every key must be an
+            argument of ``builder``.
+        description: one line shown by ``posenc info`` and the docs.
+        paper_parameters: the parameter count the paper reports, if any.
+        reference: the paper the configuration comes from.
+
+    Returns:
+        The registered :class:`ModelSpec`.
+
+    Raises:
+        ValueError: for a malformed or already registered name, or a config key
+            that the builder does not accept.
+        TypeError: if ``builder`` is not callable.
+
+    Examples:
+
+        >>> import keras
+        >>> def build_tiny(units=4):
+        ...     inputs = keras.Input((3,))
+        ...     return keras.Model(inputs, keras.layers.Dense(units)(inputs))
+        >>> spec = register_model("doc_tiny", build_tiny, family="doc", config={"units": 2})
+        >>> create("doc_tiny").output_shape
+        (None, 2)
+        >>> unregister_model("doc_tiny")
+    """
+    if not isinstance(name, str) or not _NAME_PATTERN.match(name):
+        raise ValueError(
+            "zoo.register_model: `name` must be lower case letters, digits and underscores "
+            f"starting with a letter; got {name!r}."
+        )
+    if name in _REGISTRY:
+        raise ValueError(
+            f"zoo.register_model: a model named {name!r} is already registered "
+            f"(family {_REGISTRY[name].family!r})."
+        )
+    if not callable(builder):
+        raise TypeError(
+            f"zoo.register_model: `builder` must be callable; got {type(builder).__name__}."
+        )
+    spec = ModelSpec(
+        name=name,
+        builder=builder,
+        family=family,
+        config=dict(config or {}),
+        description=description,
+        paper_parameters=paper_parameters,
+        reference=reference,
+    )
+    _check_arguments(spec, spec.config, what="config key")
+    _REGISTRY[name] = spec
+    return spec
+
+
+def unregister_model(name: str) -> None:
+    """Removes a registered model; for tests and interactive experiments."""
+    get_spec(name)
+    del _REGISTRY[name]
+
+
+def list_models(family: str | None = None) -> list[str]:
+    """Names of the registered zoo models, sorted; optionally one family only.
+
+    Examples:
+
+        >>> from keras_posenc import zoo
+        >>> all(isinstance(name, str) for name in zoo.list_models())
+        True
+    """
+    return sorted(name for name, spec in _REGISTRY.items() if family in (None, spec.family))
+
+
+def get_spec(name: str) -> ModelSpec:
+    """The :class:`ModelSpec` registered under ``name``.
+
+    Raises:
+        ValueError: if no model has that name; the message lists close matches.
+    """
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"zoo: unknown model {name!r}."
+            + _suggestions(str(name), list(_REGISTRY))
+            + f" Registered models: {', '.join(list_models()) or 'none'}."
+        )
+    return _REGISTRY[name]
+
+
+def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any) -> keras.Model:
+    """Builds a registered zoo model, optionally loading weights into it.
+
+    Args:
+        name: a name from :func:`list_models`.
+        weights: None for fresh initialisation, or the path of a ``.weights.h5``
+            file (``model.save_weights``) or a ``.keras`` file (``model.save``)
+            saved from the same configuration.
+        **overrides: builder arguments that replace the named configuration's
+            values (for example ``num_classes=10``).
+
+    Returns:
+        The ``keras.Model``.
+
+    Raises:
+        ValueError: for an unknown name, an override the builder does not take
+            (both list close matches), or a weights file of another kind.
+        FileNotFoundError: if ``weights`` does not exist.
+
+    Examples:
+
+        >>> import keras
+        >>> from keras_posenc import zoo
+        >>> def build_mlp(hidden=8, num_classes=3):
+        ...     inputs = keras.Input((4,))
+        ...     x = keras.layers.Dense(hidden, activation="relu")(inputs)
+        ...     return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
+        >>> _ = zoo.register_model("doc_mlp", build_mlp, family="doc", config={"hidden": 16})
+        >>> zoo.create("doc_mlp", num_classes=5).output_shape
+        (None, 5)
+        >>> zoo.create("doc_mlp", num_clases=5)
+        Traceback (most recent call last):
+        ValueError: zoo model 'doc_mlp': unknown override 'num_clases'. Did you mean ...
+        >>> zoo.unregister_model("doc_mlp")
+    """
+    spec = get_spec(name)
+    _check_arguments(spec, overrides, what="override")
+    model = spec.builder(**{**spec.config, **overrides})
+    if not isinstance(model, keras.Model):
+        raise TypeError(
+            f"zoo.create({name!r}): the builder returned {type(model).__name__}, "
+            "expected a keras.Model."
+        )
+    if weights is not None:
+        _load_weights(model, name, weights)
+    return model
+
+
+def _check_arguments(spec: ModelSpec, arguments: Mapping[str, Any], what: str) -> None:
+    accepted = spec.builder_arguments()
+    if accepted is None:
+        return
+    for key in arguments:
+        if key not in accepted:
+            raise ValueError(
+                f"zoo model {spec.name!r}: unknown {what} {key!r}."
+                + _suggestions(key, list(accepted))
+                + f" Accepted: {', '.join(accepted) or 'none'}."
+            )
+
+
+def _load_weights(model: keras.Model, name: str, weights: str | os.PathLike) -> None:
+    path = os.fspath(weights)
+    if not path.endswith(_WEIGHT_SUFFIXES):
+        raise ValueError(
+            f"zoo.create({name!r}): `weights` must be a path ending in "
+            f"{' or '.join(_WEIGHT_SUFFIXES)}; got {path!r}."
+        )
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"zoo.create({name!r}): weights file {path!r} does not exist.")
+    model.load_weights(path)
+
+
+def _suggestions(word: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(word, candidates, n=3, cutoff=0.6)
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""

@@ -1,0 +1,40 @@
+"""Suite-wide pytest setup: the backend in the header, reproducible seeds."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402  (after the TensorFlow log level is set)
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import keras_posenc  # noqa: E402
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    location = os.path.dirname(keras_posenc.__file__)
+    return [
+        f"keras backend: {keras.backend.backend()} (KERAS_BACKEND="
+        f"{os.environ.get('KERAS_BACKEND', 'unset')})",
+        f"keras {keras.__version__}; keras_posenc {keras_posenc.__version__} from {location}",
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _reset_state():
+    """Every test starts with fixed seeds and the float32 policy, whatever ran before."""
+    keras.utils.set_random_seed(1234)
+    keras.config.set_dtype_policy("float32")
+    yield
+    keras.config.set_dtype_policy("float32")
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+def backend() -> str:
+    return keras.backend.backend()

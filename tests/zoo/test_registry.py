@@ -1,0 +1,116 @@
+"""The zoo registry: registration, listing, creation, overrides, weights and errors."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from keras_posenc import zoo
+
+
+def build_mlp(hidden: int = 8, num_classes: int = 3, activation: str = "relu") -> keras.Model:
+    inputs = keras.Input((4,))
+    x = keras.layers.Dense(hidden, activation=activation)(inputs)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(x), name="mlp")
+
+
+@pytest.fixture
+def registered():
+    names = ["test_mlp_small", "test_mlp_wide"]
+    zoo.register_model(names[0], build_mlp, family="test_mlp", config={"hidden": 4})
+    zoo.register_model(
+        names[1],
+        build_mlp,
+        family="test_mlp",
+        config={"hidden": 32},
+        description="a wide MLP",
+        paper_parameters=291,
+        reference="nobody 2026",
+    )
+    yield names
+    for name in names:
+        if name in zoo.list_models():
+            zoo.unregister_model(name)
+
+
+def test_list_models_is_sorted_and_filters_by_family(registered):
+    assert set(registered) <= set(zoo.list_models())
+    assert zoo.list_models() == sorted(zoo.list_models())
+    assert zoo.list_models(family="test_mlp") == registered
+    assert zoo.list_models(family="no_such_family") == []
+
+
+def test_create_uses_the_named_config_and_overrides(registered):
+    small = zoo.create("test_mlp_small")
+    assert small.layers[1].units == 4 and small.output_shape == (None, 3)
+    wide = zoo.create("test_mlp_wide", num_classes=7)
+    assert wide.layers[1].units == 32 and wide.output_shape == (None, 7)
+    assert wide.count_params() == 4 * 32 + 32 + 32 * 7 + 7
+    spec = zoo.get_spec("test_mlp_wide")
+    assert (spec.family, spec.paper_parameters, spec.description) == ("test_mlp", 291, "a wide MLP")
+
+
+@pytest.mark.parametrize("suffix", [".weights.h5", ".keras"])
+def test_create_loads_weights(registered, tmp_path, suffix):
+    trained = zoo.create("test_mlp_small")
+    path = str(tmp_path / f"mlp{suffix}")
+    if suffix == ".keras":
+        trained.save(path)
+    else:
+        trained.save_weights(path)
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype("float32")
+    fresh = zoo.create("test_mlp_small")
+    assert not np.allclose(
+        keras.ops.convert_to_numpy(fresh(x)), keras.ops.convert_to_numpy(trained(x))
+    )
+    loaded = zoo.create("test_mlp_small", weights=path)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(loaded(x)), keras.ops.convert_to_numpy(trained(x)), atol=1e-6
+    )
+
+
+def test_unknown_name_lists_close_matches(registered):
+    expected = r"unknown model 'test_mlp_smal'\. Did you mean 'test_mlp_small'"
+    with pytest.raises(ValueError, match=expected):
+        zoo.create("test_mlp_smal")
+
+
+def test_unknown_override_lists_close_matches(registered):
+    expected = r"unknown override 'num_clases'.*'num_classes'.*Accepted: hidden"
+    with pytest.raises(ValueError, match=expected):
+        zoo.create("test_mlp_small", num_clases=5)
+
+
+def test_bad_weights_paths(registered, tmp_path):
+    expected = r"`weights` must be a path ending in \.weights\.h5 or \.keras"
+    with pytest.raises(ValueError, match=expected):
+        zoo.create("test_mlp_small", weights=str(tmp_path / "weights.npz"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        zoo.create("test_mlp_small", weights=str(tmp_path / "missing.weights.h5"))
+
+
+def test_registration_errors(registered):
+    with pytest.raises(ValueError, match="already registered"):
+        zoo.register_model("test_mlp_small", build_mlp, family="test_mlp")
+    with pytest.raises(ValueError, match="lower case letters"):
+        zoo.register_model("Bad-Name", build_mlp, family="test_mlp")
+    with pytest.raises(TypeError, match="`builder` must be callable"):
+        zoo.register_model("test_not_callable", 3, family="test_mlp")
+    with pytest.raises(ValueError, match="unknown config key 'hiden'.*'hidden'"):
+        zoo.register_model("test_bad_config", build_mlp, family="test_mlp", config={"hiden": 3})
+    assert "test_bad_config" not in zoo.list_models()
+
+
+def test_builder_must_return_a_model(registered):
+    zoo.register_model("test_returns_layer", lambda: keras.layers.Dense(3), family="test_mlp")
+    try:
+        with pytest.raises(TypeError, match="returned Dense, expected a keras.Model"):
+            zoo.create("test_returns_layer")
+    finally:
+        zoo.unregister_model("test_returns_layer")
+
+
+def test_unregister_unknown_name():
+    with pytest.raises(ValueError, match="unknown model"):
+        zoo.unregister_model("never_registered")
