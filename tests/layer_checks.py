@@ -264,12 +264,18 @@ def check_mixed_precision(
 ) -> Any:
     """The layer rebuilt under ``policy`` runs and gives only finite outputs.
 
-    Returns the outputs, so a test can compare them with float32 at its own tolerance.
+    The low-precision layer gets the original layer's weights, and the outputs are
+    returned, so a test can compare them with float32 at its own tolerance.
     """
     name = _layer_name(layer)
     config = {**layer.get_config(), "dtype": policy}
     low_precision = type(layer).from_config(config)
     outputs = call_layer(low_precision, inputs, call_kwargs)
+    # The same weights as the float32 layer, so a test can compare the two outputs.
+    call_layer(layer, inputs, call_kwargs)
+    if layer.weights:
+        low_precision.set_weights(layer.get_weights())
+        outputs = call_layer(low_precision, inputs, call_kwargs)
     for index, array in enumerate(floating_outputs(outputs)):
         bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
         assert bad == 0, f"{name}: under {policy}, output {index} has {bad} NaN/Inf values"

@@ -1,0 +1,190 @@
+"""Time and extra peak memory of relative attention against keras.layers.MultiHeadAttention.
+
+For each sequence length L (batch 1, 8 heads, head size 64, self-attention, one
+forward pass) and each implementation, a fresh subprocess builds the layer,
+runs one warm-up call, then times ``--repeats`` calls. Extra peak memory is the
+growth of the process's peak resident set (ru_maxrss) from just before the
+first full-length call to the end, so imports and weights do not count.
+
+Implementations:
+    keras_mha        keras.layers.MultiHeadAttention (the baseline)
+    rel_bias         MultiHeadRelativeAttention(relative="bias")
+    rel_keys         MultiHeadRelativeAttention(relative="keys")
+    rel_keys_values  MultiHeadRelativeAttention(relative="keys_values")
+    naive_shaw       Shaw et al. written the obvious way: a^K and a^V gathered into
+                     (L, L, 64) tensors (only up to L = 2048: it needs them in memory)
+
+The yardstick S is one float32 score tensor, heads x L x L x 4 bytes (134 MB at
+L = 2048); memory is reported in units of S, time as a ratio to keras_mha.
+
+Usage:
+    KERAS_BACKEND=torch python benchmarks/relative_attention.py
+    python benchmarks/relative_attention.py --lengths 256,1024 --impls keras_mha,rel_keys
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+HEADS, HEAD_DIM, MAX_DISTANCE = 8, 64, 16
+IMPLEMENTATIONS = ("keras_mha", "rel_bias", "rel_keys", "rel_keys_values", "naive_shaw")
+NAIVE_MAX_LENGTH = 2048
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def _naive_shaw_layer():
+    import keras
+    from keras import ops
+
+    class NaiveShaw(keras.layers.Layer):
+        """Shaw et al. 2018 with a^K and a^V materialised as (L, L, d) tensors."""
+
+        def build(self, input_shape):
+            dim = HEADS * HEAD_DIM
+            self.qkv = keras.layers.Dense(3 * dim)
+            self.qkv.build(input_shape)
+            self.out = keras.layers.Dense(input_shape[-1])
+            self.out.build(input_shape[:-1] + (dim,))
+            rows = 2 * MAX_DISTANCE + 1
+            self.table_k = self.add_weight(shape=(rows, HEAD_DIM), name="table_k")
+            self.table_v = self.add_weight(shape=(rows, HEAD_DIM), name="table_v")
+
+        def call(self, x):
+            batch, length = ops.shape(x)[0], ops.shape(x)[1]
+            qkv = ops.reshape(self.qkv(x), (batch, length, 3, HEADS, HEAD_DIM))
+            q, k, v = (ops.transpose(qkv[:, :, i], (0, 2, 1, 3)) for i in range(3))
+            positions = ops.arange(length)
+            index = ops.clip(positions[None, :] - positions[:, None], -MAX_DISTANCE, MAX_DISTANCE)
+            a_k = ops.take(self.table_k, index + MAX_DISTANCE, axis=0)  # (L, L, d)
+            a_v = ops.take(self.table_v, index + MAX_DISTANCE, axis=0)
+            logits = ops.einsum("bhid,bhjd->bhij", q, k) + ops.einsum("bhid,ijd->bhij", q, a_k)
+            weights = ops.softmax(logits / HEAD_DIM**0.5, axis=-1)
+            context = ops.einsum("bhij,bhjd->bhid", weights, v)
+            context = context + ops.einsum("bhij,ijd->bhid", weights, a_v)
+            context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, length, -1))
+            return self.out(context)
+
+    return NaiveShaw()
+
+
+def _make_layer(implementation: str):
+    import keras
+
+    if implementation == "keras_mha":
+        layer = keras.layers.MultiHeadAttention(HEADS, HEAD_DIM)
+        return layer, lambda x: layer(x, x)
+    if implementation == "naive_shaw":
+        layer = _naive_shaw_layer()
+        return layer, layer
+    from keras_posenc.layers import MultiHeadRelativeAttention
+
+    relative = implementation.removeprefix("rel_")
+    layer = MultiHeadRelativeAttention(
+        HEADS, HEAD_DIM, relative=relative, bucketing="clip", max_distance=MAX_DISTANCE
+    )
+    return layer, lambda x: layer(x, x)
+
+
+def run_case(implementation: str, length: int, repeats: int) -> dict:
+    """Runs one case in this process and returns its measurements."""
+    import keras
+    import numpy as np
+    from keras import ops
+
+    layer, forward = _make_layer(implementation)
+    forward(np.zeros((1, 8, HEADS * HEAD_DIM), "float32"))  # build weights at a tiny length
+    inputs = ops.convert_to_tensor(
+        np.random.default_rng(0).standard_normal((1, length, HEADS * HEAD_DIM)).astype("float32")
+    )
+    before = _peak_rss_bytes()
+    ops.convert_to_numpy(forward(inputs))  # warm-up (and any tracing)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        ops.convert_to_numpy(forward(inputs))
+        times.append(time.perf_counter() - start)
+    return {
+        "backend": keras.backend.backend(),
+        "implementation": implementation,
+        "length": length,
+        "seconds": float(np.median(times)),
+        "extra_peak_bytes": _peak_rss_bytes() - before,
+    }
+
+
+def _run_in_subprocess(implementation: str, length: int, repeats: int) -> dict:
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--case",
+        implementation,
+        str(length),
+        "--repeats",
+        str(repeats),
+    ]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+    if result.returncode != 0:
+        tail = result.stderr.strip().splitlines()[-3:]
+        return {"implementation": implementation, "length": length, "error": " | ".join(tail)}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", default="256,512,1024,2048,4096")
+    parser.add_argument("--impls", default=",".join(IMPLEMENTATIONS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--case", nargs=2, metavar=("IMPL", "LENGTH"), help=argparse.SUPPRESS)
+    parser.add_argument("--json", help="also write the rows to this JSON file")
+    args = parser.parse_args(argv)
+
+    if args.case:
+        print(json.dumps(run_case(args.case[0], int(args.case[1]), args.repeats)))
+        return 0
+
+    implementations = [i for i in args.impls.split(",") if i]
+    unknown = set(implementations) - set(IMPLEMENTATIONS)
+    if unknown:
+        parser.error(f"--impls: unknown {sorted(unknown)}; choose from {IMPLEMENTATIONS}")
+    rows = []
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    print(f"backend {backend}; batch 1, {HEADS} heads, head size {HEAD_DIM}, forward pass")
+    print(f"{'impl':<16}{'L':>6}{'ms':>10}{'x mha':>8}{'extra MB':>10}{'x S':>7}")
+    for length in (int(n) for n in args.lengths.split(",")):
+        baseline = None
+        score_bytes = HEADS * length * length * 4
+        for implementation in implementations:
+            if implementation == "naive_shaw" and length > NAIVE_MAX_LENGTH:
+                continue
+            row = _run_in_subprocess(implementation, length, args.repeats)
+            rows.append(row)
+            if "error" in row:
+                print(f"{implementation:<16}{length:>6}  failed: {row['error']}")
+                continue
+            if implementation == "keras_mha":
+                baseline = row["seconds"]
+            ratio = f"{row['seconds'] / baseline:.2f}" if baseline else "-"
+            print(
+                f"{implementation:<16}{length:>6}{row['seconds'] * 1e3:>10.1f}{ratio:>8}"
+                f"{row['extra_peak_bytes'] / 2**20:>10.0f}"
+                f"{row['extra_peak_bytes'] / score_bytes:>7.2f}",
+                flush=True,
+            )
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
+    return 0 if all("error" not in row for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
