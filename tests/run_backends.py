@@ -26,6 +26,8 @@ import time
 BACKENDS = ("tensorflow", "jax", "torch")
 HERE = os.path.dirname(os.path.abspath(__file__))
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
+# pytest's closing line, with or without its "=" frame (-q drops it): "3 passed in 1.2s".
+CLOSING = re.compile(r"^=*\s*((?:\d+ \w+,? ?)+.*|no tests ran) in [\d.]+s")
 
 
 def run_backend(backend: str, pytest_args: list[str]) -> tuple[int, str, dict[str, int]]:
@@ -40,7 +42,7 @@ def run_backend(backend: str, pytest_args: list[str]) -> tuple[int, str, dict[st
     assert process.stdout is not None
     for line in process.stdout:
         sys.stdout.write(line)
-        if line.startswith("=") and COUNT.search(line):
+        if CLOSING.match(line):
             summary = line.strip("= \n")
     counts: dict[str, int] = {}
     for number, kind in COUNT.findall(summary):

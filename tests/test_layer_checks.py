@@ -10,10 +10,11 @@ vacuously.
 from __future__ import annotations
 
 import keras
-import layer_checks
 import numpy as np
 import pytest
 from keras import ops
+
+import layer_checks
 
 TEST_PACKAGE = "keras_posenc_checks"
 

@@ -4,6 +4,41 @@ Every public class here is a ``keras.layers.Layer`` written with ``keras.ops``
 only, registered for serialisation under the ``keras_posenc`` package, and
 runs unchanged on TensorFlow, JAX and PyTorch. Layers never import the zoo
 (a ruff rule enforces it); the zoo is assembled from these layers.
+
+The relative index functions are public too, both here and in
+``keras_posenc.layers.relative_index``.
 """
 
-__all__: list[str] = []
+from keras_posenc.layers import relative_index
+from keras_posenc.layers.relative_index import (
+    bucket_index,
+    clip_index,
+    log_bucket_index,
+    multiscale_index,
+    multiscale_table_size,
+    piecewise_index,
+    relative_positions,
+    table_size,
+)
+from keras_posenc.layers.relative_position import (
+    MultiScaleRelativePositionEmbedding,
+    RelativePositionBias,
+    RelativePositionEmbedding,
+)
+from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
+
+__all__ = [
+    "MultiScaleRelativePositionEmbedding",
+    "RelativePositionBias",
+    "RelativePositionBias2D",
+    "RelativePositionEmbedding",
+    "bucket_index",
+    "clip_index",
+    "log_bucket_index",
+    "multiscale_index",
+    "multiscale_table_size",
+    "piecewise_index",
+    "relative_index",
+    "relative_positions",
+    "table_size",
+]

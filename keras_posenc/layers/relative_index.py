@@ -1,0 +1,512 @@
+"""Relative position index functions: clip (Shaw), log buckets (T5), piecewise (iRPE), multi-scale.
+
+Every function maps an integer tensor of relative distances ``r = j - i``
+(key position minus query position, see `relative_positions`) to an int32
+tensor of row indices into a finite table, so a learned table works for any
+sequence length. They use ``keras.ops`` only and accept Python ints, numpy
+arrays and tensors of every backend, eager or traced.
+
+The log and piecewise functions are defined by float32 formulas. Rather than
+evaluating ``log`` inside the graph (where ``log(0)`` must be masked and where a
+one-ulp difference between backends or devices can move a distance to the
+neighbouring bucket), the float32 formula is evaluated once, in numpy, to find
+the smallest distance of every bucket; the graph then only compares integers
+with those thresholds. The result equals the published float32 algorithms
+(checked for every ``|r| <= 10,000`` in the tests) and is identical on every
+backend and device, and it exports to ONNX with plain comparisons.
+
+Examples:
+
+    >>> import keras
+    >>> from keras_posenc.layers import relative_index
+    >>> r = relative_index.relative_positions(2, 4)
+    >>> print(keras.ops.convert_to_numpy(r))
+    [[ 0  1  2  3]
+     [-1  0  1  2]]
+    >>> print(keras.ops.convert_to_numpy(relative_index.clip_index(r, max_distance=1)))
+    [[1 2 2 2]
+     [0 1 2 2]]
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+from keras import backend, ops
+
+__all__ = [
+    "BUCKETINGS",
+    "bucket_index",
+    "clip_index",
+    "log_bucket_index",
+    "multiscale_index",
+    "multiscale_table_size",
+    "piecewise_index",
+    "relative_positions",
+    "table_size",
+]
+
+#: The names accepted by `bucket_index` / `table_size` (and the layers' ``bucketing``).
+BUCKETINGS = ("clip", "log", "piecewise", "multiscale")
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_int(caller: str, name: str, value: Any, minimum: int | None = None) -> int:
+    """Returns ``value`` as a Python int, or raises naming ``caller`` and ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(
+            f"{caller}: `{name}` must be an integer, got {value!r} (type {type(value).__name__})."
+        )
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{caller}: `{name}` must be an integer >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def _check_bool(caller: str, name: str, value: Any) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(
+            f"{caller}: `{name}` must be True or False, got {value!r} "
+            f"(type {type(value).__name__})."
+        )
+    return bool(value)
+
+
+def _check_length(caller: str, name: str, value: Any) -> Any:
+    """A sequence length: a non-negative Python int, or an integer scalar tensor."""
+    if isinstance(value, bool) or value is None:
+        raise TypeError(
+            f"{caller}: `{name}` must be a non-negative integer or an integer scalar tensor, "
+            f"got {value!r}."
+        )
+    if isinstance(value, int | np.integer):
+        return _check_int(caller, name, value, minimum=0)
+    if isinstance(value, float | str):
+        raise TypeError(
+            f"{caller}: `{name}` must be a non-negative integer or an integer scalar tensor, "
+            f"got {value!r} (type {type(value).__name__})."
+        )
+    shape = tuple(getattr(value, "shape", ()))
+    try:
+        dtype = backend.standardize_dtype(value.dtype)
+    except (AttributeError, ValueError):  # not a tensor, or a dtype Keras does not know
+        dtype = str(getattr(value, "dtype", type(value).__name__))
+    if shape != () or "int" not in dtype:
+        raise TypeError(
+            f"{caller}: `{name}` must be a non-negative integer or an integer scalar tensor, "
+            f"got a tensor of shape {shape} and dtype {dtype}."
+        )
+    return ops.cast(value, "int32")
+
+
+def _as_int32(r: Any) -> Any:
+    return ops.cast(ops.convert_to_tensor(r), "int32")
+
+
+def _check_bucketing(caller: str, bucketing: Any) -> str:
+    if not isinstance(bucketing, str) or bucketing not in BUCKETINGS:
+        raise ValueError(
+            f"{caller}: `bucketing` must be one of {', '.join(map(repr, BUCKETINGS))}, "
+            f"got {bucketing!r}."
+        )
+    return bucketing
+
+
+# --------------------------------------------------------------------------- distances
+
+
+def relative_positions(query_length: Any, key_length: Any, offset: Any = 0) -> Any:
+    """The (query_length, key_length) int32 matrix of distances ``r[i, j] = j - (i + offset)``.
+
+    Args:
+        query_length: number of queries, a non-negative int or an integer scalar tensor.
+        key_length: number of keys, likewise.
+        offset: position of the first query among the keys (an int or integer
+            scalar tensor). 0 when queries and keys are the same sequence; the
+            cache index when decoding step by step, so the one new query at
+            position ``offset`` sees ``r = j - offset``.
+
+    Returns:
+        An int32 tensor of shape ``(query_length, key_length)``.
+
+    Examples:
+
+        >>> import keras
+        >>> print(keras.ops.convert_to_numpy(relative_positions(1, 4, offset=2)))
+        [[-2 -1  0  1]]
+    """
+    return _relative_positions("relative_positions", query_length, key_length, offset)
+
+
+def _relative_positions(caller: str, query_length: Any, key_length: Any, offset: Any) -> Any:
+    """`relative_positions` whose errors name ``caller`` (a layer, when a layer calls it)."""
+    query_length = _check_length(caller, "query_length", query_length)
+    key_length = _check_length(caller, "key_length", key_length)
+    if isinstance(offset, bool) or isinstance(offset, float | str) or offset is None:
+        raise TypeError(
+            f"{caller}: `offset` must be an integer or an integer scalar tensor, got {offset!r}."
+        )
+    queries = ops.arange(query_length, dtype="int32") + ops.cast(offset, "int32")
+    keys = ops.arange(key_length, dtype="int32")
+    return keys[None, :] - queries[:, None]
+
+
+# --------------------------------------------------------------------------- clip (Shaw)
+
+
+def clip_index(r: Any, max_distance: int) -> Any:
+    """Shaw et al.'s clipped distance: ``clip(r, -k, k) + k`` with ``k = max_distance``.
+
+    Args:
+        r: integer tensor (or array / int) of relative distances.
+        max_distance: ``k >= 0``; distances beyond ``±k`` share the end rows.
+
+    Returns:
+        int32 indices in ``[0, 2k]`` (a table of ``2k + 1`` rows), same shape as ``r``.
+
+    Examples:
+
+        >>> import keras
+        >>> print(keras.ops.convert_to_numpy(clip_index([-5, -1, 0, 1, 5], max_distance=2)))
+        [0 1 2 3 4]
+
+    Reference:
+        Shaw, Uszkoreit, Vaswani, "Self-Attention with Relative Position
+        Representations", NAACL 2018.
+    """
+    k = _check_int("clip_index", "max_distance", max_distance, minimum=0)
+    return ops.clip(_as_int32(r), -k, k) + k
+
+
+# --------------------------------------------------------------------------- thresholds
+
+
+def _first_reaching(value: Any, level: int, low: int, high: int) -> int:
+    """The smallest integer n in [low, high] with value(n) >= level (value is non-decreasing)."""
+    if value(high) < level:
+        raise AssertionError(f"threshold search: level {level} not reached by {high}")
+    while low < high:
+        middle = (low + high) // 2
+        if value(middle) >= level:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def _count_reached(n: Any, thresholds: tuple[int, ...]) -> Any:
+    """For each element of ``n``, how many of the sorted ``thresholds`` it reaches.
+
+    A sum of comparisons rather than ``ops.digitize``: the same on every backend,
+    no (…, len(thresholds)) intermediate, and exportable with plain ONNX ops.
+    """
+    count = ops.zeros_like(n)
+    for threshold in thresholds:
+        count = count + ops.cast(ops.greater_equal(n, threshold), "int32")
+    return count
+
+
+@functools.lru_cache(maxsize=64)
+def _t5_thresholds(num_buckets: int, max_distance: int, max_exact: int) -> tuple[int, ...]:
+    """Smallest distance n of each log bucket ``max_exact + 1 .. num_buckets - 1``.
+
+    ``num_buckets`` is the per-direction count. The bucket of ``n >= max_exact``
+    is T5's float32 ``max_exact + int(log(n / max_exact) / log(max_distance /
+    max_exact) * (num_buckets - max_exact))``, capped at ``num_buckets - 1``.
+    """
+    log_ratio = np.float32(math.log(max_distance / max_exact))
+    scale = np.float32(num_buckets - max_exact)
+
+    def bucket(n: int) -> int:
+        ratio = np.float32(n) / np.float32(max_exact)
+        return max_exact + int(np.log(ratio) / log_ratio * scale)
+
+    # The formula reaches num_buckets at n = max_distance (exactly, in real numbers),
+    # so every capped level is reached well before 2 * max_distance + 2.
+    high = 2 * max_distance + 2
+    return tuple(
+        _first_reaching(bucket, level, max_exact, high)
+        for level in range(max_exact + 1, num_buckets)
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _piecewise_thresholds(beta: int) -> tuple[int, tuple[int, ...]]:
+    """(g at the first distance beyond alpha, the first distance of every later level)."""
+    alpha = np.float32(beta / 2)
+    log_ratio = np.float32(math.log((4 * beta) / (beta / 2)))  # ln(gamma / alpha) = ln(8)
+    width = np.float32(beta - beta / 2)
+
+    def level(n: int) -> int:
+        value = alpha + np.log(np.float32(n) / alpha) / log_ratio * width
+        return min(beta, int(np.round(value)))  # np.round is half-to-even, like torch.round
+
+    first = beta // 2 + 1  # the smallest integer strictly greater than alpha = beta / 2
+    start = level(first)
+    high = 8 * beta + 2  # g reaches beta at |x| = gamma = 4 * beta
+    return start, tuple(_first_reaching(level, v, first, high) for v in range(start + 1, beta + 1))
+
+
+# --------------------------------------------------------------------------- log (T5)
+
+
+def _log_arguments(
+    caller: str, num_buckets: Any, max_distance: Any, bidirectional: Any
+) -> tuple[int, int]:
+    """Validates T5's arguments; returns (buckets per direction, max_exact)."""
+    num_buckets = _check_int(caller, "num_buckets", num_buckets)
+    max_distance = _check_int(caller, "max_distance", max_distance, minimum=0)
+    bidirectional = _check_bool(caller, "bidirectional", bidirectional)
+    minimum = 4 if bidirectional else 2
+    if num_buckets < minimum:
+        kind = "bidirectional" if bidirectional else "unidirectional"
+        raise ValueError(
+            f"{caller}: `num_buckets` must be >= {minimum} for {kind} log buckets "
+            f"(at least one exact and one log bucket per direction), got {num_buckets}."
+        )
+    per_direction = num_buckets // 2 if bidirectional else num_buckets
+    max_exact = per_direction // 2
+    if max_distance <= max_exact:
+        # T5 divides by log(max_distance / max_exact): it must be positive.
+        raise ValueError(
+            f"{caller}: `max_distance` must be > {max_exact} (the exact range for "
+            f"num_buckets={num_buckets}, bidirectional={bidirectional}), got {max_distance}."
+        )
+    return per_direction, max_exact
+
+
+def log_bucket_index(
+    r: Any, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True
+) -> Any:
+    """T5's ``_relative_position_bucket``: exact buckets near 0, log-spaced beyond.
+
+    Follows the published algorithm with T5's convention ``r = j - i``
+    (memory position minus query position). Bidirectional: half the buckets per
+    sign, keys after the query (``r > 0``) get the upper half; within a half,
+    ``|r| < max_exact = half // 2`` has its own bucket, larger distances are
+    log-spaced up to ``max_distance`` and clamped to the half's last bucket.
+    Unidirectional (causal): ``r > 0`` maps to bucket 0 and ``-r`` uses all
+    buckets. The log formula is T5's, in float32, so indices equal T5's (see the
+    module docstring for how it is evaluated).
+
+    Args:
+        r: integer tensor of relative distances ``j - i``.
+        num_buckets: table size; >= 4 when bidirectional, >= 2 otherwise.
+        max_distance: distances at or beyond it share the last bucket; must be
+            greater than ``max_exact`` (T5's log of ``max_distance / max_exact``).
+        bidirectional: whether keys on both sides get their own buckets.
+
+    Returns:
+        int32 indices in ``[0, num_buckets)``, same shape as ``r``.
+
+    Examples:
+
+        >>> import keras
+        >>> r = [-200, -20, -7, 0, 7, 20, 200]
+        >>> print(keras.ops.convert_to_numpy(log_bucket_index(r, 32, 128)))
+        [15 10  7  0 23 26 31]
+        >>> print(keras.ops.convert_to_numpy(log_bucket_index(r, 32, 128, bidirectional=False)))
+        [31 17  7  0  0  0  0]
+
+    Reference:
+        Raffel et al., "Exploring the Limits of Transfer Learning with a Unified
+        Text-to-Text Transformer", JMLR 2020 (``_relative_position_bucket`` in
+        Mesh TensorFlow and Hugging Face ``modeling_t5.py``).
+    """
+    per_direction, max_exact = _log_arguments(
+        "log_bucket_index", num_buckets, max_distance, bidirectional
+    )
+    thresholds = _t5_thresholds(per_direction, max_distance, max_exact)
+    r = _as_int32(r)
+    if bidirectional:
+        offset = ops.cast(ops.greater(r, 0), "int32") * per_direction
+        n = ops.abs(r)
+    else:
+        offset = ops.zeros_like(r)
+        n = ops.maximum(-r, 0)
+    large = max_exact + _count_reached(n, thresholds)
+    return offset + ops.where(ops.less(n, max_exact), n, large)
+
+
+# --------------------------------------------------------------------------- piecewise (iRPE)
+
+
+def piecewise_index(r: Any, num_buckets: int) -> Any:
+    """iRPE's piecewise index ``g(r) + beta``: exact near 0, logarithmic beyond, clamped.
+
+    With ``beta = num_buckets // 2``, ``alpha = beta / 2``, ``gamma = 4 * beta``
+    (iRPE's ratio 1:2:8)::
+
+        g(x) = round(x)                                        if |x| <= alpha
+        g(x) = sign(x) * min(beta, round(alpha + ln(|x| / alpha)
+                                         / ln(gamma / alpha) * (beta - alpha)))  otherwise
+
+    evaluated in float32 like iRPE. ``round`` is half-to-even (``torch.round``,
+    which iRPE uses, and ``numpy.round`` agree); exact ties occur, e.g.
+    ``num_buckets=6`` at ``|x| = 6`` gives 2.5 -> 2.
+
+    Args:
+        r: integer tensor of relative distances.
+        num_buckets: >= 2; the table has ``2 * (num_buckets // 2) + 1`` rows
+            (an odd ``num_buckets`` uses all rows, an even one adds one).
+
+    Returns:
+        int32 indices in ``[0, 2 * beta]``, same shape as ``r``.
+
+    Examples:
+
+        >>> import keras
+        >>> r = [-100, -9, -3, -1, 0, 1, 3, 9, 100]
+        >>> print(keras.ops.convert_to_numpy(piecewise_index(r, num_buckets=8)))
+        [0 1 2 3 4 5 6 7 8]
+
+    Reference:
+        Wu et al., "Rethinking and Improving Relative Position Encoding for
+        Vision Transformer", ICCV 2021 (``piecewise_index`` in ``irpe.py``).
+    """
+    num_buckets = _check_int("piecewise_index", "num_buckets", num_buckets, minimum=2)
+    beta = num_buckets // 2
+    start, thresholds = _piecewise_thresholds(beta)
+    r = _as_int32(r)
+    n = ops.abs(r)
+    beyond = start + _count_reached(n, thresholds)
+    # Integers with |x| <= alpha = beta / 2 are exactly |x| <= beta // 2.
+    g = ops.where(ops.less_equal(n, beta // 2), n, beyond)
+    return ops.sign(r) * g + beta
+
+
+# --------------------------------------------------------------------------- multi-scale
+
+
+def multiscale_table_size(scale: int) -> int:
+    """Rows of the table `multiscale_index` uses for ``scale``: ``2 * (scale // 2) + 1``.
+
+    Examples:
+
+        >>> [multiscale_table_size(s) for s in (5, 10, 20)]
+        [5, 11, 21]
+    """
+    scale = _check_int("multiscale_table_size", "scale", scale, minimum=2)
+    return 2 * (scale // 2) + 1
+
+
+def multiscale_index(r: Any, scale: int) -> Any:
+    """One scale of the multi-scale index: bins of width ``h = scale // 2``, clamped.
+
+    ``clip(floor(r / h), -h, h) + h``. Bin ``b`` (``-h <= b <= h``) holds the
+    distances ``b * h .. b * h + h - 1``, and the two end bins also hold every
+    distance beyond them, so any length maps into the table of
+    `multiscale_table_size` (``2h + 1``) rows. The seed lecture's formula
+    ``r // h + h`` is the unclamped version: it leaves the table once
+    ``|r| > h * h``. A small scale is a fine, short-range view; a large one
+    a coarse, long-range view.
+
+    Args:
+        r: integer tensor of relative distances.
+        scale: >= 2.
+
+    Returns:
+        int32 indices in ``[0, 2h]``, same shape as ``r``.
+
+    Examples:
+
+        >>> import keras
+        >>> r = [-100, -5, -4, -1, 0, 1, 2, 5, 100]
+        >>> print(keras.ops.convert_to_numpy(multiscale_index(r, scale=5)))
+        [0 0 0 1 2 2 3 4 4]
+    """
+    scale = _check_int("multiscale_index", "scale", scale, minimum=2)
+    width = scale // 2
+    return ops.clip(ops.floor_divide(_as_int32(r), width), -width, width) + width
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def table_size(
+    bucketing: str,
+    max_distance: int = 16,
+    num_buckets: int = 32,
+    bidirectional: bool = True,
+    scale: int | None = None,
+) -> int:
+    """Rows of the table that `bucket_index` with the same arguments indexes.
+
+    ``"clip"``: ``2 * max_distance + 1``; ``"log"``: ``num_buckets``;
+    ``"piecewise"``: ``2 * (num_buckets // 2) + 1``; ``"multiscale"``:
+    ``2 * (scale // 2) + 1``. It validates the arguments the bucketing uses as
+    `bucket_index` would, so a layer can fail at construction rather than at call.
+
+    Examples:
+
+        >>> [table_size(b, max_distance=16, num_buckets=32, scale=10) for b in BUCKETINGS]
+        [33, 32, 33, 11]
+    """
+    return _table_size("table_size", bucketing, max_distance, num_buckets, bidirectional, scale)
+
+
+def _table_size(
+    caller: str,
+    bucketing: Any,
+    max_distance: Any,
+    num_buckets: Any,
+    bidirectional: Any,
+    scale: Any,
+) -> int:
+    bucketing = _check_bucketing(caller, bucketing)
+    if bucketing == "clip":
+        return 2 * _check_int(caller, "max_distance", max_distance, minimum=0) + 1
+    if bucketing == "log":
+        _log_arguments(caller, num_buckets, max_distance, bidirectional)
+        return int(num_buckets)
+    if bucketing == "piecewise":
+        return 2 * (_check_int(caller, "num_buckets", num_buckets, minimum=2) // 2) + 1
+    if scale is None:
+        raise ValueError(f"{caller}: bucketing='multiscale' needs `scale` (an int >= 2).")
+    return 2 * (_check_int(caller, "scale", scale, minimum=2) // 2) + 1
+
+
+def bucket_index(
+    r: Any,
+    bucketing: str,
+    max_distance: int = 16,
+    num_buckets: int = 32,
+    bidirectional: bool = True,
+    scale: int | None = None,
+) -> Any:
+    """Maps distances to table rows with the named bucketing (the layers' ``bucketing``).
+
+    Args:
+        r: integer tensor of relative distances ``j - i``.
+        bucketing: ``"clip"`` (`clip_index` with ``max_distance``), ``"log"``
+            (`log_bucket_index` with ``num_buckets``, ``max_distance``,
+            ``bidirectional``), ``"piecewise"`` (`piecewise_index` with
+            ``num_buckets``) or ``"multiscale"`` (`multiscale_index` with ``scale``).
+        max_distance: used by ``"clip"`` and ``"log"``; ignored otherwise.
+        num_buckets: used by ``"log"`` and ``"piecewise"``; ignored otherwise.
+        bidirectional: used by ``"log"``; ignored otherwise.
+        scale: used by ``"multiscale"``; ignored otherwise.
+
+    Returns:
+        int32 indices in ``[0, table_size(...))``.
+
+    Examples:
+
+        >>> import keras
+        >>> print(keras.ops.convert_to_numpy(bucket_index([-3, 0, 3], "clip", max_distance=2)))
+        [0 2 4]
+    """
+    bucketing = _check_bucketing("bucket_index", bucketing)
+    if bucketing == "clip":
+        return clip_index(r, max_distance)
+    if bucketing == "log":
+        return log_bucket_index(r, num_buckets, max_distance, bidirectional)
+    if bucketing == "piecewise":
+        return piecewise_index(r, num_buckets)
+    if scale is None:
+        raise ValueError("bucket_index: bucketing='multiscale' needs `scale` (an int >= 2).")
+    return multiscale_index(r, scale)

@@ -1,0 +1,439 @@
+"""Learned relative position tables: T5-style biases and Shaw-style embeddings.
+
+The layers here are called with lengths, not tensors:
+``layer(query_length, key_length, offset=0)``, where each is a Python int or an
+integer scalar tensor (``keras.ops.shape(x)[1]`` inside a traced function), so
+one layer serves any sequence length, ``query_length != key_length`` and cached
+decoding (``offset`` = position of the first query). Their weights depend only
+on the constructor arguments; ``build()`` needs no input shape, and Keras calls
+it on the first call (or ``.keras`` loading does), so save/load works like for
+any layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+from keras import ops
+
+from keras_posenc.layers import relative_index
+
+__all__ = [
+    "MultiScaleRelativePositionEmbedding",
+    "RelativePositionBias",
+    "RelativePositionEmbedding",
+]
+
+# "multiscale" needs several tables, one per scale: MultiScaleRelativePositionEmbedding.
+_SINGLE_TABLE_BUCKETINGS = ("clip", "log", "piecewise")
+
+
+def _check_single_table_bucketing(caller: str, bucketing: Any) -> str:
+    if not isinstance(bucketing, str) or bucketing not in _SINGLE_TABLE_BUCKETINGS:
+        hint = ""
+        if bucketing == "multiscale":
+            hint = " (it uses one table per scale: use MultiScaleRelativePositionEmbedding)"
+        raise ValueError(
+            f"{caller}: `bucketing` must be one of "
+            f"{', '.join(map(repr, _SINGLE_TABLE_BUCKETINGS))}, got {bucketing!r}{hint}."
+        )
+    return bucketing
+
+
+def _static_length(value: Any) -> int | None:
+    """A length as an int when it is known before running, else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
+
+
+class _RelativeTableLayer(keras.layers.Layer):
+    """Shared plumbing: lengths in, a (query_length, key_length) index matrix out."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # Keras refuses non-tensor positional arguments unless told otherwise (its
+        # lookup layers do the same); these layers take Python int lengths.
+        self._allow_non_tensor_positional_args = True
+
+    def indices(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
+        raise NotImplementedError
+
+    def compute_output_spec(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
+        # Keras' default derives output shapes from tensor *shapes*; here the
+        # lengths' *values* decide the shape, unknown (None) when symbolic.
+        shape = self.compute_output_shape(
+            _static_length(query_length), _static_length(key_length), offset
+        )
+        return keras.KerasTensor(shape, dtype=self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class RelativePositionBias(_RelativeTableLayer):
+    """A learned scalar per head and relative-distance bucket, added to attention logits.
+
+    T5's relative attention bias: ``bias[0, h, i, j] = table[idx(j - (i + offset)), h]``,
+    where ``idx`` is the chosen bucketing (`relative_index`). T5 computes it once in
+    the first layer and shares it with every layer; pass it as the
+    ``attention_bias`` of ``MultiHeadRelativeAttention`` or add it to the logits.
+
+    Args:
+        num_heads: number of attention heads (one scalar per head and bucket).
+        bucketing: ``"log"`` (T5, default), ``"clip"`` (Shaw) or ``"piecewise"``
+            (iRPE); see `relative_index.bucket_index`. ``"multiscale"`` is
+            rejected: it needs one table per scale
+            (`MultiScaleRelativePositionEmbedding`).
+        num_buckets: table rows for ``"log"``; ``2 * (num_buckets // 2) + 1``
+            rows for ``"piecewise"``. Unused by ``"clip"``.
+        max_distance: ``"log"``: distances from it on share the last bucket;
+            ``"clip"``: ``k``, the table has ``2k + 1`` rows. Unused by ``"piecewise"``.
+        bidirectional: ``"log"`` only. ``True``: keys before and after the
+            query get separate buckets (encoder); ``False``: keys after the
+            query share bucket 0 (causal decoder), as in T5.
+        embeddings_initializer: initializer of the ``(table_size, num_heads)`` table.
+        **kwargs: standard layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        query_length: number of queries, an int or integer scalar tensor.
+        key_length: number of keys, an int or integer scalar tensor.
+        offset: position of the first query among the keys (the cache index
+            when decoding one step at a time); default 0.
+
+    Returns:
+        A ``(1, num_heads, query_length, key_length)`` tensor in the layer's
+        compute dtype, broadcastable to attention logits.
+
+    Examples:
+
+        >>> import keras
+        >>> from keras_posenc import layers
+        >>> bias = layers.RelativePositionBias(num_heads=4)
+        >>> tuple(bias(3, 5).shape)
+        (1, 4, 3, 5)
+        >>> tuple(bias(1, 10, offset=9).shape)  # one decoding step at position 9
+        (1, 4, 1, 10)
+
+    Reference:
+        Raffel et al., "Exploring the Limits of Transfer Learning with a Unified
+        Text-to-Text Transformer", JMLR 2020.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        bucketing: str = "log",
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        bidirectional: bool = True,
+        embeddings_initializer: Any = "truncated_normal",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        caller = type(self).__name__
+        self.num_heads = relative_index._check_int(caller, "num_heads", num_heads, minimum=1)
+        self.bucketing = _check_single_table_bucketing(caller, bucketing)
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.bidirectional = relative_index._check_bool(caller, "bidirectional", bidirectional)
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        # Validates num_buckets / max_distance now rather than at the first call.
+        self.table_size = relative_index._table_size(
+            caller, bucketing, max_distance, num_buckets, bidirectional, None
+        )
+
+    def build(self, input_shape: Any = None) -> None:
+        # The table's shape depends only on the constructor arguments.
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.table_size, self.num_heads),
+            initializer=self.embeddings_initializer,
+        )
+
+    def table(self) -> Any:
+        """The ``(table_size, num_heads)`` bias table, in the compute dtype."""
+        if not self.built:
+            self.build()
+        return ops.cast(self.embeddings, self.compute_dtype)
+
+    def indices(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
+        """The ``(query_length, key_length)`` int32 row of the table for each (query, key)."""
+        r = relative_index._relative_positions(
+            type(self).__name__, query_length, key_length, offset
+        )
+        return relative_index.bucket_index(
+            r, self.bucketing, self.max_distance, self.num_buckets, self.bidirectional
+        )
+
+    def call(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
+        values = ops.take(self.table(), self.indices(query_length, key_length, offset), axis=0)
+        return ops.expand_dims(ops.transpose(values, (2, 0, 1)), 0)
+
+    def compute_output_shape(
+        self, query_length: int | None = None, key_length: int | None = None, offset: Any = 0
+    ) -> tuple:
+        """Takes the lengths (ints, or None when unknown), like ``call``."""
+        return (1, self.num_heads, query_length, key_length)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            bucketing=self.bucketing,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+            bidirectional=self.bidirectional,
+            embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class RelativePositionEmbedding(_RelativeTableLayer):
+    """A learned vector per relative-distance bucket (Shaw et al.'s ``a_ij``).
+
+    ``out[i, j] = table[idx(j - (i + offset))]``. Attention adds it to the keys
+    (``q_i . (k_j + a^K_ij)``) and/or values. Materialising ``(q_len, k_len, d)``
+    costs O(L^2 d): an attention layer should rather use `table` and `indices`
+    and gather the ``(q_len, table_size)`` products ``q W^T`` with the index matrix.
+
+    Args:
+        output_dim: size of each vector (the attention head size, usually).
+        bucketing: ``"clip"`` (Shaw, default), ``"log"`` (T5) or ``"piecewise"``
+            (iRPE); see `relative_index.bucket_index`. ``"multiscale"`` is
+            rejected: use `MultiScaleRelativePositionEmbedding`.
+        max_distance: ``"clip"``: ``k``, the table has ``2k + 1`` rows (16 in
+            Shaw's base model); ``"log"``: distances from it on share the last bucket.
+        num_buckets: table rows for ``"log"``; ``2 * (num_buckets // 2) + 1`` for
+            ``"piecewise"``. Unused by ``"clip"``.
+        bidirectional: ``"log"`` only, as in `RelativePositionBias`.
+        embeddings_initializer: initializer of the ``(table_size, output_dim)`` table.
+        **kwargs: standard layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        query_length: number of queries, an int or integer scalar tensor.
+        key_length: number of keys, an int or integer scalar tensor.
+        offset: position of the first query among the keys; default 0.
+
+    Returns:
+        A ``(query_length, key_length, output_dim)`` tensor in the compute dtype.
+
+    Examples:
+
+        >>> import keras
+        >>> from keras_posenc import layers
+        >>> embedding = layers.RelativePositionEmbedding(output_dim=8, max_distance=2)
+        >>> tuple(embedding(3, 4).shape)
+        (3, 4, 8)
+        >>> tuple(embedding.table().shape), tuple(embedding.indices(3, 4).shape)
+        ((5, 8), (3, 4))
+
+    Reference:
+        Shaw, Uszkoreit, Vaswani, "Self-Attention with Relative Position
+        Representations", NAACL 2018.
+    """
+
+    def __init__(
+        self,
+        output_dim: int,
+        bucketing: str = "clip",
+        max_distance: int = 16,
+        num_buckets: int = 32,
+        bidirectional: bool = True,
+        embeddings_initializer: Any = "truncated_normal",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        caller = type(self).__name__
+        self.output_dim = relative_index._check_int(caller, "output_dim", output_dim, minimum=1)
+        self.bucketing = _check_single_table_bucketing(caller, bucketing)
+        self.max_distance = max_distance
+        self.num_buckets = num_buckets
+        self.bidirectional = relative_index._check_bool(caller, "bidirectional", bidirectional)
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.table_size = relative_index._table_size(
+            caller, bucketing, max_distance, num_buckets, bidirectional, None
+        )
+
+    def build(self, input_shape: Any = None) -> None:
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.table_size, self.output_dim),
+            initializer=self.embeddings_initializer,
+        )
+
+    def table(self) -> Any:
+        """The ``(table_size, output_dim)`` table, in the compute dtype."""
+        if not self.built:
+            self.build()
+        return ops.cast(self.embeddings, self.compute_dtype)
+
+    def indices(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
+        """The ``(query_length, key_length)`` int32 row of the table for each (query, key)."""
+        r = relative_index._relative_positions(
+            type(self).__name__, query_length, key_length, offset
+        )
+        return relative_index.bucket_index(
+            r, self.bucketing, self.max_distance, self.num_buckets, self.bidirectional
+        )
+
+    def call(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
+        return ops.take(self.table(), self.indices(query_length, key_length, offset), axis=0)
+
+    def compute_output_shape(
+        self, query_length: int | None = None, key_length: int | None = None, offset: Any = 0
+    ) -> tuple:
+        """Takes the lengths (ints, or None when unknown), like ``call``."""
+        return (query_length, key_length, self.output_dim)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            output_dim=self.output_dim,
+            bucketing=self.bucketing,
+            max_distance=self.max_distance,
+            num_buckets=self.num_buckets,
+            bidirectional=self.bidirectional,
+            embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
+        )
+        return config
+
+
+_COMBINES = ("mean", "sum", "concat")
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class MultiScaleRelativePositionEmbedding(_RelativeTableLayer):
+    """Relative position vectors at several resolutions, combined.
+
+    One table per scale ``s``, indexed by `relative_index.multiscale_index`
+    (bins of width ``s // 2``, clamped, ``2 * (s // 2) + 1`` rows): a small
+    scale sees nearby distances one by one, a large one sees far distances
+    coarsely. Clamping keeps every distance inside every table, so any length
+    works (the seed lecture's unclamped ``r // (s // 2) + s // 2`` does not).
+
+    Args:
+        output_dim: size of the combined vector. With ``combine="concat"`` it
+            must be divisible by ``len(scales)``; each table then has
+            ``output_dim // len(scales)`` columns. Otherwise each table has
+            ``output_dim`` columns.
+        scales: the scales, ints >= 2 (default ``(5, 10, 20)``).
+        combine: ``"mean"`` (default), ``"sum"`` or ``"concat"`` (in the order of ``scales``).
+        embeddings_initializer: initializer of every table.
+        **kwargs: standard layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        query_length: number of queries, an int or integer scalar tensor.
+        key_length: number of keys, an int or integer scalar tensor.
+        offset: position of the first query among the keys; default 0.
+
+    Returns:
+        A ``(query_length, key_length, output_dim)`` tensor in the compute dtype.
+
+    Examples:
+
+        >>> import keras
+        >>> from keras_posenc import layers
+        >>> embedding = layers.MultiScaleRelativePositionEmbedding(output_dim=6, combine="concat")
+        >>> tuple(embedding(4, 7).shape)
+        (4, 7, 6)
+        >>> [tuple(t.shape) for t in embedding.tables()]
+        [(5, 2), (11, 2), (21, 2)]
+
+    Reference:
+        Shaw et al., "Self-Attention with Relative Position Representations",
+        NAACL 2018 (one table); the multi-scale variant follows the seed lecture
+        on position information, with a clamped index.
+    """
+
+    def __init__(
+        self,
+        output_dim: int,
+        scales: Sequence[int] = (5, 10, 20),
+        combine: str = "mean",
+        embeddings_initializer: Any = "truncated_normal",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        caller = type(self).__name__
+        self.output_dim = relative_index._check_int(caller, "output_dim", output_dim, minimum=1)
+        if isinstance(scales, str) or not isinstance(scales, Sequence) or not scales:
+            raise ValueError(
+                f"{caller}: `scales` must be a non-empty sequence of ints >= 2, got {scales!r}."
+            )
+        self.scales = tuple(
+            relative_index._check_int(caller, "scales", s, minimum=2) for s in scales
+        )
+        if combine not in _COMBINES:
+            raise ValueError(
+                f"{caller}: `combine` must be one of {', '.join(map(repr, _COMBINES))}, "
+                f"got {combine!r}."
+            )
+        self.combine = combine
+        if combine == "concat" and self.output_dim % len(self.scales):
+            raise ValueError(
+                f"{caller}: with combine='concat', `output_dim` must be divisible by "
+                f"len(scales)={len(self.scales)}, got {self.output_dim}."
+            )
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+
+    @property
+    def table_dim(self) -> int:
+        """Columns of each table."""
+        if self.combine == "concat":
+            return self.output_dim // len(self.scales)
+        return self.output_dim
+
+    def build(self, input_shape: Any = None) -> None:
+        self.embeddings = [
+            self.add_weight(
+                name=f"embeddings_{index}",
+                shape=(relative_index.multiscale_table_size(scale), self.table_dim),
+                initializer=self.embeddings_initializer,
+            )
+            for index, scale in enumerate(self.scales)
+        ]
+
+    def tables(self) -> list:
+        """One ``(2 * (scale // 2) + 1, table_dim)`` table per scale, in the compute dtype."""
+        if not self.built:
+            self.build()
+        return [ops.cast(table, self.compute_dtype) for table in self.embeddings]
+
+    def indices(self, query_length: Any, key_length: Any, offset: Any = 0) -> list:
+        """One ``(query_length, key_length)`` int32 index matrix per scale."""
+        r = relative_index._relative_positions(
+            type(self).__name__, query_length, key_length, offset
+        )
+        return [relative_index.multiscale_index(r, scale) for scale in self.scales]
+
+    def call(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
+        parts = [
+            ops.take(table, index, axis=0)
+            for table, index in zip(self.tables(), self.indices(query_length, key_length, offset))
+        ]
+        if self.combine == "concat":
+            return ops.concatenate(parts, axis=-1)
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + part
+        if self.combine == "mean":
+            total = total / len(parts)
+        return total
+
+    def compute_output_shape(
+        self, query_length: int | None = None, key_length: int | None = None, offset: Any = 0
+    ) -> tuple:
+        """Takes the lengths (ints, or None when unknown), like ``call``."""
+        return (query_length, key_length, self.output_dim)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            output_dim=self.output_dim,
+            scales=list(self.scales),
+            combine=self.combine,
+            embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
+        )
+        return config
