@@ -10,6 +10,7 @@ The relative index functions are public too, both here and in
 """
 
 from keras_posenc.layers import relative_index
+from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_index import (
     bucket_index,
     clip_index,
@@ -28,6 +29,7 @@ from keras_posenc.layers.relative_position import (
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 
 __all__ = [
+    "MultiHeadRelativeAttention",
     "MultiScaleRelativePositionEmbedding",
     "RelativePositionBias",
     "RelativePositionBias2D",

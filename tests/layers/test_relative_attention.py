@@ -1,0 +1,391 @@
+"""MultiHeadRelativeAttention against the numpy reference, masks, decoding and the shared checks."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import layer_checks
+from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
+from keras_posenc.layers.relative_position import RelativePositionEmbedding
+from reference.relative_attention import (
+    causal_mask,
+    clip_index_matrix,
+    relative_attention,
+)
+from reference.relative_index import relative_positions, t5_relative_position_bucket
+
+MODES = ("keys_values", "keys", "bias")
+ATOL = 1e-5
+
+
+def to_numpy(tensor):
+    return ops.convert_to_numpy(tensor).astype("float64")
+
+
+def randomize(layer, seed=0):
+    """Gives every weight (biases included) random values, so each one matters."""
+    rng = np.random.default_rng(seed)
+    for weight in layer.weights:
+        weight.assign(0.5 * rng.standard_normal(tuple(weight.shape)).astype("float32"))
+
+
+def layer_weights(layer):
+    """The layer's weights under the reference's names."""
+    weights = {}
+    for name in ("query", "key", "value"):
+        dense = getattr(layer, f"{name}_dense")
+        weights[f"{name}_kernel"] = to_numpy(dense.kernel)
+        weights[f"{name}_bias"] = to_numpy(dense.bias) if layer.use_bias else None
+    weights["output_kernel"] = to_numpy(layer.output_dense.kernel)
+    weights["output_bias"] = to_numpy(layer.output_dense.bias) if layer.use_bias else None
+    for name in ("relative_keys", "relative_values", "relative_bias"):
+        table = getattr(layer, name)
+        if table is not None:
+            weights[name] = to_numpy(table.embeddings)
+    return weights
+
+
+def built_layer(query, value, key=None, seed=0, **kwargs):
+    kwargs.setdefault("num_heads", 2)
+    kwargs.setdefault("key_dim", 4)
+    kwargs.setdefault("max_distance", 3)
+    layer = MultiHeadRelativeAttention(**kwargs)
+    layer(query, value, key)
+    randomize(layer, seed)
+    return layer
+
+
+def inputs(rng, batch, length, features):
+    return rng.standard_normal((batch, length, features)).astype("float32")
+
+
+def assert_close(actual, expected, atol=ATOL, what=""):
+    actual = to_numpy(actual)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    difference = float(np.max(np.abs(actual - expected))) if actual.size else 0.0
+    assert difference <= atol, f"{what}: differs from the reference by {difference:.3g}"
+
+
+# --------------------------------------------------------------------------- reference
+
+
+@pytest.mark.parametrize("relative", MODES)
+@pytest.mark.parametrize("case", ["self", "cross_longer_keys", "cross_longer_queries"])
+def test_matches_reference(relative, case, rng):
+    lengths = {"self": (6, 6), "cross_longer_keys": (3, 8), "cross_longer_queries": (9, 4)}
+    query_length, key_length = lengths[case]
+    query = inputs(rng, 2, query_length, 5)
+    value = query if case == "self" else inputs(rng, 2, key_length, 7)
+    key = None if case == "self" else inputs(rng, 2, key_length, 3)
+    layer = built_layer(query, value, key, relative=relative, value_dim=6, output_shape=4)
+    output, scores = layer(query, value, key, return_attention_scores=True)
+    index = clip_index_matrix(query_length, key_length, 3)
+    expected, probabilities = relative_attention(
+        query, value, key, layer_weights(layer), relative, index
+    )
+    assert_close(output, expected, what=f"{relative} output")
+    assert_close(scores, probabilities, what=f"{relative} attention scores")
+
+
+@pytest.mark.parametrize("relative", MODES)
+def test_masks_match_reference(relative, rng):
+    query, value = inputs(rng, 2, 5, 6), inputs(rng, 2, 7, 6)
+    query_mask = np.array([[1, 1, 1, 0, 1], [1, 1, 1, 1, 1]], bool)
+    value_mask = np.array([[1, 0, 1, 1, 0, 1, 1], [1, 1, 1, 1, 1, 0, 0]], bool)
+    attention_mask = rng.random((2, 5, 7)) > 0.3
+    layer = built_layer(query, value, relative=relative)
+    output = layer(
+        query,
+        value,
+        query_mask=query_mask,
+        value_mask=value_mask,
+        attention_mask=attention_mask,
+    )
+    mask = query_mask[:, :, None] & value_mask[:, None, :] & attention_mask
+    expected, _ = relative_attention(
+        query, value, None, layer_weights(layer), relative, clip_index_matrix(5, 7, 3), mask
+    )
+    assert_close(output, expected, what=f"{relative} masked output")
+
+
+def test_log_bucket_bias_matches_t5_reference(rng):
+    query = inputs(rng, 2, 40, 6)
+    layer = built_layer(
+        query, query, relative="bias", bucketing="log", num_buckets=8, max_distance=20
+    )
+    index = t5_relative_position_bucket(relative_positions(40, 40), True, 8, 20)
+    expected, _ = relative_attention(query, query, None, layer_weights(layer), "bias", index)
+    assert_close(layer(query, query), expected, what="log-bucket bias output")
+
+
+def test_attention_bias_is_added(rng):
+    query, value = inputs(rng, 2, 4, 6), inputs(rng, 2, 5, 6)
+    bias = rng.standard_normal((1, 2, 4, 5)).astype("float32")
+    layer = built_layer(query, value, relative="keys")
+    expected, _ = relative_attention(
+        query,
+        value,
+        None,
+        layer_weights(layer),
+        "keys",
+        clip_index_matrix(4, 5, 3),
+        attention_bias=bias,
+    )
+    assert_close(layer(query, value, attention_bias=bias), expected, what="attention_bias")
+    plain = to_numpy(layer(query, value))
+    assert np.max(np.abs(plain - expected)) > 1e-3, "the bias must change the output"
+
+
+@pytest.mark.parametrize("relative", MODES)
+def test_causal_mask_matches_reference(relative, rng):
+    query = inputs(rng, 2, 6, 6)
+    layer = built_layer(query, query, relative=relative)
+    expected, _ = relative_attention(
+        query,
+        query,
+        None,
+        layer_weights(layer),
+        relative,
+        clip_index_matrix(6, 6, 3),
+        causal_mask(6, 6),
+    )
+    assert_close(layer(query, query, use_causal_mask=True), expected, what="causal output")
+
+
+# --------------------------------------------------------------------------- lengths, memory
+
+
+def test_length_one(rng):
+    query = inputs(rng, 2, 1, 6)
+    layer = built_layer(query, query)
+    expected, _ = relative_attention(
+        query, query, None, layer_weights(layer), "keys_values", clip_index_matrix(1, 1, 3)
+    )
+    assert_close(layer(query, query), expected, what="length 1")
+
+
+@pytest.mark.parametrize("relative", ["keys_values", "keys"])
+def test_long_sequence_never_materialises_relative_vectors(relative, rng, monkeypatch):
+    """At length 600 the layer matches the naive reference without calling the (L, L, d) path."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("RelativePositionEmbedding.call builds (q_len, k_len, d)")
+
+    monkeypatch.setattr(RelativePositionEmbedding, "call", refuse)
+    query = inputs(rng, 1, 600, 4)
+    layer = built_layer(query, query, relative=relative, num_heads=1, max_distance=16)
+    expected, _ = relative_attention(
+        query, query, None, layer_weights(layer), relative, clip_index_matrix(600, 600, 16)
+    )
+    assert_close(layer(query, query), expected, atol=1e-4, what="length 600")
+
+
+# --------------------------------------------------------------------------- masks
+
+
+@pytest.mark.parametrize("mask_argument", ["value_mask", "attention_mask"])
+@pytest.mark.parametrize("relative", MODES)
+def test_padded_keys_are_ignored(relative, mask_argument, rng):
+    query = inputs(rng, 2, 6, 5)
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 0, 1, 1, 0]], bool)
+    layer = built_layer(query, query, relative=relative)
+    call_mask = mask if mask_argument == "value_mask" else mask[:, None, :] & mask[:, :, None]
+    call_kwargs = {mask_argument: call_mask}
+    # The perturbed positions are padding for both the queries and the keys.
+    layer_checks.check_padding_invariance(
+        layer, [query, query], mask, call_kwargs, mask_argument=None
+    )
+
+
+def test_query_mask_padding_invariance(rng):
+    query, value = inputs(rng, 2, 5, 6), inputs(rng, 2, 4, 6)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 0, 1, 1, 1]], bool)
+    layer = built_layer(query, value)
+    layer_checks.check_padding_invariance(
+        layer, [query, value], mask, mask_argument="query_mask", sequence_inputs=[0]
+    )
+
+
+def test_fully_masked_rows_give_zeros_not_nan(rng):
+    query = inputs(rng, 2, 4, 6)
+    layer = built_layer(query, query, relative="keys_values")
+    query_mask = np.array([[1, 0, 1, 1], [1, 1, 1, 1]], bool)
+    value_mask = np.array([[1, 1, 1, 1], [0, 0, 0, 0]], bool)
+    output, scores = layer(
+        query, query, query_mask=query_mask, value_mask=value_mask, return_attention_scores=True
+    )
+    output, scores = to_numpy(output), to_numpy(scores)
+    assert np.isfinite(output).all() and np.isfinite(scores).all()
+    output_bias = to_numpy(layer.output_dense.bias)
+    # No attention weight, no relative value term: only the output projection's bias.
+    np.testing.assert_allclose(output[0, 1], output_bias, atol=ATOL)
+    np.testing.assert_allclose(output[1], np.broadcast_to(output_bias, (4, 6)), atol=ATOL)
+    assert np.all(scores[0, :, 1] == 0) and np.all(scores[1] == 0)
+    np.testing.assert_allclose(scores[0, :, 0].sum(-1), 1.0, atol=ATOL)
+
+
+def test_keras_mask_propagates_through_functional_model(rng):
+    tokens = np.array([[3, 4, 5, 0, 0], [1, 2, 3, 4, 0]])
+    embedding = keras.layers.Embedding(10, 6, mask_zero=True)
+    attention = MultiHeadRelativeAttention(2, 4, max_distance=2)
+    token_input = keras.Input((None,), dtype="int32")
+    embedded = embedding(token_input)
+    attended = attention(embedded, embedded)
+    # GlobalAveragePooling1D averages over the positions the incoming Keras mask marks real.
+    pooled = keras.layers.GlobalAveragePooling1D()(attended)
+    model = keras.Model(token_input, [attended, pooled])
+
+    real = tokens != 0
+    vectors = to_numpy(embedding.embeddings)[tokens].astype("float32")
+    explicit = to_numpy(attention(vectors, vectors, query_mask=real, value_mask=real))
+    output, pooled_output = (to_numpy(t) for t in model(tokens))
+    np.testing.assert_allclose(output[real], explicit[real], atol=ATOL)
+    expected_pooled = np.stack([explicit[b][real[b]].mean(axis=0) for b in range(2)])
+    np.testing.assert_allclose(pooled_output, expected_pooled, atol=ATOL)
+
+    # Trailing padding changes nothing: the unpadded sequence gives the same outputs.
+    unpadded, unpadded_pooled = (to_numpy(t) for t in model(tokens[1:, :4]))
+    np.testing.assert_allclose(unpadded[0], output[1, :4], atol=ATOL)
+    np.testing.assert_allclose(unpadded_pooled[0], pooled_output[1], atol=ATOL)
+
+
+# --------------------------------------------------------------------------- causal, decoding
+
+
+@pytest.mark.parametrize("relative", MODES)
+def test_causal_no_leak(relative, rng):
+    query = inputs(rng, 2, 7, 6)
+    layer = built_layer(query, query, relative=relative, rotary_max_wavelength=100)
+    layer_checks.check_causal(layer, [query, query], {"use_causal_mask": True})
+
+
+@pytest.mark.parametrize(
+    "relative, rotary", [("keys_values", None), ("keys", 100), ("bias", None), ("bias", 50)]
+)
+def test_incremental_decoding_equals_full(relative, rotary, rng):
+    length = 6
+    x = inputs(rng, 2, length, 6)
+    layer = built_layer(x, x, relative=relative, rotary_max_wavelength=rotary)
+    full = to_numpy(layer(x, x, use_causal_mask=True))
+    cache = np.zeros((2, 2, length, 2, 4), "float32")
+    steps = []
+    for t in range(length):
+        step = x[:, t : t + 1]
+        output, cache = layer(step, step, cache=cache, cache_update_index=t, use_causal_mask=True)
+        steps.append(to_numpy(output))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=ATOL)
+
+
+def test_prefill_then_decode(rng):
+    """Writing several positions at once (a prompt), then one step, equals the full pass."""
+    x = inputs(rng, 1, 5, 6)
+    layer = built_layer(x, x, relative="keys_values")
+    full = to_numpy(layer(x, x, use_causal_mask=True))
+    cache = np.zeros((1, 2, 5, 2, 4), "float32")
+    prompt, cache = layer(
+        x[:, :4], x[:, :4], cache=cache, cache_update_index=0, use_causal_mask=True
+    )
+    step, cache = layer(x[:, 4:], x[:, 4:], cache=cache, cache_update_index=4, use_causal_mask=True)
+    np.testing.assert_allclose(to_numpy(prompt), full[:, :4], atol=ATOL)
+    np.testing.assert_allclose(to_numpy(step), full[:, 4:], atol=ATOL)
+
+
+# --------------------------------------------------------------------------- standard checks
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"relative": "keys_values"},
+        {"relative": "keys", "rotary_max_wavelength": 100},
+        {"relative": "bias", "bucketing": "log", "num_buckets": 8, "max_distance": 20},
+    ],
+    ids=["keys_values", "keys_rotary", "bias_log"],
+)
+def test_standard_checks(kwargs, rng):
+    query, value = inputs(rng, 2, 5, 6), inputs(rng, 2, 4, 6)
+
+    def make_layer():
+        # use_bias=False: a key bias adds q_i . b to every logit of row i, which
+        # the softmax cancels, so it never gets a gradient (as in any attention).
+        return MultiHeadRelativeAttention(
+            2, 4, value_dim=3, use_bias=False, dropout=0.1, **{"max_distance": 2, **kwargs}
+        )
+
+    layer_checks.run_standard_checks(make_layer, [query, value])
+
+
+def test_mixed_precision_close_to_float32(rng):
+    query = inputs(rng, 2, 5, 6)
+    layer = built_layer(query, query)
+    expected = to_numpy(layer(query, query, use_causal_mask=True))
+    low = MultiHeadRelativeAttention.from_config({**layer.get_config(), "dtype": "mixed_bfloat16"})
+    low(query, query)
+    low.set_weights(layer.get_weights())
+    actual = to_numpy(low(query, query, use_causal_mask=True))
+    assert np.isfinite(actual).all()
+    # bfloat16 keeps 8 bits of mantissa: outputs of size ~3 agree to about 5e-2.
+    np.testing.assert_allclose(actual, expected, atol=1e-1, rtol=5e-2)
+
+
+def test_config_has_every_argument():
+    layer = MultiHeadRelativeAttention(
+        3,
+        8,
+        value_dim=5,
+        dropout=0.2,
+        output_shape=7,
+        relative="bias",
+        bucketing="log",
+        num_buckets=16,
+        max_distance=40,
+        bidirectional=False,
+        rotary_max_wavelength=500,
+    )
+    config = layer.get_config()
+    restored = MultiHeadRelativeAttention.from_config(config)
+    assert restored.get_config() == config
+    assert config["relative"] == "bias" and config["rotary_max_wavelength"] == 500
+    assert tuple(restored.compute_output_shape((2, 4, 6), (2, 9, 5))) == (2, 4, 7)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, pattern",
+    [
+        ({"relative": "values"}, ValueError, r"MultiHeadRelativeAttention: `relative`.*'values'"),
+        ({"key_dim": 0}, ValueError, r"MultiHeadRelativeAttention: `key_dim` must be.*>= 1.*0"),
+        ({"key_dim": 2.5}, TypeError, r"MultiHeadRelativeAttention: `key_dim` must be an integer"),
+        ({"num_heads": 0}, ValueError, r"`num_heads` must be an integer >= 1, got 0"),
+        ({"dropout": 1.5}, ValueError, r"`dropout` must be in \[0, 1\), got 1.5"),
+        ({"bucketing": "nearest"}, ValueError, r"`bucketing`.*'nearest'"),
+        ({"key_dim": 3, "rotary_max_wavelength": 100}, ValueError, r"even `key_dim`, got 3"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, error, pattern):
+    arguments = {"num_heads": 2, "key_dim": 4, **kwargs}
+    with pytest.raises(error, match=pattern):
+        MultiHeadRelativeAttention(**arguments)
+
+
+def test_bad_call_inputs(rng):
+    layer = MultiHeadRelativeAttention(2, 4, name="attention")
+    with pytest.raises(ValueError, match=r"'attention'.*`query` must have rank 3.*\(2, 6\)"):
+        layer(np.zeros((2, 6), "float32"), np.zeros((2, 5, 6), "float32"))
+    with pytest.raises(ValueError, match=r"`key` and `value` must have the same length"):
+        layer(
+            np.zeros((2, 3, 6), "float32"),
+            np.zeros((2, 5, 6), "float32"),
+            np.zeros((2, 4, 6), "float32"),
+        )
+    x = inputs(rng, 2, 3, 6)
+    layer(x, x)
+    with pytest.raises(ValueError, match=r"last axis of `query` must be 6.*got 5"):
+        layer(np.zeros((2, 3, 5), "float32"), x)
+    with pytest.raises(ValueError, match=r"`cache` must have shape.*got shape \(2, 2, 5, 3, 4\)"):
+        layer(x[:, :1], x[:, :1], cache=np.zeros((2, 2, 5, 3, 4), "float32"), cache_update_index=0)
