@@ -70,8 +70,51 @@ class _RelativeTableLayer(keras.layers.Layer):
         return keras.KerasTensor(shape, dtype=self.compute_dtype)
 
 
+class _SingleTableLayer(_RelativeTableLayer):
+    """One learned table of ``(table_size, columns)`` read through one bucketing."""
+
+    def _set_bucketing(
+        self, bucketing: Any, max_distance: Any, num_buckets: Any, bidirectional: Any
+    ) -> None:
+        caller = type(self).__name__
+        self.bucketing = _check_single_table_bucketing(caller, bucketing)
+        self.max_distance = max_distance
+        self.num_buckets = num_buckets
+        self.bidirectional = relative_index._check_bool(caller, "bidirectional", bidirectional)
+        # Validates num_buckets / max_distance now rather than at the first call.
+        self.table_size = relative_index._table_size(
+            caller, bucketing, max_distance, num_buckets, bidirectional, None
+        )
+
+    def _table_columns(self) -> int:
+        raise NotImplementedError
+
+    def build(self, input_shape: Any = None) -> None:
+        # The table's shape depends only on the constructor arguments.
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.table_size, self._table_columns()),
+            initializer=self.embeddings_initializer,
+        )
+
+    def table(self) -> Any:
+        """The ``(table_size, columns)`` table, in the compute dtype."""
+        if not self.built:
+            self.build()
+        return ops.cast(self.embeddings, self.compute_dtype)
+
+    def indices(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
+        """The ``(query_length, key_length)`` int32 row of the table for each (query, key)."""
+        r = relative_index._relative_positions(
+            type(self).__name__, query_length, key_length, offset
+        )
+        return relative_index.bucket_index(
+            r, self.bucketing, self.max_distance, self.num_buckets, self.bidirectional
+        )
+
+
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class RelativePositionBias(_RelativeTableLayer):
+class RelativePositionBias(_SingleTableLayer):
     """A learned scalar per head and relative-distance bucket, added to attention logits.
 
     T5's relative attention bias: ``bias[0, h, i, j] = table[idx(j - (i + offset)), h]``,
@@ -133,38 +176,11 @@ class RelativePositionBias(_RelativeTableLayer):
         super().__init__(**kwargs)
         caller = type(self).__name__
         self.num_heads = relative_index._check_int(caller, "num_heads", num_heads, minimum=1)
-        self.bucketing = _check_single_table_bucketing(caller, bucketing)
-        self.num_buckets = num_buckets
-        self.max_distance = max_distance
-        self.bidirectional = relative_index._check_bool(caller, "bidirectional", bidirectional)
+        self._set_bucketing(bucketing, max_distance, num_buckets, bidirectional)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
-        # Validates num_buckets / max_distance now rather than at the first call.
-        self.table_size = relative_index._table_size(
-            caller, bucketing, max_distance, num_buckets, bidirectional, None
-        )
 
-    def build(self, input_shape: Any = None) -> None:
-        # The table's shape depends only on the constructor arguments.
-        self.embeddings = self.add_weight(
-            name="embeddings",
-            shape=(self.table_size, self.num_heads),
-            initializer=self.embeddings_initializer,
-        )
-
-    def table(self) -> Any:
-        """The ``(table_size, num_heads)`` bias table, in the compute dtype."""
-        if not self.built:
-            self.build()
-        return ops.cast(self.embeddings, self.compute_dtype)
-
-    def indices(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
-        """The ``(query_length, key_length)`` int32 row of the table for each (query, key)."""
-        r = relative_index._relative_positions(
-            type(self).__name__, query_length, key_length, offset
-        )
-        return relative_index.bucket_index(
-            r, self.bucketing, self.max_distance, self.num_buckets, self.bidirectional
-        )
+    def _table_columns(self) -> int:
+        return self.num_heads  # the table is (table_size, num_heads)
 
     def call(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
         values = ops.take(self.table(), self.indices(query_length, key_length, offset), axis=0)
@@ -190,7 +206,7 @@ class RelativePositionBias(_RelativeTableLayer):
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class RelativePositionEmbedding(_RelativeTableLayer):
+class RelativePositionEmbedding(_SingleTableLayer):
     """A learned vector per relative-distance bucket (Shaw et al.'s ``a_ij``).
 
     ``out[i, j] = table[idx(j - (i + offset))]``. Attention adds it to the keys
@@ -247,36 +263,11 @@ class RelativePositionEmbedding(_RelativeTableLayer):
         super().__init__(**kwargs)
         caller = type(self).__name__
         self.output_dim = relative_index._check_int(caller, "output_dim", output_dim, minimum=1)
-        self.bucketing = _check_single_table_bucketing(caller, bucketing)
-        self.max_distance = max_distance
-        self.num_buckets = num_buckets
-        self.bidirectional = relative_index._check_bool(caller, "bidirectional", bidirectional)
+        self._set_bucketing(bucketing, max_distance, num_buckets, bidirectional)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
-        self.table_size = relative_index._table_size(
-            caller, bucketing, max_distance, num_buckets, bidirectional, None
-        )
 
-    def build(self, input_shape: Any = None) -> None:
-        self.embeddings = self.add_weight(
-            name="embeddings",
-            shape=(self.table_size, self.output_dim),
-            initializer=self.embeddings_initializer,
-        )
-
-    def table(self) -> Any:
-        """The ``(table_size, output_dim)`` table, in the compute dtype."""
-        if not self.built:
-            self.build()
-        return ops.cast(self.embeddings, self.compute_dtype)
-
-    def indices(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
-        """The ``(query_length, key_length)`` int32 row of the table for each (query, key)."""
-        r = relative_index._relative_positions(
-            type(self).__name__, query_length, key_length, offset
-        )
-        return relative_index.bucket_index(
-            r, self.bucketing, self.max_distance, self.num_buckets, self.bidirectional
-        )
+    def _table_columns(self) -> int:
+        return self.output_dim  # the table is (table_size, output_dim)
 
     def call(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
         return ops.take(self.table(), self.indices(query_length, key_length, offset), axis=0)
