@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
+import os
 import platform
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 _BACKEND_PACKAGES = ("tensorflow", "jax", "torch")
 
@@ -55,6 +58,58 @@ def _info(_: argparse.Namespace) -> int:
     return 0
 
 
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["num_classes=10", "layout=C-C-T-T"]`` -> ``{"num_classes": 10, "layout": "C-C-T-T"}``.
+
+    Values are read as JSON when they parse (numbers, booleans, lists), else kept as text.
+
+    Examples:
+
+        >>> parse_overrides(["num_classes=10", "layout=C-C-T-T", "input_shape=[64, 64, 3]"])
+        {'num_classes': 10, 'layout': 'C-C-T-T', 'input_shape': [64, 64, 3]}
+    """
+    overrides = {}
+    for pair in pairs:
+        key, separator, text = pair.partition("=")
+        if not separator or not key:
+            raise ValueError(f"posenc: --set takes key=value; got {pair!r}.")
+        try:
+            overrides[key] = json.loads(text)
+        except json.JSONDecodeError:
+            overrides[key] = text
+    return overrides
+
+
+def _export(args: argparse.Namespace) -> int:
+    import keras
+
+    from keras_posenc import zoo
+    from keras_posenc.export import FORMATS, export_model
+
+    overrides = parse_overrides(args.set)
+    if args.model.endswith(".keras"):
+        if overrides:
+            raise ValueError("posenc export: --set applies to zoo names, not to .keras files.")
+        model = keras.saving.load_model(args.model)
+        name = os.path.basename(args.model)[: -len(".keras")]
+    else:
+        model = zoo.create(args.model, **overrides)
+        name = args.model
+    os.makedirs(args.out, exist_ok=True)
+    formats = FORMATS if args.format == "all" else (args.format,)
+    for format_name in formats:
+        target = name + (".onnx" if format_name == "onnx" else "_saved_model")
+        report = export_model(
+            model,
+            os.path.join(args.out, target),
+            format=format_name,
+            verify=not args.no_verify,
+            atol=args.atol,
+        )
+        print(report.table(), end="\n\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``posenc``; each subcommand sets ``handler``."""
     parser = argparse.ArgumentParser(
@@ -72,6 +127,26 @@ def build_parser() -> argparse.ArgumentParser:
         "info", help="versions, the active backend, exporters and the registered zoo models"
     )
     info.set_defaults(handler=_info)
+
+    export = commands.add_parser(
+        "export",
+        help="export a zoo model or a .keras file to ONNX and/or SavedModel, verified",
+        description="Export a zoo model (by name) or a .keras file from any backend, then run "
+        "the artifact on random inputs and compare it with the Keras model.",
+    )
+    export.add_argument("model", help="a zoo model name (see `posenc info`) or a .keras file")
+    export.add_argument("--format", choices=("onnx", "tf_saved_model", "all"), default="all")
+    export.add_argument("--out", required=True, help="folder for the artifacts")
+    export.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a zoo configuration argument (repeatable; values parsed as JSON)",
+    )
+    export.add_argument("--atol", type=float, default=1e-4, help="verification tolerance")
+    export.add_argument("--no-verify", action="store_true", help="skip the verification run")
+    export.set_defaults(handler=_export)
     return parser
 
 
@@ -82,7 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except (ValueError, TypeError, ImportError, RuntimeError, FileNotFoundError) as error:
+        # The library's errors already say what was wrong and what was expected.
+        print(f"posenc {args.command}: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -67,3 +67,47 @@ def test_console_script_help_in_a_fresh_process():
     )
     assert result.returncode == 0, result.stderr
     assert "usage: posenc" in result.stdout and "info" in result.stdout
+
+
+def _build_tiny(units: int = 3) -> keras.Model:
+    inputs = keras.Input((None, 4))
+    return keras.Model(inputs, keras.layers.Dense(units)(inputs))
+
+
+def test_cli_export_zoo_name_with_overrides(tmp_path, capsys):
+    zoo.register_model("test_cli_tiny", _build_tiny, family="test_cli")
+    try:
+        code = cli.main(
+            [
+                "export",
+                "test_cli_tiny",
+                "--format",
+                "onnx",
+                "--out",
+                str(tmp_path),
+                "--set",
+                "units=5",
+            ]
+        )
+    finally:
+        zoo.unregister_model("test_cli_tiny")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert (tmp_path / "test_cli_tiny.onnx").exists()
+    assert "max |difference|" in out and "[None, None, 5]" in out
+
+
+def test_cli_export_keras_file_both_formats(tmp_path, capsys):
+    path = tmp_path / "tiny.keras"
+    _build_tiny().save(path)
+    assert cli.main(["export", str(path), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "tiny.onnx").exists()
+    assert (tmp_path / "out" / "tiny_saved_model" / "saved_model.pb").exists()
+    assert capsys.readouterr().out.count("max |difference|") == 2
+
+
+def test_cli_export_errors_are_reported_not_raised(tmp_path, capsys):
+    assert cli.main(["export", "no_such_model", "--out", str(tmp_path)]) == 1
+    assert "posenc export: error: zoo: unknown model 'no_such_model'" in capsys.readouterr().err
+    assert cli.main(["export", "x", "--out", str(tmp_path), "--set", "novalue"]) == 1
+    assert "--set takes key=value; got 'novalue'" in capsys.readouterr().err
