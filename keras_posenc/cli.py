@@ -110,6 +110,16 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe_padding(args: argparse.Namespace) -> int:
+    from keras_posenc.experiments.padding import markdown_table, padding_experiment
+
+    rows = padding_experiment(quick=args.quick, out=args.out, seeds=args.seeds or None)
+    print(markdown_table(rows))
+    if args.out:
+        print(f"\nwrote the table (CSV, markdown) and the maps figure to {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``posenc``; each subcommand sets ``handler``."""
     parser = argparse.ArgumentParser(
@@ -147,6 +157,20 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--atol", type=float, default=1e-4, help="verification tolerance")
     export.add_argument("--no-verify", action="store_true", help="skip the verification run")
     export.set_defaults(handler=_export)
+
+    probe = commands.add_parser("probe", help="PosENet experiments")
+    probe_commands = probe.add_subparsers(title="experiments", dest="experiment", required=True)
+    padding = probe_commands.add_parser(
+        "padding",
+        help="how much absolute position each padding mode lets a frozen network encode",
+        description="Frozen random probe networks with zero, circular, reflect, replicate and "
+        "'valid' padding, read out on content-free inputs; prints SPC/MAE per padding mode, "
+        "input and target (Islam et al. 2020).",
+    )
+    padding.add_argument("--quick", action="store_true", help="a small run of seconds")
+    padding.add_argument("--out", help="folder for padding.csv, padding.md and the maps figure")
+    padding.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the mode's own)")
+    padding.set_defaults(handler=_probe_padding)
     return parser
 
 

@@ -111,3 +111,10 @@ def test_cli_export_errors_are_reported_not_raised(tmp_path, capsys):
     assert "posenc export: error: zoo: unknown model 'no_such_model'" in capsys.readouterr().err
     assert cli.main(["export", "x", "--out", str(tmp_path), "--set", "novalue"]) == 1
     assert "--set takes key=value; got 'novalue'" in capsys.readouterr().err
+
+
+def test_cli_probe_padding_quick(tmp_path, capsys):
+    assert cli.main(["probe", "padding", "--quick", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| zeros | noise | H |" in out and "| circular | noise | H |" in out
+    assert {p.name for p in tmp_path.iterdir()} >= {"padding.csv", "padding.md"}

@@ -10,6 +10,8 @@ The relative index functions are public too, both here and in
 """
 
 from keras_posenc.layers import relative_index
+from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
+from keras_posenc.layers.padding import SpatialPadding2D
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_index import (
     bucket_index,
@@ -29,11 +31,15 @@ from keras_posenc.layers.relative_position import (
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 
 __all__ = [
+    "ConvS2SAttention",
+    "GLUConv1D",
+    "GradMultiply",
     "MultiHeadRelativeAttention",
     "MultiScaleRelativePositionEmbedding",
     "RelativePositionBias",
     "RelativePositionBias2D",
     "RelativePositionEmbedding",
+    "SpatialPadding2D",
     "bucket_index",
     "clip_index",
     "log_bucket_index",
