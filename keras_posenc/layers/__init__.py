@@ -29,6 +29,10 @@ from keras_posenc.layers.relative_position import (
     RelativePositionEmbedding,
 )
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
+from keras_posenc.layers.relative_transformer import (
+    RelativeTransformerDecoder,
+    RelativeTransformerEncoder,
+)
 
 __all__ = [
     "ConvS2SAttention",
@@ -39,6 +43,8 @@ __all__ = [
     "RelativePositionBias",
     "RelativePositionBias2D",
     "RelativePositionEmbedding",
+    "RelativeTransformerDecoder",
+    "RelativeTransformerEncoder",
     "SpatialPadding2D",
     "bucket_index",
     "clip_index",

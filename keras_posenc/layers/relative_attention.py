@@ -22,6 +22,7 @@ from keras_posenc.layers.relative_position import (
 __all__ = ["MultiHeadRelativeAttention"]
 
 _RELATIVE_MODES = ("keys_values", "keys", "bias")
+_RELATIVE_LOGITS = ("auto", "gather", "skew")
 
 # Logits of masked pairs. Finite, so a fully masked row never produces NaN
 # (softmax of a constant row is uniform; the mask then zeroes it), and far below
@@ -53,12 +54,18 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
     ``rotary_max_wavelength`` additionally rotates the projected queries and
     keys (RoPE, `keras_hub.layers.RotaryEmbedding`); it combines with any mode.
 
-    Memory: the key term is ``Q W_K^T`` of shape ``(batch, heads, q_len, rows)``,
-    gathered into ``(batch, heads, q_len, k_len)`` with the index matrix; the
-    value term first sums the attention weights that fall into each table row
-    (a segment sum, ``(batch, heads, q_len, rows)``) and multiplies by the
-    table. Nothing larger than the attention matrix itself is built, so the
-    cost is that of plain attention plus ``O(q_len * rows * d)``.
+    Memory (``S`` = one float32 ``(batch, heads, q_len, k_len)`` tensor): the
+    key term is ``Q W_K^T`` of shape ``(batch, heads, q_len, rows)``, read
+    into ``(batch, heads, q_len, k_len)`` by a gather with the index matrix
+    (``relative_logits="gather"``) or, when a ``"clip"`` table has a row for
+    every distance, by Music Transformer's skew (pad/reshape/slice,
+    ``relative_logits="skew"``). The value term sums the attention weights
+    that fall into each table row from their cumulative sum over the keys
+    (each row covers an interval of distances), ``(batch, heads, q_len,
+    rows)``, and multiplies by the table. The mask is one additive
+    ``(batch, 1, q_len, k_len)`` bias. Nothing larger than the attention
+    matrix is built: the peak is about 3 S (relative logits, content logits,
+    their sum) plus the index matrices; ``docs/benchmarks.md`` has the numbers.
 
     Masks follow Keras: ``True`` means "may attend". The Keras masks of
     ``query``/``value``/``key`` are used (e.g. from ``Embedding(mask_zero=True)``)
@@ -84,6 +91,15 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         rotary_max_wavelength: ``None`` (default) for no rotary embedding,
             else the ``max_wavelength`` of the rotary embedding applied to the
             projected queries and keys (``key_dim`` must then be even).
+        relative_logits: how the relative key logits ``q_i . w^K[idx(i, j)]``
+            are placed: ``"gather"`` (any bucketing and length), ``"skew"``
+            (Music Transformer's shift; ``"clip"`` only, used when the lengths
+            are static and the table has a row for every distance, i.e.
+            ``max_distance >= max(q_len, k_len) - 1`` (with an int offset:
+            ``offset + q_len - 1`` and ``k_len - 1 - offset``); otherwise it
+            gathers, with the same result) or ``"auto"`` (default): currently
+            the gather, which used less memory than the skew on CPU with
+            PyTorch and TensorFlow. Unused by ``relative="bias"``.
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
@@ -161,6 +177,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         num_buckets: int = 32,
         bidirectional: bool = True,
         rotary_max_wavelength: float | None = None,
+        relative_logits: str = "auto",
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
         **kwargs: Any,
@@ -212,6 +229,17 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                     f"{caller}: rotary embeddings need an even `key_dim`, got {self.key_dim}."
                 )
         self.rotary_max_wavelength = rotary_max_wavelength
+        if relative_logits not in _RELATIVE_LOGITS:
+            raise ValueError(
+                f"{caller}: `relative_logits` must be one of "
+                f"{', '.join(map(repr, _RELATIVE_LOGITS))}, got {relative_logits!r}."
+            )
+        if relative_logits == "skew" and (relative == "bias" or bucketing != "clip"):
+            raise ValueError(
+                f"{caller}: relative_logits='skew' needs relative='keys' or 'keys_values' "
+                f"and bucketing='clip', got relative={relative!r}, bucketing={bucketing!r}."
+            )
+        self.relative_logits = relative_logits
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -358,17 +386,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
 
         query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
         q = q * ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype)
-        logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
-        index = None
-        if self.relative == "bias":
-            bias = self.relative_bias(query_length, key_length, offset=offset)
-            logits = logits + ops.cast(bias, "float32")
-        else:
-            index = self.relative_keys.indices(query_length, key_length, offset)
-            logits = logits + self._relative_key_logits(q, index)
-        if attention_bias is not None:
-            logits = logits + ops.cast(attention_bias, "float32")
-
         mask = self._attention_mask(
             query_mask,
             value_mask,
@@ -379,23 +396,60 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             key_length,
             offset,
         )
-        # Not `keras.ops.dot_product_attention`, even for "bias"/"keys" without
-        # scores: the relative logits already need the full (batch, heads, q_len,
-        # k_len) bias, so a fused kernel saves little; it gives a fully masked row
-        # uniform weights instead of zeros (a fix-up pass would be needed), torch
-        # refuses `bias` with `mask` (the mask must be folded into the bias), and
-        # it is not yet tested against this path on all three backends.
-        probabilities = self._masked_softmax(logits, mask)
-        dropped = self.dropout_layer(probabilities, training=training)
+        # Memory (S = one float32 (batch, heads, q_len, k_len) tensor): every
+        # S-sized temporary counts, since eager backends run op by op. The mask
+        # is therefore folded into one additive float32 bias of shape
+        # (batch or 1, 1, q_len, k_len), S / heads, instead of a `where` before
+        # and after the softmax on the full tensor (two more S each); a fully
+        # masked row, whose softmax is a finite but meaningless distribution
+        # (every logit is near the fill), is zeroed afterwards with a
+        # (batch or 1, q_len) multiplier on the small outputs.
+        mask_bias = row_valid = None
+        if mask is not None:
+            mask_bias = ops.expand_dims(
+                ops.where(mask, ops.zeros((), "float32"), ops.cast(_MASK_FILL, "float32")), 1
+            )
+            row_valid = ops.cast(ops.any(mask, axis=-1), "float32")  # (batch or 1, q_len)
 
-        weights = ops.cast(dropped, v.dtype)
-        output = ops.einsum("bhqk,bkhd->bqhd", weights, v)
+        # The relative logits are computed before the content logits, so the
+        # intermediate tensors of their computation are gone when the content
+        # logits (S) arrive.
+        relative_logits = self._relative_logits(q, query_length, key_length, offset)
+        if attention_bias is not None:
+            relative_logits = relative_logits + ops.cast(attention_bias, "float32")
+        if mask_bias is not None:
+            relative_logits = relative_logits + mask_bias
+
+        # Not `keras.ops.dot_product_attention` (with the relative logits and the
+        # mask as its bias), although "bias" and "keys" without scores or dropout
+        # could use it: measured at L = 2048 on CPU (keras 3.15) it raised the
+        # peak, PyTorch 3.8 -> 4.0 S ("bias") and 4.0 -> 4.3 S ("keys"), JAX
+        # 3.6 -> 5.4 S and 4.0 -> 5.7 S, TensorFlow unchanged (its version is
+        # this same einsum/softmax/einsum): none of them has a CPU kernel that
+        # skips the logits when given a full bias. It also never returns the
+        # probabilities and has no dropout, so it would be a second path to test.
+        # Peak here: the relative logits, the content logits and their sum (3 S).
+        logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
+        logits = logits + relative_logits
+        del relative_logits
+        probabilities = ops.softmax(logits, axis=-1)
+        del logits
+        dropped = self.dropout_layer(probabilities, training=training)
+        if not return_attention_scores:
+            del probabilities
+        output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(dropped, v.dtype), v)
         if self.relative == "keys_values":
-            output = output + self._relative_value_term(dropped, index)
+            output = output + self._relative_value_term(dropped, query_length, key_length, offset)
+        del dropped
+        if row_valid is not None:
+            # Fully masked query rows: zero output (then only the projection's bias).
+            output = output * ops.cast(row_valid[:, :, None, None], output.dtype)
         output = self.output_dense(output)
 
         results = [output]
         if return_attention_scores:
+            if row_valid is not None:
+                probabilities = probabilities * row_valid[:, None, :, None]
             results.append(ops.cast(probabilities, self.compute_dtype))
         if cache is not None:
             results.append(cache)
@@ -429,39 +483,158 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         v = ops.slice_update(value_cache, start, ops.cast(new_value, value_cache.dtype))
         return k, v, ops.stack((k, v), axis=1)
 
-    def _relative_key_logits(self, q: Any, index: Any) -> Any:
-        """``q_i . w^K[idx(i, j)]`` as (batch, heads, q_len, k_len), float32.
+    # ------------------------------------------------------------------ relative terms
 
-        ``Q W_K^T`` is computed once for every table row, (batch, heads, q_len,
-        rows), then each (i, j) picks its row with ``take_along_axis``: the
-        (q_len, k_len, key_dim) tensor a^K is never built.
+    def _relative_logits(self, q: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
+        """The relative part of the logits, float32, (batch or 1, heads, q_len, k_len)."""
+        if self.relative == "bias":
+            # table[idx(i, j), h] gathered straight into (heads, q_len, k_len) from
+            # the transposed (heads, rows) table: RelativePositionBias.call would
+            # gather (q_len, k_len, heads) and transpose it, one more S.
+            table = ops.transpose(ops.cast(self.relative_bias.table(), "float32"))
+            index = self.relative_bias.indices(query_length, key_length, offset)
+            return ops.expand_dims(ops.take(table, index, axis=1), 0)
+        if self._use_skew(query_length, key_length, offset):
+            return self._skewed_key_logits(q, query_length, key_length, offset)
+        return self._gathered_key_logits(q, query_length, key_length, offset)
+
+    def _use_skew(self, query_length: Any, key_length: Any, offset: Any) -> bool:
+        """Whether the skew applies: "clip" table with a row for every distance, static lengths.
+
+        The rows needed are ``r = j - i - offset`` in ``[-(offset + q_len - 1),
+        k_len - 1 - offset]``. With an int offset that is checked exactly; with
+        a tensor offset (a cache index) ``0 <= offset <= k_len - q_len`` holds
+        (the new keys must fit into the cache), so ``max_distance >=
+        max(q_len, k_len) - 1`` suffices.
+        """
+        # "auto" gathers: measured at L = 2048 with a table of 2L - 1 rows on CPU,
+        # the skew's reshape/slice copies cost more peak memory than the gather
+        # on PyTorch (4.3 vs 4.0 S) and TensorFlow (5.4 vs 4.2 S), a little
+        # less on JAX (4.6 vs 4.8 S); its gain is no index matrix and no gather.
+        if self.relative_logits != "skew":
+            return False
+        if not (isinstance(query_length, int) and isinstance(key_length, int)):
+            return False
+        k = self.max_distance
+        if isinstance(offset, int):
+            return offset + query_length - 1 <= k and key_length - 1 - offset <= k
+        return max(query_length, key_length) - 1 <= k
+
+    def _gathered_key_logits(self, q: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
+        """``q_i . w^K[idx(i, j)]`` by a gather, for any bucketing and length.
+
+        ``Q W_K^T`` is computed once for every table row, (batch, heads,
+        q_len, rows), then flattened to (batch, heads, q_len * rows) and read
+        with one ``take`` at ``i * rows + idx(i, j)``: the index matrix stays
+        (q_len, k_len). (``take_along_axis`` with the index broadcast to
+        (batch, heads, q_len, k_len) made PyTorch build a full int64 index, 2 S.)
+        The (q_len, k_len, key_dim) tensor a^K is never built.
         """
         table = ops.cast(self.relative_keys.table(), q.dtype)
+        rows = self.relative_keys.table_size
         per_row = ops.cast(ops.einsum("bqhd,rd->bhqr", q, table), "float32")
-        return ops.take_along_axis(per_row, index[None, None, :, :], axis=-1)
+        batch, heads = ops.shape(per_row)[0], ops.shape(per_row)[1]
+        per_row = ops.reshape(per_row, (batch, heads, -1))
+        index = self.relative_keys.indices(query_length, key_length, offset)
+        flat_index = ops.arange(query_length, dtype="int32")[:, None] * rows + index
+        return ops.take(per_row, flat_index, axis=2)
 
-    def _relative_value_term(self, probabilities: Any, index: Any) -> Any:
+    def _skewed_key_logits(self, q: Any, query_length: int, key_length: int, offset: Any) -> Any:
+        """``q_i . w^K[idx(i, j)]`` by Music Transformer's skew (Huang et al. 2018).
+
+        Needs a row for every distance (`_use_skew`). Let ``m = q_len + k_len - 1``
+        and ``X = Q E^T`` of shape (batch, heads, q_len, m), where ``E`` holds the
+        table rows of ``r = -(offset + q_len - 1) ... k_len - 1 - offset`` in
+        order, so ``X[i, c]`` belongs to ``r = c - (offset + q_len - 1)``. The
+        logit of (i, j) has ``r = j - i - offset``, i.e. ``c = j - i + q_len - 1``:
+        row i of the result is row i of X shifted left by ``q_len - 1 - i``. In
+        X flattened row by row that is element ``i * m + c = (q_len - 1) + i * (m - 1)
+        + j``: drop the first ``q_len - 1`` elements, read rows of ``m - 1``
+        (``>= k_len`` when ``q_len >= 2``) and keep their first ``k_len``. This
+        covers both directions, ``q_len != k_len`` and an offset; the published
+        recipe (pad a column on the left, reshape to (L + 1, L), drop the first
+        row) is its causal ``L x L`` special case. No index matrix, no gather.
+        """
+        table = ops.cast(self.relative_keys.table(), q.dtype)
+        width = query_length + key_length - 1
+        first = self.max_distance - (offset + query_length - 1)  # table row of the smallest r
+        rows = ops.slice(table, (first, 0), (width, self.key_dim))
+        x = ops.cast(ops.einsum("bqhd,md->bhqm", q, rows), "float32")
+        if query_length == 1:  # c = j: already in place
+            return x
+        batch, heads = ops.shape(x)[0], ops.shape(x)[1]
+        flat = ops.reshape(x, (batch, heads, query_length * width))
+        shifted = flat[:, :, query_length - 1 : query_length - 1 + query_length * (width - 1)]
+        shifted = ops.reshape(shifted, (batch, heads, query_length, width - 1))
+        return shifted[:, :, :, :key_length]
+
+    def _relative_value_term(
+        self, probabilities: Any, query_length: Any, key_length: Any, offset: Any
+    ) -> Any:
         """``sum_j a_ij w^V[idx(i, j)]`` as (batch, q_len, heads, value_dim).
 
         Equal to ``sum_r A_ir w^V[r]`` with ``A_ir`` = the attention weight of
-        query i that falls into table row r. ``A`` comes from one segment sum
-        over the (query, row) ids of all (i, j) pairs: memory O(batch * heads *
-        q_len * k_len) (the attention matrix itself, transposed) plus
-        O(batch * heads * q_len * rows); a^V, (q_len, k_len, value_dim), is never built.
+        query i that falls into table row r. Every bucketing here maps each
+        row to an interval of distances (`_bucket_intervals`), so for query i
+        row r covers a contiguous run of keys ``j_lo(i, r) .. j_hi(i, r)``, and
+        ``A_ir = C[i, j_hi] - C[i, j_lo - 1]`` with ``C`` the cumulative sum of
+        the weights over the keys. For "clip" the interior rows are single
+        diagonals (band extraction) and the two end rows the tail sums. Cost:
+        ``C`` (one S) and two (batch, heads, q_len, rows) gathers; no
+        transposed copy of the weights (a segment sum needed one), and a^V,
+        (q_len, k_len, value_dim), is never built.
         """
         table = self.relative_values.table()
-        rows = self.relative_values.table_size
-        batch, heads, query_length, key_length = ops.shape(probabilities)
-        data = ops.reshape(
-            ops.transpose(ops.cast(probabilities, "float32"), (2, 3, 0, 1)),
-            (query_length * key_length, batch * heads),
+        lowest, highest, nonempty = self._bucket_intervals(query_length, key_length, offset)
+        positions = ops.arange(query_length, dtype="int32")[:, None] + ops.cast(offset, "int32")
+        last_key = ops.cast(key_length, "int32") - 1
+        first_key = ops.maximum(positions + lowest[None, :], 0)  # (q_len, rows)
+        last_key = ops.minimum(positions + highest[None, :], last_key)
+        nonempty = ops.logical_and(nonempty[None, :], ops.less_equal(first_key, last_key))
+
+        cumulative = ops.cumsum(ops.cast(probabilities, "float32"), axis=-1)
+        batch, heads = ops.shape(cumulative)[0], ops.shape(cumulative)[1]
+        cumulative = ops.reshape(cumulative, (batch, heads, -1))
+        row_start = ops.arange(query_length, dtype="int32")[:, None] * ops.cast(key_length, "int32")
+
+        def read(cumulative: Any, column: Any) -> Any:
+            # C[i, column[i, r]]; empty rows read any valid column (masked below).
+            column = ops.clip(column, 0, ops.cast(key_length, "int32") - 1)
+            return ops.take(cumulative, row_start + column, axis=2)
+
+        upto_last = read(cumulative, last_key)
+        before_first = read(cumulative, first_key - 1)
+        del cumulative
+        before_first = before_first * ops.cast(ops.greater(first_key, 0), "float32")
+        per_row = (upto_last - before_first) * ops.cast(nonempty, "float32")
+        return ops.einsum("bhqr,rd->bqhd", ops.cast(per_row, table.dtype), table)
+
+    def _bucket_intervals(self, query_length: Any, key_length: Any, offset: Any) -> tuple:
+        """Per table row: the smallest and largest distance r mapped to it, and whether any is.
+
+        Only the distances that occur, ``-(offset + q_len - 1) .. k_len - 1 -
+        offset``, are bucketed (a vector of ``q_len + k_len - 1``). Each
+        bucketing is monotone in r on each side of 0 (clip, piecewise: on the
+        whole line; T5's log buckets: by |r| with separate buckets per sign), so
+        a row's distances form one interval, found from its count ``n`` and sum
+        ``s``: ``lo = (2 s - n (n - 1)) / (2 n)``, ``hi = lo + n - 1`` (exact in int32).
+        """
+        table = self.relative_values
+        # Plain arithmetic on the lengths: ints stay ints (JAX needs a concrete
+        # size for arange), TensorFlow's symbolic scalars stay tensors.
+        count = query_length + key_length - 1
+        distances = ops.arange(count, dtype="int32") - (
+            ops.cast(offset, "int32") + ops.cast(query_length, "int32") - 1
         )
-        query_ids = ops.arange(query_length, dtype="int32")[:, None] * rows
-        segment_ids = ops.reshape(query_ids + ops.cast(index, "int32"), (-1,))
-        summed = ops.segment_sum(data, segment_ids, num_segments=query_length * rows)
-        per_row = ops.reshape(summed, (query_length, rows, batch, heads))
-        per_row = ops.cast(per_row, table.dtype)
-        return ops.einsum("qrbh,rd->bqhd", per_row, table)
+        buckets = relative_index.bucket_index(
+            distances, table.bucketing, table.max_distance, table.num_buckets, table.bidirectional
+        )
+        rows = table.table_size
+        number = ops.segment_sum(ops.ones_like(distances), buckets, num_segments=rows)
+        total = ops.segment_sum(distances, buckets, num_segments=rows)
+        safe = ops.maximum(number, 1)
+        lowest = ops.floor_divide(2 * total - number * (number - 1), 2 * safe)
+        return lowest, lowest + number - 1, ops.greater(number, 0)
 
     def _attention_mask(
         self,
@@ -474,7 +647,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         key_length: Any,
         offset: Any,
     ) -> Any:
-        """A bool mask broadcastable to (batch, q_len, k_len), or None for no mask."""
+        """A rank-3 bool mask broadcastable to (batch, q_len, k_len), or None for no mask."""
         mask = None
 
         def combine(current: Any, new: Any) -> Any:
@@ -491,17 +664,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             distances = relative_index.relative_positions(query_length, key_length, offset)
             mask = combine(mask, ops.expand_dims(ops.less_equal(distances, 0), 0))
         if attention_mask is not None:
+            attention_mask = ops.convert_to_tensor(attention_mask)
+            while _rank(attention_mask) < 3:  # broadcastable to (batch, q_len, k_len)
+                attention_mask = ops.expand_dims(attention_mask, 0)
             mask = combine(mask, attention_mask)
         return mask
-
-    def _masked_softmax(self, logits: Any, mask: Any) -> Any:
-        """Float32 softmax over keys; masked pairs get exactly 0, fully masked rows all 0."""
-        if mask is None:
-            return ops.softmax(logits, axis=-1)
-        mask = ops.expand_dims(mask, 1)  # (batch, 1, q_len, k_len): the same for every head
-        logits = ops.where(mask, logits, ops.cast(_MASK_FILL, "float32"))
-        probabilities = ops.softmax(logits, axis=-1)
-        return ops.where(mask, probabilities, ops.zeros_like(probabilities))
 
     # ------------------------------------------------------------------ shapes, masks, config
 
@@ -560,6 +727,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             num_buckets=self.num_buckets,
             bidirectional=self.bidirectional,
             rotary_max_wavelength=self.rotary_max_wavelength,
+            relative_logits=self.relative_logits,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
         )

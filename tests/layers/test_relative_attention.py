@@ -15,7 +15,11 @@ from reference.relative_attention import (
     clip_index_matrix,
     relative_attention,
 )
-from reference.relative_index import relative_positions, t5_relative_position_bucket
+from reference.relative_index import (
+    piecewise_index,
+    relative_positions,
+    t5_relative_position_bucket,
+)
 
 MODES = ("keys_values", "keys", "bias")
 ATOL = 1e-5
@@ -183,6 +187,210 @@ def test_long_sequence_never_materialises_relative_vectors(relative, rng, monkey
     assert_close(layer(query, query), expected, atol=1e-4, what="length 600")
 
 
+# --------------------------------------------------------------------------- relative logits paths
+
+
+def _skew_layer(query, value, key=None, relative="keys", path="skew", **kwargs):
+    # max_distance 8 covers every distance of the lengths below (<= 9 keys or queries).
+    return built_layer(
+        query, value, key, relative=relative, max_distance=8, relative_logits=path, **kwargs
+    )
+
+
+@pytest.mark.parametrize("relative", ["keys", "keys_values"])
+@pytest.mark.parametrize("lengths", [(6, 6), (3, 8), (9, 4), (1, 5)], ids=str)
+def test_skew_matches_reference_and_gather(relative, lengths, rng, monkeypatch):
+    query_length, key_length = lengths
+    query, value = inputs(rng, 2, query_length, 5), inputs(rng, 2, key_length, 5)
+    layer = _skew_layer(query, value, relative=relative)
+    gathered = MultiHeadRelativeAttention.from_config(
+        {**layer.get_config(), "relative_logits": "gather"}
+    )
+    gathered(query, value)
+    gathered.set_weights(layer.get_weights())
+    mask = rng.random((2, query_length, key_length)) > 0.2
+    expected, probabilities = relative_attention(
+        query,
+        value,
+        None,
+        layer_weights(layer),
+        relative,
+        clip_index_matrix(query_length, key_length, 8),
+        mask,
+    )
+    from_gather = to_numpy(gathered(query, value, attention_mask=mask))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the skew path must not gather")
+
+    monkeypatch.setattr(MultiHeadRelativeAttention, "_gathered_key_logits", refuse)
+    output, scores = layer(query, value, attention_mask=mask, return_attention_scores=True)
+    assert_close(output, expected, what="skew output")
+    assert_close(scores, probabilities, what="skew attention scores")
+    assert_close(output, from_gather, what="skew vs gather")
+
+
+@pytest.mark.parametrize("path", ["auto", "gather", "skew"])
+def test_relative_logits_paths_decode_like_full(path, rng):
+    x = inputs(rng, 2, 6, 6)
+    layer = _skew_layer(x, x, relative="keys_values", path=path)
+    full = to_numpy(layer(x, x, use_causal_mask=True))
+    expected, _ = relative_attention(
+        x,
+        x,
+        None,
+        layer_weights(layer),
+        "keys_values",
+        clip_index_matrix(6, 6, 8),
+        causal_mask(6, 6),
+    )
+    np.testing.assert_allclose(full, expected, atol=ATOL)
+    cache = np.zeros((2, 2, 6, 2, 4), "float32")
+    prompt, cache = layer(
+        x[:, :2], x[:, :2], cache=cache, cache_update_index=0, use_causal_mask=True
+    )
+    steps = [to_numpy(prompt)]
+    for t in range(2, 6):
+        step = x[:, t : t + 1]
+        output, cache = layer(step, step, cache=cache, cache_update_index=t, use_causal_mask=True)
+        steps.append(to_numpy(output))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=ATOL)
+
+
+def test_skew_falls_back_to_gather_when_the_table_is_short(rng, monkeypatch):
+    """With max_distance 8, 12 positions need clipped rows: the gather serves them."""
+    x = inputs(rng, 1, 12, 6)
+    layer = _skew_layer(x, x)
+    calls = []
+    original = MultiHeadRelativeAttention._gathered_key_logits
+
+    def spy(self, *args):
+        calls.append(tuple(args[1:3]))
+        return original(self, *args)
+
+    monkeypatch.setattr(MultiHeadRelativeAttention, "_gathered_key_logits", spy)
+    expected, _ = relative_attention(
+        x, x, None, layer_weights(layer), "keys", clip_index_matrix(12, 12, 8)
+    )
+    assert_close(layer(x, x), expected, what="fallback output")
+    assert calls == [(12, 12)]
+
+
+@pytest.mark.parametrize(
+    "bucketing, extra, index",
+    [
+        ("log", {"bidirectional": True}, lambda r: t5_relative_position_bucket(r, True, 8, 20)),
+        ("log", {"bidirectional": False}, lambda r: t5_relative_position_bucket(r, False, 8, 20)),
+        ("piecewise", {}, lambda r: piecewise_index(r, 8)),
+    ],
+    ids=["log_bidirectional", "log_causal", "piecewise"],
+)
+def test_value_term_with_other_bucketings_matches_reference(bucketing, extra, index, rng):
+    """The cumulative-sum value term relies on every bucket being an interval of distances."""
+    query, value = inputs(rng, 2, 30, 6), inputs(rng, 2, 37, 6)
+    layer = built_layer(
+        query,
+        value,
+        relative="keys_values",
+        bucketing=bucketing,
+        num_buckets=8,
+        max_distance=20,
+        **extra,
+    )
+    mask = rng.random((2, 30, 37)) > 0.3
+    expected, _ = relative_attention(
+        query,
+        value,
+        None,
+        layer_weights(layer),
+        "keys_values",
+        index(relative_positions(30, 37)),
+        mask,
+    )
+    assert_close(layer(query, value, attention_mask=mask), expected, what=bucketing)
+
+
+@pytest.mark.parametrize("path", ["gather", "skew"])
+def test_mixed_precision_paths_finite_with_masked_rows(path, rng):
+    query = inputs(rng, 2, 5, 6)
+    layer = _skew_layer(query, query, relative="keys_values", path=path)
+    query_mask = np.array([[1, 1, 0, 1, 1], [1, 1, 1, 1, 1]], bool)
+    value_mask = np.array([[1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], bool)
+    kwargs = dict(query_mask=query_mask, value_mask=value_mask, use_causal_mask=True)
+    expected = to_numpy(layer(query, query, **kwargs))
+    low = MultiHeadRelativeAttention.from_config({**layer.get_config(), "dtype": "mixed_bfloat16"})
+    low(query, query)
+    low.set_weights(layer.get_weights())
+    actual = to_numpy(low(query, query, **kwargs))
+    assert np.isfinite(actual).all()
+    np.testing.assert_allclose(actual, expected, atol=1e-1, rtol=5e-2)
+    output_bias = to_numpy(layer.output_dense.bias)
+    np.testing.assert_allclose(actual[1], np.broadcast_to(output_bias, (5, 6)), atol=2e-2)
+
+
+def test_two_dimensional_attention_mask_broadcasts(rng):
+    query, value = inputs(rng, 2, 4, 6), inputs(rng, 2, 5, 6)
+    mask = rng.random((4, 5)) > 0.3
+    mask[:, 0] = True
+    layer = built_layer(query, value, relative="bias")
+    expected, _ = relative_attention(
+        query, value, None, layer_weights(layer), "bias", clip_index_matrix(4, 5, 3), mask[None]
+    )
+    assert_close(layer(query, value, attention_mask=mask), expected, what="(q_len, k_len) mask")
+
+
+# --------------------------------------------------------------------------- unknown lengths
+
+
+@pytest.mark.parametrize("relative", MODES)
+def test_functional_model_with_unknown_length(relative, rng):
+    """keras.Input(shape=(None, dim)): one model, called at two lengths, on every backend."""
+    layer = MultiHeadRelativeAttention(2, 4, relative=relative, max_distance=3)
+    token_input = keras.Input(shape=(None, 6))
+    model = keras.Model(token_input, layer(token_input, token_input, use_causal_mask=True))
+    randomize(layer)
+    for length in (5, 9):
+        x = inputs(rng, 2, length, 6)
+        expected, _ = relative_attention(
+            x,
+            x,
+            None,
+            layer_weights(layer),
+            relative,
+            clip_index_matrix(length, length, 3),
+            causal_mask(length, length),
+        )
+        assert_close(model(x), expected, what=f"length {length}")
+        assert_close(model.predict(x, verbose=0), expected, what=f"predict, length {length}")
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="tf.function with an input_signature of unknown length is TensorFlow-only; "
+    "test_functional_model_with_unknown_length covers the other backends",
+)
+@pytest.mark.parametrize("path", ["auto", "skew"])
+def test_tensorflow_graph_with_unknown_length(path, rng):
+    import tensorflow as tf
+
+    x = inputs(rng, 2, 7, 6)
+    layer = _skew_layer(x, x, relative="keys_values", path=path)
+    signature = [tf.TensorSpec((None, None, 6), tf.float32)]
+    graph = tf.function(lambda t: layer(t, t, use_causal_mask=True), input_signature=signature)
+    for length in (4, 7):
+        x = inputs(rng, 2, length, 6)
+        expected, _ = relative_attention(
+            x,
+            x,
+            None,
+            layer_weights(layer),
+            "keys_values",
+            clip_index_matrix(length, length, 8),
+            causal_mask(length, length),
+        )
+        assert_close(graph(x), expected, what=f"graph, length {length}")
+
+
 # --------------------------------------------------------------------------- masks
 
 
@@ -209,9 +417,10 @@ def test_query_mask_padding_invariance(rng):
     )
 
 
-def test_fully_masked_rows_give_zeros_not_nan(rng):
+@pytest.mark.parametrize("relative", MODES)
+def test_fully_masked_rows_give_zeros_not_nan(relative, rng):
     query = inputs(rng, 2, 4, 6)
-    layer = built_layer(query, query, relative="keys_values")
+    layer = built_layer(query, query, relative=relative)
     query_mask = np.array([[1, 0, 1, 1], [1, 1, 1, 1]], bool)
     value_mask = np.array([[1, 1, 1, 1], [0, 0, 0, 0]], bool)
     output, scores = layer(
@@ -344,11 +553,13 @@ def test_config_has_every_argument():
         max_distance=40,
         bidirectional=False,
         rotary_max_wavelength=500,
+        relative_logits="gather",
     )
     config = layer.get_config()
     restored = MultiHeadRelativeAttention.from_config(config)
     assert restored.get_config() == config
     assert config["relative"] == "bias" and config["rotary_max_wavelength"] == 500
+    assert config["relative_logits"] == "gather"
     assert tuple(restored.compute_output_shape((2, 4, 6), (2, 9, 5))) == (2, 4, 7)
 
 
@@ -365,6 +576,17 @@ def test_config_has_every_argument():
         ({"dropout": 1.5}, ValueError, r"`dropout` must be in \[0, 1\), got 1.5"),
         ({"bucketing": "nearest"}, ValueError, r"`bucketing`.*'nearest'"),
         ({"key_dim": 3, "rotary_max_wavelength": 100}, ValueError, r"even `key_dim`, got 3"),
+        ({"relative_logits": "roll"}, ValueError, r"`relative_logits` must be one of.*'roll'"),
+        (
+            {"relative_logits": "skew", "relative": "bias"},
+            ValueError,
+            r"relative_logits='skew' needs.*relative='bias', bucketing='clip'",
+        ),
+        (
+            {"relative_logits": "skew", "bucketing": "log"},
+            ValueError,
+            r"relative_logits='skew' needs.*bucketing='log'",
+        ),
     ],
 )
 def test_bad_constructor_arguments(kwargs, error, pattern):

@@ -1,0 +1,851 @@
+"""Transformer encoder and decoder blocks with relative position self-attention.
+
+`RelativeTransformerEncoder` and `RelativeTransformerDecoder` are
+``keras_hub.layers.TransformerEncoder`` / ``TransformerDecoder`` with their
+self-attention replaced by `MultiHeadRelativeAttention`: the same arguments,
+masks, residual connections, pre- or post-norm and decoding caches, plus the
+relative position arguments (``relative``, ``bucketing``, ``max_distance``,
+``num_buckets``, ``bidirectional``, ``rotary_max_wavelength``), which are passed
+to the self-attention unchanged.
+
+A relative-position Transformer in a few lines, with absolute positions added
+to the inputs (``keras_hub.layers.SinePositionEncoding``) and a T5-style
+relative bias inside attention: the combined absolute + relative encoding.
+Token 0 is padding here; the padding mask could also come from
+``Embedding(mask_zero=True)``, as the blocks read Keras masks.
+
+>>> import keras, keras_hub, numpy as np
+>>> from keras_posenc.layers.relative_transformer import RelativeTransformerEncoder
+>>> tokens = keras.Input((None,), dtype="int32")
+>>> padding_mask = keras.ops.not_equal(tokens, 0)
+>>> embedded = keras.layers.Embedding(100, 16)(tokens)
+>>> x = embedded + keras_hub.layers.SinePositionEncoding()(embedded)
+>>> for _ in range(2):
+...     block = RelativeTransformerEncoder(intermediate_dim=32, num_heads=2, relative="bias")
+...     x = block(x, padding_mask=padding_mask)
+>>> logits = keras.layers.Dense(3)(keras.layers.GlobalAveragePooling1D()(x))
+>>> model = keras.Model(tokens, logits)
+>>> tuple(model(np.array([[5, 6, 7, 0, 0], [1, 2, 3, 4, 5]])).shape)
+(2, 3)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+from keras import ops
+
+from keras_posenc.layers import relative_index
+from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
+from keras_posenc.layers.relative_position import _check_single_table_bucketing
+
+__all__ = ["RelativeTransformerDecoder", "RelativeTransformerEncoder"]
+
+_RELATIVE_MODES = ("keys_values", "keys", "bias")
+
+
+def _clone_initializer(initializer: Any) -> Any:
+    """A fresh copy, so sublayers sharing a seeded initializer get different weights."""
+    if not isinstance(initializer, keras.initializers.Initializer):
+        return initializer
+    return initializer.__class__.from_config(initializer.get_config())
+
+
+class _KerasMask(keras.layers.Layer):
+    """Returns the Keras mask its input carries (``None`` when it carries none).
+
+    Keras fills a layer's ``mask`` argument from its only input's mask (e.g.
+    from ``Embedding(mask_zero=True)``); this is the public way to read it.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs: Any, mask: Any = None) -> Any:
+        return mask
+
+    def compute_mask(self, inputs: Any, previous_mask: Any = None) -> Any:
+        return None
+
+
+class _RelativeTransformerBase(keras.layers.Layer):
+    """Arguments, validation and the sublayers both blocks share."""
+
+    def __init__(
+        self,
+        intermediate_dim: int,
+        num_heads: int,
+        key_dim: int | None = None,
+        dropout: float = 0.0,
+        activation: Any = "relu",
+        layer_norm_epsilon: float = 1e-5,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        normalize_first: bool = False,
+        use_bias: bool = True,
+        relative: str = "keys_values",
+        bucketing: str = "clip",
+        max_distance: int = 16,
+        num_buckets: int = 32,
+        bidirectional: bool = True,
+        rotary_max_wavelength: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        caller = type(self).__name__
+        check_int = relative_index._check_int
+        check_bool = relative_index._check_bool
+        self.intermediate_dim = check_int(caller, "intermediate_dim", intermediate_dim, 1)
+        self.num_heads = check_int(caller, "num_heads", num_heads, 1)
+        self.key_dim = None if key_dim is None else check_int(caller, "key_dim", key_dim, 1)
+        if isinstance(dropout, bool) or not isinstance(dropout, int | float):
+            raise TypeError(f"{caller}: `dropout` must be a float in [0, 1), got {dropout!r}.")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"{caller}: `dropout` must be in [0, 1), got {dropout!r}.")
+        self.dropout = float(dropout)
+        try:
+            self.activation = keras.activations.get(activation)
+        except ValueError as error:
+            raise ValueError(
+                f"{caller}: `activation` must be a Keras activation (a name such as 'relu' or "
+                f"'gelu', or a callable), got {activation!r}."
+            ) from error
+        if (
+            isinstance(layer_norm_epsilon, bool)
+            or not isinstance(layer_norm_epsilon, int | float)
+            or layer_norm_epsilon <= 0
+        ):
+            raise ValueError(
+                f"{caller}: `layer_norm_epsilon` must be a positive number, "
+                f"got {layer_norm_epsilon!r}."
+            )
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.normalize_first = check_bool(caller, "normalize_first", normalize_first)
+        self.use_bias = check_bool(caller, "use_bias", use_bias)
+        if relative not in _RELATIVE_MODES:
+            raise ValueError(
+                f"{caller}: `relative` must be one of {', '.join(map(repr, _RELATIVE_MODES))}, "
+                f"got {relative!r}."
+            )
+        self.relative = relative
+        # Validated here (not only when the attention is built) so a bad
+        # argument fails at construction, naming this layer.
+        self.bucketing = _check_single_table_bucketing(caller, bucketing)
+        self.bidirectional = check_bool(caller, "bidirectional", bidirectional)
+        relative_index._table_size(
+            caller, bucketing, max_distance, num_buckets, bidirectional, None
+        )
+        self.max_distance = max_distance
+        self.num_buckets = num_buckets
+        if rotary_max_wavelength is not None:
+            if isinstance(rotary_max_wavelength, bool) or not isinstance(
+                rotary_max_wavelength, int | float
+            ):
+                raise TypeError(
+                    f"{caller}: `rotary_max_wavelength` must be None or a positive number, "
+                    f"got {rotary_max_wavelength!r}."
+                )
+            if rotary_max_wavelength <= 0:
+                raise ValueError(
+                    f"{caller}: `rotary_max_wavelength` must be positive, "
+                    f"got {rotary_max_wavelength!r}."
+                )
+        self.rotary_max_wavelength = rotary_max_wavelength
+        self.supports_masking = True
+        self._mask_reader = _KerasMask(dtype=self.dtype_policy, name="keras_mask")
+
+    # ------------------------------------------------------------------ helpers
+
+    def _layer_name(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def _check_sequence(self, argument: str, shape: Any) -> tuple:
+        shape = tuple(shape)
+        if len(shape) != 3:
+            raise ValueError(
+                f"{self._layer_name()}: `{argument}` must have rank 3 (batch, length, "
+                f"features), got shape {shape}."
+            )
+        if shape[-1] is None:
+            raise ValueError(
+                f"{self._layer_name()}: the last axis of `{argument}` must be known, "
+                f"got shape {shape}."
+            )
+        built = getattr(self, "_built_features", {}).get(argument)
+        if built is not None and shape[-1] != built:
+            raise ValueError(
+                f"{self._layer_name()}: the last axis of `{argument}` must be {built} (the "
+                f"size the layer was built with), got {shape[-1]}."
+            )
+        return shape
+
+    def _check_mask(self, argument: str, mask: Any, rank: int) -> Any:
+        if mask is None:
+            return None
+        shape = tuple(mask.shape)
+        if len(shape) != rank:
+            expected = "(batch, length)" if rank == 2 else "(batch, query_length, key_length)"
+            raise ValueError(
+                f"{self._layer_name()}: `{argument}` must have rank {rank} {expected}, "
+                f"got shape {shape}."
+            )
+        return ops.cast(mask, "bool")
+
+    def _head_dim(self, hidden_dim: int) -> int:
+        key_dim = self.key_dim if self.key_dim is not None else hidden_dim // self.num_heads
+        if key_dim == 0:
+            raise ValueError(
+                f"{self._layer_name()}: the inputs' last axis ({hidden_dim}) must be at least "
+                f"`num_heads` ({self.num_heads}) when `key_dim` is None "
+                f"(key_dim = hidden // num_heads), or pass `key_dim`."
+            )
+        if self.rotary_max_wavelength is not None and key_dim % 2:
+            raise ValueError(
+                f"{self._layer_name()}: rotary embeddings need an even `key_dim`, got "
+                f"{key_dim} (hidden {hidden_dim} // num_heads {self.num_heads})."
+            )
+        return key_dim
+
+    def _relative_attention(self, name: str, key_dim: int) -> MultiHeadRelativeAttention:
+        return MultiHeadRelativeAttention(
+            num_heads=self.num_heads,
+            key_dim=key_dim,
+            dropout=self.dropout,
+            use_bias=self.use_bias,
+            relative=self.relative,
+            bucketing=self.bucketing,
+            max_distance=self.max_distance,
+            num_buckets=self.num_buckets,
+            bidirectional=self.bidirectional,
+            rotary_max_wavelength=self.rotary_max_wavelength,
+            kernel_initializer=_clone_initializer(self.kernel_initializer),
+            bias_initializer=_clone_initializer(self.bias_initializer),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _layer_norm(self, name: str, shape: tuple) -> keras.layers.LayerNormalization:
+        layer = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+        layer.build(shape)
+        return layer
+
+    def _dropout_layer(self, name: str) -> keras.layers.Dropout:
+        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+
+    def _build_feedforward(self, shape: tuple) -> None:
+        def dense(units: int, activation: Any, name: str) -> keras.layers.Dense:
+            return keras.layers.Dense(
+                units,
+                activation=activation,
+                use_bias=self.use_bias,
+                kernel_initializer=_clone_initializer(self.kernel_initializer),
+                bias_initializer=_clone_initializer(self.bias_initializer),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.feedforward_layer_norm = self._layer_norm("feedforward_layer_norm", shape)
+        self.feedforward_intermediate_dense = dense(
+            self.intermediate_dim, self.activation, "feedforward_intermediate_dense"
+        )
+        self.feedforward_intermediate_dense.build(shape)
+        self.feedforward_output_dense = dense(shape[-1], None, "feedforward_output_dense")
+        self.feedforward_output_dense.build(shape[:-1] + (self.intermediate_dim,))
+        self.feedforward_dropout = self._dropout_layer("feedforward_dropout")
+
+    def _residual_block(self, x: Any, norm: Any, sublayer: Any, dropout: Any, training: Any) -> Any:
+        """``norm(x + f(x))`` (post-norm) or ``x + f(norm(x))`` (pre-norm).
+
+        ``sublayer`` returns the block's output and a tuple of extra results
+        (attention scores, caches), passed through.
+        """
+        residual = x
+        if self.normalize_first:
+            x = norm(x)
+        x, extras = sublayer(x)
+        x = dropout(x, training=training) + residual
+        if not self.normalize_first:
+            x = norm(x)
+        return x, extras
+
+    def _feedforward(self, x: Any) -> tuple:
+        x = self.feedforward_intermediate_dense(x)
+        return self.feedforward_output_dense(x), ()
+
+    def _feedforward_block(self, x: Any, training: Any) -> Any:
+        x, _ = self._residual_block(
+            x, self.feedforward_layer_norm, self._feedforward, self.feedforward_dropout, training
+        )
+        return x
+
+    def compute_mask(self, inputs: Any, previous_mask: Any = None) -> Any:
+        """The output carries the (decoder) input's Keras mask."""
+        return previous_mask
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            intermediate_dim=self.intermediate_dim,
+            num_heads=self.num_heads,
+            key_dim=self.key_dim,
+            dropout=self.dropout,
+            activation=keras.activations.serialize(self.activation),
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            normalize_first=self.normalize_first,
+            use_bias=self.use_bias,
+            relative=self.relative,
+            bucketing=self.bucketing,
+            max_distance=self.max_distance,
+            num_buckets=self.num_buckets,
+            bidirectional=self.bidirectional,
+            rotary_max_wavelength=self.rotary_max_wavelength,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class RelativeTransformerEncoder(_RelativeTransformerBase):
+    """Transformer encoder block whose self-attention uses relative positions.
+
+    ``keras_hub.layers.TransformerEncoder`` with `MultiHeadRelativeAttention`
+    as its self-attention: a self-attention block and a feed-forward block
+    (``Dense(intermediate_dim, activation)``, ``Dense(hidden)``), each with a
+    residual connection, dropout and layer normalisation (post-norm by
+    default, pre-norm with ``normalize_first=True``). Position information
+    enters through the relative terms of the attention (and through any
+    absolute encoding added to the inputs), so the block handles any sequence
+    length.
+
+    Masks follow Keras: ``True`` marks a real token. The padding mask is
+    ``padding_mask`` when given, else the inputs' Keras mask (e.g. from
+    ``Embedding(mask_zero=True)``). Padded tokens are never attended to, and
+    their own attention output is zero (their rows are meaningless); the
+    output carries the inputs' Keras mask.
+
+    With ``normalize_first=True`` the block's output is not normalised: a
+    pre-norm stack needs a ``LayerNormalization`` after its last block (as
+    GPT-2 has), which the block does not add (as in keras_hub).
+
+    Args:
+        intermediate_dim: hidden size of the feed-forward network.
+        num_heads: number of attention heads.
+        key_dim: size of each attention head; default ``None``: the inputs'
+            last axis // ``num_heads`` (as keras_hub does).
+        dropout: dropout rate of the attention probabilities and of each
+            block's output before the residual connection.
+        activation: activation of the feed-forward network's first layer.
+        layer_norm_epsilon: epsilon of the layer normalisations.
+        kernel_initializer: initializer of every projection and dense kernel.
+        bias_initializer: initializer of every bias.
+        normalize_first: ``True``: pre-norm, ``x + f(norm(x))`` (GPT-2);
+            ``False`` (default): post-norm, ``norm(x + f(x))`` (the original
+            Transformer, BERT).
+        use_bias: whether the attention projections and the feed-forward
+            layers have biases (``False``: as in T5). Layer normalisations
+            always have both scale and offset.
+        relative: ``"keys_values"`` (Shaw et al., default), ``"keys"`` or
+            ``"bias"`` (T5); see `MultiHeadRelativeAttention`.
+        bucketing: ``"clip"`` (default), ``"log"`` (T5) or ``"piecewise"``
+            (iRPE); see `relative_index.bucket_index`.
+        max_distance: ``"clip"``: ``k`` (a table of ``2k + 1`` rows, default
+            16); ``"log"``: distances from it on share the last bucket.
+        num_buckets: table rows for ``"log"`` (default 32); ``2 * (num_buckets
+            // 2) + 1`` for ``"piecewise"``. Unused by ``"clip"``.
+        bidirectional: ``"log"`` only: keys before and after a query get
+            separate buckets (default ``True``, as in T5's encoder).
+        rotary_max_wavelength: ``None`` (default) for no rotary embedding, else
+            the ``max_wavelength`` of a rotary embedding applied to the
+            self-attention's queries and keys (the head size must be even).
+        **kwargs: standard layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: ``(batch, length, hidden)``.
+        padding_mask: ``(batch, length)`` bool, ``True`` for real tokens;
+            default the inputs' Keras mask.
+        attention_mask: ``(batch, length, length)`` bool, ``True`` where query
+            ``i`` may attend to key ``j``; combined with the padding mask.
+        attention_bias: an additive float bias broadcastable to ``(batch,
+            num_heads, length, length)`` (a T5 bias shared across layers,
+            ALiBi), added to the self-attention logits.
+        training: whether dropout is active.
+        return_attention_scores: also return the self-attention probabilities.
+
+    Returns:
+        ``(batch, length, hidden)``; with ``return_attention_scores``,
+        ``(output, scores)`` with scores of shape ``(batch, num_heads,
+        length, length)``.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.layers.relative_transformer import RelativeTransformerEncoder
+        >>> encoder = RelativeTransformerEncoder(intermediate_dim=32, num_heads=2, max_distance=4)
+        >>> x = np.zeros((3, 7, 8), "float32")
+        >>> tuple(encoder(x).shape)
+        (3, 7, 8)
+        >>> padding_mask = np.array([[1] * 7, [1] * 5 + [0] * 2, [1] * 2 + [0] * 5], bool)
+        >>> output, scores = encoder(x, padding_mask=padding_mask, return_attention_scores=True)
+        >>> tuple(output.shape), tuple(scores.shape)
+        ((3, 7, 8), (3, 2, 7, 7))
+
+    Reference:
+        Vaswani et al., "Attention Is All You Need", NeurIPS 2017.
+        Shaw, Uszkoreit, Vaswani, "Self-Attention with Relative Position
+        Representations", NAACL 2018.
+        Raffel et al., "Exploring the Limits of Transfer Learning with a Unified
+        Text-to-Text Transformer", JMLR 2020.
+    """
+
+    def build(self, inputs_shape: Any) -> None:
+        shape = self._check_sequence("inputs", inputs_shape)
+        key_dim = self._head_dim(shape[-1])
+        self.self_attention = self._relative_attention("self_attention", key_dim)
+        self.self_attention.build(shape, shape)
+        self.self_attention_layer_norm = self._layer_norm("self_attention_layer_norm", shape)
+        self.self_attention_dropout = self._dropout_layer("self_attention_dropout")
+        self._build_feedforward(shape)
+        self._built_features = {"inputs": shape[-1]}
+        self.built = True
+
+    def call(
+        self,
+        inputs: Any,
+        padding_mask: Any = None,
+        attention_mask: Any = None,
+        attention_bias: Any = None,
+        training: Any = None,
+        return_attention_scores: bool = False,
+    ) -> Any:
+        self._check_sequence("inputs", inputs.shape)
+        padding_mask = self._check_mask("padding_mask", padding_mask, 2)
+        attention_mask = self._check_mask("attention_mask", attention_mask, 3)
+        if padding_mask is None:
+            padding_mask = self._mask_reader(inputs)
+
+        def attend(x: Any) -> tuple:
+            # The padding mask masks both keys and queries: a padded query's
+            # attention output is zero (its row is meaningless anyway).
+            result = self.self_attention(
+                x,
+                x,
+                query_mask=padding_mask,
+                value_mask=padding_mask,
+                attention_mask=attention_mask,
+                attention_bias=attention_bias,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+            return (result[0], result[1:]) if return_attention_scores else (result, ())
+
+        x, scores = self._residual_block(
+            inputs, self.self_attention_layer_norm, attend, self.self_attention_dropout, training
+        )
+        x = self._feedforward_block(x, training)
+        return (x, scores[0]) if return_attention_scores else x
+
+    def compute_output_shape(self, inputs_shape: Any) -> tuple:
+        return self._check_sequence("inputs", inputs_shape)
+
+    def compute_output_spec(
+        self,
+        inputs: Any,
+        padding_mask: Any = None,
+        attention_mask: Any = None,
+        attention_bias: Any = None,
+        training: Any = None,
+        return_attention_scores: bool = False,
+    ) -> Any:
+        shape = self.compute_output_shape(inputs.shape)
+        output = keras.KerasTensor(shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return output
+        scores = (shape[0], self.num_heads, shape[1], shape[1])
+        return output, keras.KerasTensor(scores, dtype=self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class RelativeTransformerDecoder(_RelativeTransformerBase):
+    """Transformer decoder block whose causal self-attention uses relative positions.
+
+    ``keras_hub.layers.TransformerDecoder`` with `MultiHeadRelativeAttention`
+    as its (causal) self-attention: a self-attention block, an optional
+    cross-attention block over an encoder's output, and a feed-forward block,
+    each with a residual connection, dropout and layer normalisation (post-norm
+    by default, pre-norm with ``normalize_first=True``).
+
+    Called as ``layer(decoder_sequence)`` it is a decoder-only block (GPT);
+    called as ``layer(decoder_sequence, encoder_sequence)`` it has
+    cross-attention (the original encoder-decoder Transformer). Which one is
+    fixed by the first call (``build``), as in keras_hub.
+
+    The cross-attention is ``keras_hub.layers.CachedMultiHeadAttention``, with
+    no relative term: relative positions are defined within one sequence, and
+    Shaw et al. and T5 use them in self-attention only. A query whose encoder
+    keys are all masked gets uniform weights there (Keras' convention), not NaN.
+
+    ``bidirectional`` defaults to ``False`` (T5's decoder): under the causal
+    mask a query never sees later keys, so with ``bucketing="log"`` all buckets
+    go to ``r <= 0`` instead of half of them being unused. It only matters for
+    ``"log"``.
+
+    Decoding follows keras_hub's ``TransformerDecoder``: with
+    ``self_attention_cache`` (``(batch, 2, max_length, num_heads, key_dim)``
+    keys and values) and ``self_attention_cache_update_index`` (the position of
+    the first query), the projected keys/values of ``decoder_sequence`` are
+    written into the cache, relative positions are offset by the index, and
+    one step at a time equals the full causal computation. The cross-attention
+    cache holds the encoder's projected keys/values: computed and written when
+    ``cross_attention_cache_update_index`` is ``0``, reused as it is when it is
+    ``None``.
+
+    Masks follow Keras: ``True`` marks a real token. The decoder padding mask
+    is ``decoder_padding_mask`` when given, else the decoder sequence's Keras
+    mask; the encoder padding mask likewise. The output carries the decoder
+    sequence's Keras mask.
+
+    With ``normalize_first=True`` the block's output is not normalised: a
+    pre-norm stack needs a ``LayerNormalization`` after its last block.
+
+    Args:
+        intermediate_dim: hidden size of the feed-forward network.
+        num_heads: number of attention heads.
+        key_dim: size of each attention head; default ``None``: the inputs'
+            last axis // ``num_heads`` (as keras_hub does).
+        dropout: dropout rate of the attention probabilities and of each
+            block's output before the residual connection.
+        activation: activation of the feed-forward network's first layer.
+        layer_norm_epsilon: epsilon of the layer normalisations.
+        kernel_initializer: initializer of every projection and dense kernel.
+        bias_initializer: initializer of every bias.
+        normalize_first: ``True``: pre-norm, ``x + f(norm(x))`` (GPT-2);
+            ``False`` (default): post-norm, ``norm(x + f(x))`` (the original
+            Transformer, BERT).
+        use_bias: whether the attention projections and the feed-forward
+            layers have biases (``False``: as in T5). Layer normalisations
+            always have both scale and offset.
+        relative: ``"keys_values"`` (Shaw et al., default), ``"keys"`` or
+            ``"bias"`` (T5); see `MultiHeadRelativeAttention`.
+        bucketing: ``"clip"`` (default), ``"log"`` (T5) or ``"piecewise"``
+            (iRPE); see `relative_index.bucket_index`.
+        max_distance: ``"clip"``: ``k`` (a table of ``2k + 1`` rows, default
+            16); ``"log"``: distances from it on share the last bucket.
+        num_buckets: table rows for ``"log"`` (default 32); ``2 * (num_buckets
+            // 2) + 1`` for ``"piecewise"``. Unused by ``"clip"``.
+        bidirectional: ``"log"`` only; default ``False`` (see above).
+        rotary_max_wavelength: ``None`` (default) for no rotary embedding, else
+            the ``max_wavelength`` of a rotary embedding applied to the
+            self-attention's queries and keys (the head size must be even).
+        **kwargs: standard layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        decoder_sequence: ``(batch, length, hidden)``.
+        encoder_sequence: ``(batch, encoder_length, encoder_hidden)``, or
+            ``None`` for a decoder-only block.
+        decoder_padding_mask: bool, ``True`` for real tokens; ``(batch,
+            length)``, or with a self-attention cache ``(batch, max_length)``
+            (it masks the cached keys). Default: the decoder sequence's Keras
+            mask (not used with a cache, whose keys it does not cover).
+        decoder_attention_mask: ``(batch, length, key_length)`` bool, combined
+            with the causal and padding masks (``key_length`` is
+            ``max_length`` with a cache).
+        encoder_padding_mask: ``(batch, encoder_length)`` bool; default the
+            encoder sequence's Keras mask.
+        encoder_attention_mask: ``(batch, length, encoder_length)`` bool for
+            the cross-attention.
+        self_attention_cache: ``(batch, 2, max_length, num_heads, key_dim)``.
+        self_attention_cache_update_index: int or scalar int tensor, the
+            position of ``decoder_sequence``'s first token.
+        cross_attention_cache: ``(batch, 2, encoder_length, num_heads,
+            key_dim)``; needs ``self_attention_cache``.
+        cross_attention_cache_update_index: ``0`` to compute the cache from
+            ``encoder_sequence``, ``None`` to reuse it.
+        use_causal_mask: default ``True``: position ``i`` attends to keys at
+            positions ``<= i`` only.
+        attention_bias: an additive float bias broadcastable to ``(batch,
+            num_heads, length, key_length)`` added to the self-attention logits
+            (a shared T5 bias, ALiBi).
+        training: whether dropout is active.
+
+    Returns:
+        ``output`` of shape ``(batch, length, hidden)``; with a
+        self-attention cache ``(output, self_attention_cache)``, and with a
+        cross-attention cache too ``(output, self_attention_cache,
+        cross_attention_cache)``.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.layers.relative_transformer import RelativeTransformerDecoder
+        >>> decoder = RelativeTransformerDecoder(
+        ...     intermediate_dim=32, num_heads=2, relative="bias", bucketing="log", num_buckets=8
+        ... )
+        >>> x, encoded = np.zeros((3, 5, 8), "float32"), np.zeros((3, 9, 8), "float32")
+        >>> tuple(decoder(x, encoded).shape)
+        (3, 5, 8)
+        >>> cache = np.zeros((3, 2, 5, 2, 4), "float32")  # (batch, 2, max_length, heads, key_dim)
+        >>> cross_cache = np.zeros((3, 2, 9, 2, 4), "float32")
+        >>> output, cache, cross_cache = decoder(
+        ...     x[:, :1],
+        ...     encoded,
+        ...     self_attention_cache=cache,
+        ...     self_attention_cache_update_index=0,
+        ...     cross_attention_cache=cross_cache,
+        ...     cross_attention_cache_update_index=0,
+        ... )
+        >>> tuple(output.shape), tuple(cache.shape), tuple(cross_cache.shape)
+        ((3, 1, 8), (3, 2, 5, 2, 4), (3, 2, 9, 2, 4))
+
+    Reference:
+        Vaswani et al., "Attention Is All You Need", NeurIPS 2017.
+        Shaw, Uszkoreit, Vaswani, "Self-Attention with Relative Position
+        Representations", NAACL 2018.
+        Raffel et al., "Exploring the Limits of Transfer Learning with a Unified
+        Text-to-Text Transformer", JMLR 2020.
+    """
+
+    def __init__(
+        self,
+        intermediate_dim: int,
+        num_heads: int,
+        key_dim: int | None = None,
+        dropout: float = 0.0,
+        activation: Any = "relu",
+        layer_norm_epsilon: float = 1e-5,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        normalize_first: bool = False,
+        use_bias: bool = True,
+        relative: str = "keys_values",
+        bucketing: str = "clip",
+        max_distance: int = 16,
+        num_buckets: int = 32,
+        bidirectional: bool = False,
+        rotary_max_wavelength: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            intermediate_dim,
+            num_heads,
+            key_dim=key_dim,
+            dropout=dropout,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            normalize_first=normalize_first,
+            use_bias=use_bias,
+            relative=relative,
+            bucketing=bucketing,
+            max_distance=max_distance,
+            num_buckets=num_buckets,
+            bidirectional=bidirectional,
+            rotary_max_wavelength=rotary_max_wavelength,
+            **kwargs,
+        )
+        self.cross_attention = None
+
+    def build(self, decoder_sequence_shape: Any, encoder_sequence_shape: Any = None) -> None:
+        shape = self._check_sequence("decoder_sequence", decoder_sequence_shape)
+        key_dim = self._head_dim(shape[-1])
+        self.self_attention = self._relative_attention("self_attention", key_dim)
+        self.self_attention.build(shape, shape)
+        self.self_attention_layer_norm = self._layer_norm("self_attention_layer_norm", shape)
+        self.self_attention_dropout = self._dropout_layer("self_attention_dropout")
+        self._built_features = {"decoder_sequence": shape[-1]}
+
+        self.cross_attention = None
+        if encoder_sequence_shape is not None:
+            encoder_shape = self._check_sequence("encoder_sequence", encoder_sequence_shape)
+            import keras_hub  # keras_hub imports TensorFlow; only load it when needed
+
+            self.cross_attention = keras_hub.layers.CachedMultiHeadAttention(
+                num_heads=self.num_heads,
+                key_dim=key_dim,
+                value_dim=key_dim,
+                dropout=self.dropout,
+                use_bias=self.use_bias,
+                kernel_initializer=_clone_initializer(self.kernel_initializer),
+                bias_initializer=_clone_initializer(self.bias_initializer),
+                dtype=self.dtype_policy,
+                name="cross_attention",
+            )
+            self.cross_attention.build(shape, encoder_shape)
+            self.cross_attention_layer_norm = self._layer_norm("cross_attention_layer_norm", shape)
+            self.cross_attention_dropout = self._dropout_layer("cross_attention_dropout")
+            self._built_features["encoder_sequence"] = encoder_shape[-1]
+
+        self._build_feedforward(shape)
+        self.built = True
+
+    def _check_call(self, encoder_sequence: Any, self_cache: Any, cross_cache: Any) -> None:
+        name = self._layer_name()
+        has_cross_attention = self.cross_attention is not None
+        if encoder_sequence is not None and not has_cross_attention:
+            raise ValueError(
+                f"{name}: was built without cross-attention (first called with "
+                "`decoder_sequence` only), so `encoder_sequence` must be None; got a tensor "
+                f"of shape {tuple(encoder_sequence.shape)}. Use a new layer for an "
+                "encoder-decoder block."
+            )
+        if encoder_sequence is None and has_cross_attention:
+            raise ValueError(
+                f"{name}: was built with cross-attention (first called with an "
+                "`encoder_sequence`), so `encoder_sequence` must be given; got None."
+            )
+        if cross_cache is not None and self_cache is None:
+            raise ValueError(
+                f"{name}: `cross_attention_cache` needs `self_attention_cache` (caching is "
+                "for step-by-step decoding); got self_attention_cache=None."
+            )
+        if cross_cache is not None and not has_cross_attention:
+            raise ValueError(
+                f"{name}: `cross_attention_cache` must be None for a block without "
+                f"cross-attention; got a tensor of shape {tuple(cross_cache.shape)}."
+            )
+
+    def call(
+        self,
+        decoder_sequence: Any,
+        encoder_sequence: Any = None,
+        decoder_padding_mask: Any = None,
+        decoder_attention_mask: Any = None,
+        encoder_padding_mask: Any = None,
+        encoder_attention_mask: Any = None,
+        self_attention_cache: Any = None,
+        self_attention_cache_update_index: Any = None,
+        cross_attention_cache: Any = None,
+        cross_attention_cache_update_index: Any = None,
+        use_causal_mask: bool = True,
+        attention_bias: Any = None,
+        training: Any = None,
+    ) -> Any:
+        self._check_sequence("decoder_sequence", decoder_sequence.shape)
+        if encoder_sequence is not None:
+            self._check_sequence("encoder_sequence", encoder_sequence.shape)
+        self._check_call(encoder_sequence, self_attention_cache, cross_attention_cache)
+        decoder_padding_mask = self._check_mask("decoder_padding_mask", decoder_padding_mask, 2)
+        decoder_attention_mask = self._check_mask(
+            "decoder_attention_mask", decoder_attention_mask, 3
+        )
+        encoder_padding_mask = self._check_mask("encoder_padding_mask", encoder_padding_mask, 2)
+        encoder_attention_mask = self._check_mask(
+            "encoder_attention_mask", encoder_attention_mask, 3
+        )
+
+        if self_attention_cache is None:
+            if decoder_padding_mask is None:
+                decoder_padding_mask = self._mask_reader(decoder_sequence)
+            query_mask = decoder_padding_mask
+            key_mask = decoder_padding_mask
+        else:
+            # The cached keys are not the decoder sequence's, so its Keras mask
+            # does not apply to them; passing explicit masks also stops the
+            # attention from reading that mask itself.
+            batch = ops.shape(decoder_sequence)[0]
+            query_mask = ops.ones((batch, ops.shape(decoder_sequence)[1]), "bool")
+            key_mask = decoder_padding_mask
+            if key_mask is None:
+                key_mask = ops.ones((batch, ops.shape(self_attention_cache)[2]), "bool")
+
+        def self_attend(x: Any) -> tuple:
+            result = self.self_attention(
+                x,
+                x,
+                query_mask=query_mask,
+                value_mask=key_mask,
+                attention_mask=decoder_attention_mask,
+                use_causal_mask=use_causal_mask,
+                attention_bias=attention_bias,
+                cache=self_attention_cache,
+                cache_update_index=self_attention_cache_update_index,
+                training=training,
+            )
+            return (result[0], result[1:]) if self_attention_cache is not None else (result, ())
+
+        x, self_cache = self._residual_block(
+            decoder_sequence,
+            self.self_attention_layer_norm,
+            self_attend,
+            self.self_attention_dropout,
+            training,
+        )
+
+        cross_cache = ()
+        if self.cross_attention is not None:
+            encoder_keras_mask = self._mask_reader(encoder_sequence)
+            if encoder_keras_mask is not None:
+                if encoder_padding_mask is None:
+                    encoder_padding_mask = encoder_keras_mask
+                # A fresh tensor carries no Keras mask: the cross-attention's
+                # projections do not support masking and would warn about it.
+                encoder_sequence = ops.add(encoder_sequence, ops.zeros((), encoder_sequence.dtype))
+            cross_mask = encoder_attention_mask
+            if encoder_padding_mask is not None:
+                keys = ops.expand_dims(encoder_padding_mask, 1)  # (batch, 1, encoder_length)
+                cross_mask = keys if cross_mask is None else ops.logical_and(cross_mask, keys)
+
+            def cross_attend(x: Any) -> tuple:
+                result = self.cross_attention(
+                    x,
+                    encoder_sequence,
+                    attention_mask=cross_mask,
+                    cache=cross_attention_cache,
+                    cache_update_index=cross_attention_cache_update_index,
+                    training=training,
+                )
+                if cross_attention_cache is None:
+                    return result, ()
+                return result[0], result[1:]
+
+            x, cross_cache = self._residual_block(
+                x,
+                self.cross_attention_layer_norm,
+                cross_attend,
+                self.cross_attention_dropout,
+                training,
+            )
+
+        x = self._feedforward_block(x, training)
+        if self_attention_cache is None:
+            return x
+        return (x, *self_cache, *cross_cache)
+
+    def compute_output_shape(
+        self, decoder_sequence_shape: Any, encoder_sequence_shape: Any = None
+    ) -> tuple:
+        return self._check_sequence("decoder_sequence", decoder_sequence_shape)
+
+    def compute_output_spec(
+        self,
+        decoder_sequence: Any,
+        encoder_sequence: Any = None,
+        decoder_padding_mask: Any = None,
+        decoder_attention_mask: Any = None,
+        encoder_padding_mask: Any = None,
+        encoder_attention_mask: Any = None,
+        self_attention_cache: Any = None,
+        self_attention_cache_update_index: Any = None,
+        cross_attention_cache: Any = None,
+        cross_attention_cache_update_index: Any = None,
+        use_causal_mask: bool = True,
+        attention_bias: Any = None,
+        training: Any = None,
+    ) -> Any:
+        self._check_call(encoder_sequence, self_attention_cache, cross_attention_cache)
+        shape = self.compute_output_shape(decoder_sequence.shape)
+        output = keras.KerasTensor(shape, dtype=self.compute_dtype)
+        if self_attention_cache is None:
+            return output
+        results = [output]
+        for cache in (self_attention_cache, cross_attention_cache):
+            if cache is not None:
+                results.append(keras.KerasTensor(cache.shape, dtype=cache.dtype))
+        return tuple(results)
