@@ -10,6 +10,7 @@ The relative index functions are public too, both here and in
 """
 
 from keras_posenc.layers import relative_index
+from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, SqueezeExcite
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
 from keras_posenc.layers.padding import SpatialPadding2D
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
@@ -38,14 +39,17 @@ __all__ = [
     "ConvS2SAttention",
     "GLUConv1D",
     "GradMultiply",
+    "MBConv",
     "MultiHeadRelativeAttention",
     "MultiScaleRelativePositionEmbedding",
     "RelativePositionBias",
     "RelativePositionBias2D",
     "RelativePositionEmbedding",
     "RelativeTransformerDecoder",
+    "RelativeTransformerBlock2D",
     "RelativeTransformerEncoder",
     "SpatialPadding2D",
+    "SqueezeExcite",
     "bucket_index",
     "clip_index",
     "log_bucket_index",

@@ -11,6 +11,7 @@ Model cards (parameters ours vs the paper's, measured speed, export status)
 live in the repository's top-level ``zoo/`` folder.
 """
 
+from keras_posenc.zoo import coatnet  # noqa: F401  (registers coatnet_0 .. coatnet_4)
 from keras_posenc.zoo.registry import (
     ModelSpec,
     create,

@@ -1,0 +1,610 @@
+"""CoAtNet's blocks (Dai et al. 2021): MBConv with squeeze-excitation, and the
+relative-attention Transformer block over a 2D feature map.
+
+Both blocks are pre-normalised residual blocks, ``x <- x + Module(Norm(x))``,
+that can downsample by 2 in their first block of a stage. When they do (or when
+they change the width) the shortcut becomes ``Proj(Pool(x))``: a 2 x 2, stride-2
+max pool followed by a 1 x 1 projection (with bias), each only where needed.
+Feature maps are channels-last, ``(batch, height, width, channels)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
+
+STRIDE_ON = ("expand", "depthwise")
+
+# timm's MBConv initialisation (EfficientNet's): normal, variance 2 / fan_out, untruncated.
+_CONV_INITIALIZER = {
+    "class_name": "VarianceScaling",
+    "config": {"scale": 2.0, "mode": "fan_out", "distribution": "untruncated_normal"},
+}
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _positive_int(value: Any, who: str, argument: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{who}: `{argument}` must be a positive int; received {value!r}")
+    return int(value)
+
+
+def _rate(value: Any, who: str, argument: str, allow_one: bool = False) -> float:
+    numeric = isinstance(value, int | float | np.floating | np.integer) and not isinstance(
+        value, bool
+    )
+    upper_ok = numeric and (value <= 1 if allow_one else value < 1)
+    if not numeric or value < 0 or not upper_ok:
+        bound = "[0, 1]" if allow_one else "[0, 1)"
+        raise ValueError(f"{who}: `{argument}` must be a float in {bound}; received {value!r}")
+    return float(value)
+
+
+def _strides(value: Any, who: str) -> int:
+    if isinstance(value, bool) or value not in (1, 2):
+        raise ValueError(f"{who}: `strides` must be 1 or 2; received strides={value!r}")
+    return int(value)
+
+
+def _check_feature_map(input_shape: Any, who: str) -> tuple:
+    shape = tuple(input_shape)
+    if len(shape) != 4:
+        raise ValueError(
+            f"{who}: expected a feature map of rank 4 (batch, height, width, channels); "
+            f"received input of shape {shape}"
+        )
+    if shape[-1] is None:
+        raise ValueError(f"{who}: the channel axis must be known; received input shape {shape}")
+    return shape
+
+
+def _downsampled(size: int | None, strides: int) -> int | None:
+    return None if size is None else -(-size // strides)
+
+
+def _gelu(x: Any) -> Any:
+    # The exact (erf) GELU, as the paper and timm use; ops.gelu defaults to the tanh form.
+    return keras.activations.gelu(x, approximate=False)
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+def drop_path(x: Any, rate: float, seed_generator: Any, training: bool | None) -> Any:
+    """Stochastic depth: drops the whole residual branch for a random subset of samples.
+
+    Each sample keeps ``x`` with probability ``1 - rate`` (scaled by ``1 / (1 - rate)``
+    so the expectation is unchanged) or gets zeros; only when ``training`` is true.
+    """
+    if not training or rate == 0.0:
+        return x
+    keep = 1.0 - rate
+    shape = (ops.shape(x)[0],) + (1,) * (len(x.shape) - 1)
+    noise = keras.random.uniform(shape, seed=seed_generator, dtype=x.dtype)
+    return x * ops.floor(keep + noise) / keep
+
+
+class _PooledProjection:
+    """Builds the ``Proj(Pool(x))`` shortcut: each part only where needed."""
+
+    @staticmethod
+    def make(layer: keras.layers.Layer, channels: int, filters: int) -> None:
+        policy = layer.dtype_policy
+        layer.shortcut_pool = (
+            keras.layers.MaxPooling2D(2, 2, padding="same", dtype=policy, name="shortcut_pool")
+            if layer.strides == 2
+            else None
+        )
+        layer.shortcut_projection = (
+            keras.layers.Conv2D(filters, 1, dtype=policy, name="shortcut_projection")
+            if channels != filters
+            else None
+        )
+
+    @staticmethod
+    def build(layer: keras.layers.Layer, shape: tuple) -> None:
+        if layer.shortcut_pool is not None:
+            layer.shortcut_pool.build(shape)
+            shape = layer.shortcut_pool.compute_output_shape(shape)
+        if layer.shortcut_projection is not None:
+            layer.shortcut_projection.build(shape)
+
+    @staticmethod
+    def call(layer: keras.layers.Layer, x: Any) -> Any:
+        if layer.shortcut_pool is not None:
+            x = layer.shortcut_pool(x)
+        if layer.shortcut_projection is not None:
+            x = layer.shortcut_projection(x)
+        return x
+
+
+# --------------------------------------------------------------------------- SqueezeExcite
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class SqueezeExcite(keras.layers.Layer):
+    """Squeeze-and-excitation: rescales each channel by a gate computed from global context.
+
+    ``x * sigmoid(W2 act(W1 mean_hw(x) + b1) + b2)``: the feature map is averaged
+    over its spatial axes, squeezed to ``squeeze_filters`` channels, expanded back
+    and turned into one gate in (0, 1) per sample and channel.
+
+    Args:
+        squeeze_filters: width of the bottleneck, a positive int. MBConv passes
+            ``se_ratio * filters`` (the block's output width, as timm does).
+        activation: activation of the bottleneck, a name or callable; default
+            ``"gelu"`` (exact), the paper's "GELU everywhere" (timm uses SiLU
+            here; without released weights the choice is not observable).
+        **kwargs: base layer arguments (``name``, ``dtype``, ``trainable``).
+
+    Call arguments:
+        inputs: a feature map ``(batch, height, width, channels)``.
+
+    Returns:
+        A tensor of the input's shape.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.layers.coatnet import SqueezeExcite
+        >>> layer = SqueezeExcite(squeeze_filters=4)
+        >>> tuple(layer(np.ones((2, 5, 5, 16), "float32")).shape)
+        (2, 5, 5, 16)
+
+    Reference:
+        - [Hu et al., 2018. Squeeze-and-Excitation Networks](https://arxiv.org/abs/1709.01507)
+        - [Dai et al., 2021. CoAtNet: Marrying Convolution and Attention for All
+          Data Sizes](https://arxiv.org/abs/2106.04803)
+    """
+
+    def __init__(self, squeeze_filters: int, activation: str | Any = "gelu", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        who = f"SqueezeExcite '{self.name}'"
+        self.squeeze_filters = _positive_int(squeeze_filters, who, "squeeze_filters")
+        self.activation = activation
+        try:
+            # keras.activations.get("gelu") is the exact (erf) GELU.
+            squeeze_activation = keras.activations.get(activation)
+        except Exception as error:
+            raise ValueError(
+                f"{who}: `activation` must be an activation name or callable; "
+                f"received activation={activation!r}"
+            ) from error
+        self.squeeze = keras.layers.Dense(
+            self.squeeze_filters,
+            activation=squeeze_activation,
+            dtype=self.dtype_policy,
+            name="squeeze",
+        )
+        self.excite = None
+
+    def build(self, input_shape: Any) -> None:
+        shape = _check_feature_map(input_shape, f"SqueezeExcite '{self.name}'")
+        channels = int(shape[-1])
+        self.excite = keras.layers.Dense(
+            channels, activation="sigmoid", dtype=self.dtype_policy, name="excite"
+        )
+        self.squeeze.build((shape[0], channels))
+        self.excite.build((shape[0], self.squeeze_filters))
+
+    def call(self, inputs: Any) -> Any:
+        context = ops.mean(inputs, axis=(1, 2))
+        gate = self.excite(self.squeeze(context))
+        return inputs * gate[:, None, None, :]
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        return tuple(input_shape)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        activation = self.activation
+        if not isinstance(activation, str):
+            activation = keras.activations.serialize(activation)
+        config.update(squeeze_filters=self.squeeze_filters, activation=activation)
+        return config
+
+
+# --------------------------------------------------------------------------- MBConv
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class MBConv(keras.layers.Layer):
+    """Pre-activation inverted-bottleneck block with squeeze-excitation (CoAtNet's C block).
+
+    ``x <- Shortcut(x) + DropPath(Conv1x1(SE(DWConv3x3(Conv1x1(BN(x))))))``, where the
+    expansion 1 x 1 conv and the depthwise conv are each followed by BatchNorm and
+    GELU, the expansion width is ``expansion_rate * filters`` (from the output
+    width, as the paper's tables and timm), the final 1 x 1 conv has a bias and the
+    two inner convs do not. ``Shortcut`` is the identity, or ``Proj(Pool(x))``
+    (2 x 2 stride-2 max pool, then a 1 x 1 conv with bias) when the block
+    downsamples or changes the width, each part only where needed.
+
+    Args:
+        filters: output channels, a positive int.
+        strides: 1, or 2 to halve height and width (``ceil(size / 2)``).
+        expansion_rate: the inner width is ``expansion_rate * filters``; a positive int.
+        se_ratio: squeeze-excitation bottleneck as a fraction of ``filters``
+            (``max(1, int(se_ratio * filters))``); 0 disables squeeze-excitation.
+        stride_on: where a stride of 2 sits: ``"expand"`` (the first 1 x 1 conv,
+            the paper's default) or ``"depthwise"`` (the 3 x 3 depthwise conv, the
+            paper's variant and timm's default: slightly better, slower).
+        drop_path_rate: stochastic depth, the probability of dropping the residual
+            branch of a sample during training; in [0, 1).
+        synchronized: BatchNorm statistics synchronised across replicas
+            (``keras.layers.BatchNormalization(synchronized=...)``). Keras
+            supports it on the TensorFlow backend only; elsewhere ``True`` raises
+            a ``ValueError`` rather than training with per-replica statistics.
+        kernel_size: depthwise kernel size, a positive int (default 3).
+        norm_epsilon: BatchNorm epsilon (default 1e-3, as the official TF code).
+        norm_momentum: BatchNorm moving-average momentum (default 0.99).
+        seed: optional int seed of the stochastic depth noise.
+        **kwargs: base layer arguments (``name``, ``dtype``, ``trainable``).
+
+    Call arguments:
+        inputs: a feature map ``(batch, height, width, channels)``.
+        training: bool; BatchNorm uses batch statistics and stochastic depth is
+            active only when true.
+
+    Returns:
+        ``(batch, ceil(height / strides), ceil(width / strides), filters)``.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.layers.coatnet import MBConv
+        >>> images = np.ones((2, 8, 8, 16), "float32")
+        >>> tuple(MBConv(16)(images).shape)
+        (2, 8, 8, 16)
+        >>> tuple(MBConv(32, strides=2, stride_on="depthwise")(images).shape)
+        (2, 4, 4, 32)
+
+    Reference:
+        - [Dai et al., 2021. CoAtNet: Marrying Convolution and Attention for All
+          Data Sizes](https://arxiv.org/abs/2106.04803)
+        - [Sandler et al., 2018. MobileNetV2: Inverted Residuals and Linear
+          Bottlenecks](https://arxiv.org/abs/1801.04381)
+    """
+
+    def __init__(
+        self,
+        filters: int,
+        strides: int = 1,
+        expansion_rate: int = 4,
+        se_ratio: float = 0.25,
+        stride_on: str = "expand",
+        drop_path_rate: float = 0.0,
+        synchronized: bool = False,
+        kernel_size: int = 3,
+        norm_epsilon: float = 1e-3,
+        norm_momentum: float = 0.99,
+        seed: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        who = self._who()
+        self.filters = _positive_int(filters, who, "filters")
+        self.strides = _strides(strides, who)
+        self.expansion_rate = _positive_int(expansion_rate, who, "expansion_rate")
+        self.se_ratio = _rate(se_ratio, who, "se_ratio", allow_one=True)
+        if stride_on not in STRIDE_ON:
+            raise ValueError(
+                f"{who}: `stride_on` must be one of {STRIDE_ON}; received stride_on={stride_on!r}"
+            )
+        self.stride_on = stride_on
+        self.drop_path_rate = _rate(drop_path_rate, who, "drop_path_rate")
+        if not isinstance(synchronized, bool):
+            raise TypeError(
+                f"{who}: `synchronized` must be a bool; received {type(synchronized).__name__}"
+            )
+        if synchronized and keras.backend.backend() != "tensorflow":
+            raise ValueError(
+                f"{who}: `synchronized=True` needs the TensorFlow backend (Keras' "
+                "BatchNormalization synchronises replicas only there); received "
+                f"synchronized=True on the {keras.backend.backend()} backend"
+            )
+        self.synchronized = synchronized
+        self.kernel_size = _positive_int(kernel_size, who, "kernel_size")
+        self.norm_epsilon = _rate(norm_epsilon, who, "norm_epsilon")
+        self.norm_momentum = _rate(norm_momentum, who, "norm_momentum")
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.drop_path_rate > 0 else None
+        self.hidden_filters = self.expansion_rate * self.filters
+        self.squeeze_filters = max(1, int(self.se_ratio * self.filters)) if self.se_ratio else 0
+
+        policy = self.dtype_policy
+        expand_strides = self.strides if stride_on == "expand" else 1
+        depthwise_strides = self.strides if stride_on == "depthwise" else 1
+        self.pre_norm = self._batch_norm("pre_norm")
+        self.expand_conv = keras.layers.Conv2D(
+            self.hidden_filters,
+            1,
+            strides=expand_strides,
+            padding="same",
+            use_bias=False,
+            kernel_initializer=_CONV_INITIALIZER,
+            dtype=policy,
+            name="expand_conv",
+        )
+        self.expand_norm = self._batch_norm("expand_norm")
+        self.depthwise_conv = keras.layers.DepthwiseConv2D(
+            self.kernel_size,
+            strides=depthwise_strides,
+            padding="same",
+            use_bias=False,
+            depthwise_initializer=_CONV_INITIALIZER,
+            dtype=policy,
+            name="depthwise_conv",
+        )
+        self.depthwise_norm = self._batch_norm("depthwise_norm")
+        self.squeeze_excite = (
+            SqueezeExcite(self.squeeze_filters, dtype=policy, name="squeeze_excite")
+            if self.squeeze_filters
+            else None
+        )
+        self.project_conv = keras.layers.Conv2D(
+            self.filters,
+            1,
+            kernel_initializer=_CONV_INITIALIZER,
+            dtype=policy,
+            name="project_conv",
+        )
+        self.shortcut_pool = None
+        self.shortcut_projection = None
+
+    def _who(self) -> str:
+        return f"MBConv '{self.name}'"
+
+    def _batch_norm(self, name: str) -> keras.layers.BatchNormalization:
+        return keras.layers.BatchNormalization(
+            epsilon=self.norm_epsilon,
+            momentum=self.norm_momentum,
+            synchronized=self.synchronized,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, input_shape: Any) -> None:
+        shape = _check_feature_map(input_shape, self._who())
+        _PooledProjection.make(self, int(shape[-1]), self.filters)
+        _PooledProjection.build(self, shape)
+        self.pre_norm.build(shape)
+        self.expand_conv.build(shape)
+        shape = self.expand_conv.compute_output_shape(shape)
+        self.expand_norm.build(shape)
+        self.depthwise_conv.build(shape)
+        shape = self.depthwise_conv.compute_output_shape(shape)
+        self.depthwise_norm.build(shape)
+        if self.squeeze_excite is not None:
+            self.squeeze_excite.build(shape)
+        self.project_conv.build(shape)
+
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
+        shortcut = _PooledProjection.call(self, inputs)
+        x = self.pre_norm(inputs, training=training)
+        x = _gelu(self.expand_norm(self.expand_conv(x), training=training))
+        x = _gelu(self.depthwise_norm(self.depthwise_conv(x), training=training))
+        if self.squeeze_excite is not None:
+            x = self.squeeze_excite(x)
+        x = self.project_conv(x)
+        return shortcut + drop_path(x, self.drop_path_rate, self.seed_generator, training)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        batch, height, width, _ = _check_feature_map(input_shape, self._who())
+        return (
+            batch,
+            _downsampled(height, self.strides),
+            _downsampled(width, self.strides),
+            self.filters,
+        )
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            filters=self.filters,
+            strides=self.strides,
+            expansion_rate=self.expansion_rate,
+            se_ratio=self.se_ratio,
+            stride_on=self.stride_on,
+            drop_path_rate=self.drop_path_rate,
+            synchronized=self.synchronized,
+            kernel_size=self.kernel_size,
+            norm_epsilon=self.norm_epsilon,
+            norm_momentum=self.norm_momentum,
+            seed=self.seed,
+        )
+        return config
+
+
+# --------------------------------------------------------------------------- Transformer
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class RelativeTransformerBlock2D(keras.layers.Layer):
+    """Pre-norm Transformer block with 2D relative attention over a feature map (CoAtNet's T).
+
+    ``x <- Shortcut(x) + DropPath(Attention(Pool(LayerNorm(x))))`` then
+    ``x <- x + DropPath(FFN(LayerNorm(x)))``. The attention is multi-head
+    self-attention over all ``h * w`` positions of the (pooled) map,
+    ``softmax(Q K^T / sqrt(head_dim) + B) V``, where ``B`` is a learned relative
+    position bias, one scalar per head and 2D offset
+    (:class:`RelativePositionBias2D`), added before the softmax; the softmax runs
+    in float32. The heads are ``filters // head_dim``; queries, keys and values
+    come from one dense projection to ``3 * filters`` (laid out ``[q | k | v]``,
+    each ``(heads, head_dim)``), followed by an output projection. The FFN is
+    ``Dense(expansion_rate * filters)``, exact GELU, ``Dense(filters)``.
+
+    With ``strides=2`` both branches are downsampled by a 2 x 2 stride-2 max pool:
+    ``Shortcut = Proj(Pool(x))`` (1 x 1 projection only when the width changes)
+    and the attention sees ``Pool(LayerNorm(x))``.
+
+    The bias table is sized at build time for the (pooled) map,
+    ``(heads, 2h - 1, 2w - 1)``; weights saved from a block built at another size
+    load with the table resized bilinearly (CoAtNet's fine-tuning at a higher
+    resolution). Called on a map of another static size than it was built for,
+    the block resizes the table inside the call. The spatial size must be known
+    (static) when the block is built.
+
+    Args:
+        filters: output channels, a positive multiple of ``head_dim``.
+        head_dim: channels per attention head (default 32, the paper's).
+        strides: 1, or 2 to halve height and width (``ceil(size / 2)``).
+        expansion_rate: FFN hidden width as a multiple of ``filters`` (default 4).
+        drop_path_rate: stochastic depth on both residual branches; in [0, 1).
+        norm_epsilon: LayerNorm epsilon (default 1e-5, as the official TF code).
+        seed: optional int seed of the stochastic depth noise.
+        **kwargs: base layer arguments (``name``, ``dtype``, ``trainable``).
+
+    Call arguments:
+        inputs: a feature map ``(batch, height, width, channels)``.
+        training: bool; stochastic depth is active only when true.
+
+    Returns:
+        ``(batch, ceil(height / strides), ceil(width / strides), filters)``.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.layers.coatnet import RelativeTransformerBlock2D
+        >>> block = RelativeTransformerBlock2D(64, head_dim=16, strides=2)
+        >>> tuple(block(np.ones((2, 8, 6, 32), "float32")).shape)
+        (2, 4, 3, 64)
+        >>> block.num_heads, tuple(block.relative_bias.table.shape)
+        (4, (4, 7, 5))
+
+    Reference:
+        - [Dai et al., 2021. CoAtNet: Marrying Convolution and Attention for All
+          Data Sizes](https://arxiv.org/abs/2106.04803)
+    """
+
+    def __init__(
+        self,
+        filters: int,
+        head_dim: int = 32,
+        strides: int = 1,
+        expansion_rate: int = 4,
+        drop_path_rate: float = 0.0,
+        norm_epsilon: float = 1e-5,
+        seed: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        who = self._who()
+        self.filters = _positive_int(filters, who, "filters")
+        self.head_dim = _positive_int(head_dim, who, "head_dim")
+        if self.filters % self.head_dim:
+            raise ValueError(
+                f"{who}: `filters` must be a multiple of `head_dim`; received "
+                f"filters={filters}, head_dim={head_dim}"
+            )
+        self.num_heads = self.filters // self.head_dim
+        self.strides = _strides(strides, who)
+        self.expansion_rate = _positive_int(expansion_rate, who, "expansion_rate")
+        self.drop_path_rate = _rate(drop_path_rate, who, "drop_path_rate")
+        self.norm_epsilon = _rate(norm_epsilon, who, "norm_epsilon")
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.drop_path_rate > 0 else None
+
+        policy = self.dtype_policy
+        self.attention_norm = keras.layers.LayerNormalization(
+            epsilon=self.norm_epsilon, dtype=policy, name="attention_norm"
+        )
+        self.attention_pool = (
+            keras.layers.MaxPooling2D(2, 2, padding="same", dtype=policy, name="attention_pool")
+            if self.strides == 2
+            else None
+        )
+        self.qkv_dense = keras.layers.Dense(3 * self.filters, dtype=policy, name="qkv")
+        self.output_dense = keras.layers.Dense(self.filters, dtype=policy, name="attention_output")
+        self.ffn_norm = keras.layers.LayerNormalization(
+            epsilon=self.norm_epsilon, dtype=policy, name="ffn_norm"
+        )
+        self.ffn_hidden = keras.layers.Dense(
+            self.expansion_rate * self.filters, dtype=policy, name="ffn_hidden"
+        )
+        self.ffn_output = keras.layers.Dense(self.filters, dtype=policy, name="ffn_output")
+        self.relative_bias = None
+        self.shortcut_pool = None
+        self.shortcut_projection = None
+
+    def _who(self) -> str:
+        return f"RelativeTransformerBlock2D '{self.name}'"
+
+    def build(self, input_shape: Any) -> None:
+        shape = _check_feature_map(input_shape, self._who())
+        batch, height, width, channels = shape
+        if height is None or width is None:
+            raise ValueError(
+                f"{self._who()}: the spatial size must be known when the block is built "
+                f"(it sizes the relative position table); received input shape {shape}"
+            )
+        channels = int(channels)
+        _PooledProjection.make(self, channels, self.filters)
+        _PooledProjection.build(self, shape)
+        self.attention_norm.build(shape)
+        if self.attention_pool is not None:
+            self.attention_pool.build(shape)
+        grid = (_downsampled(height, self.strides), _downsampled(width, self.strides))
+        self.relative_bias = RelativePositionBias2D(
+            self.num_heads, size=grid, dtype=self.dtype_policy, name="relative_bias"
+        )
+        self.qkv_dense.build((batch, None, channels))
+        self.output_dense.build((batch, None, self.filters))
+        self.ffn_norm.build((batch, *grid, self.filters))
+        self.ffn_hidden.build((batch, *grid, self.filters))
+        self.ffn_output.build((batch, *grid, self.expansion_rate * self.filters))
+
+    def _attention(self, x: Any) -> Any:
+        height, width = x.shape[1], x.shape[2]
+        positions = height * width
+        qkv = self.qkv_dense(ops.reshape(x, (-1, positions, x.shape[-1])))
+        qkv = ops.reshape(qkv, (-1, positions, 3, self.num_heads, self.head_dim))
+        query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        query = query * ops.cast(1.0 / math.sqrt(self.head_dim), query.dtype)
+        logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
+        size = None if (height, width) == self.relative_bias.size else (height, width)
+        # Softmax in float32 whatever the compute dtype (design: precision).
+        logits = ops.cast(logits, "float32") + ops.cast(self.relative_bias(size=size), "float32")
+        weights = ops.cast(ops.softmax(logits, axis=-1), value.dtype)
+        attended = ops.einsum("bhqk,bkhd->bqhd", weights, value)
+        attended = ops.reshape(attended, (-1, height, width, self.filters))
+        return self.output_dense(attended)
+
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
+        shortcut = _PooledProjection.call(self, inputs)
+        x = self.attention_norm(inputs)
+        if self.attention_pool is not None:
+            x = self.attention_pool(x)
+        x = self._attention(x)
+        x = shortcut + drop_path(x, self.drop_path_rate, self.seed_generator, training)
+        y = self.ffn_output(_gelu(self.ffn_hidden(self.ffn_norm(x))))
+        return x + drop_path(y, self.drop_path_rate, self.seed_generator, training)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        batch, height, width, _ = _check_feature_map(input_shape, self._who())
+        return (
+            batch,
+            _downsampled(height, self.strides),
+            _downsampled(width, self.strides),
+            self.filters,
+        )
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            filters=self.filters,
+            head_dim=self.head_dim,
+            strides=self.strides,
+            expansion_rate=self.expansion_rate,
+            drop_path_rate=self.drop_path_rate,
+            norm_epsilon=self.norm_epsilon,
+            seed=self.seed,
+        )
+        return config

@@ -1,0 +1,170 @@
+"""Numpy references for CoAtNet's blocks (Dai et al. 2021), independent of keras_posenc.
+
+Written from the paper's formulas with explicit loops over kernel offsets, in float64:
+
+- MBConv: x <- Shortcut(x) + Conv1x1(SE(GELU(BN(DWConv(GELU(BN(Conv1x1(BN(x))))))))),
+  Shortcut = Proj(Pool(x)) when downsampling / changing width, else identity;
+  BatchNorm in inference mode (moving statistics).
+- Transformer: x <- Shortcut(x) + Attention(Pool(LN(x))); x <- x + FFN(LN(x)), with
+  Attention = softmax(Q K^T / sqrt(d) + bias) V per head and the 2D relative bias of
+  reference.relative_position_2d.
+- "same" padding and pooling follow TensorFlow's convention (output ceil(n / stride),
+  padding split with the extra cell after), which is what Keras uses on every backend.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import erf
+
+from reference.relative_position_2d import relative_position_bias_2d
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """Exact GELU: x * Phi(x)."""
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _same_padding(size: int, kernel: int, stride: int) -> tuple[int, int, int]:
+    out = -(-size // stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return out, total // 2, total - total // 2
+
+
+def _pad(x: np.ndarray, kernel: int, stride: int, value: float) -> tuple[np.ndarray, int, int]:
+    """x (B, H, W, C) padded for a "same" window of ``kernel`` at ``stride``."""
+    out_h, top, bottom = _same_padding(x.shape[1], kernel, stride)
+    out_w, left, right = _same_padding(x.shape[2], kernel, stride)
+    padded = np.pad(
+        x, ((0, 0), (top, bottom), (left, right), (0, 0)), mode="constant", constant_values=value
+    )
+    return padded, out_h, out_w
+
+
+def conv2d(x, kernel, bias=None, stride=1):
+    """Dense 2D convolution, "same" padding; kernel (k, k, C_in, C_out)."""
+    k = kernel.shape[0]
+    padded, out_h, out_w = _pad(x, k, stride, 0.0)
+    out = np.zeros((x.shape[0], out_h, out_w, kernel.shape[-1]))
+    for i in range(k):
+        for j in range(k):
+            window = padded[:, i : i + stride * out_h : stride, j : j + stride * out_w : stride]
+            out += window @ kernel[i, j]
+    return out if bias is None else out + bias
+
+
+def depthwise_conv2d(x, kernel, stride=1):
+    """Depthwise 2D convolution, "same" padding; kernel (k, k, C, 1), no bias."""
+    k = kernel.shape[0]
+    padded, out_h, out_w = _pad(x, k, stride, 0.0)
+    out = np.zeros((x.shape[0], out_h, out_w, x.shape[-1]))
+    for i in range(k):
+        for j in range(k):
+            window = padded[:, i : i + stride * out_h : stride, j : j + stride * out_w : stride]
+            out += window * kernel[i, j, :, 0]
+    return out
+
+
+def max_pool_2x2(x):
+    """2 x 2 max pool with stride 2, "same" padding (padded cells never win)."""
+    padded, out_h, out_w = _pad(x, 2, 2, -np.inf)
+    out = np.full((x.shape[0], out_h, out_w, x.shape[-1]), -np.inf)
+    for i in range(2):
+        for j in range(2):
+            out = np.maximum(out, padded[:, i : i + 2 * out_h : 2, j : j + 2 * out_w : 2])
+    return out
+
+
+def batch_norm(x, gamma, beta, mean, variance, epsilon):
+    return gamma * (x - mean) / np.sqrt(variance + epsilon) + beta
+
+
+def layer_norm(x, gamma, beta, epsilon):
+    mean = x.mean(axis=-1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return gamma * (x - mean) / np.sqrt(variance + epsilon) + beta
+
+
+def squeeze_excite(x, w1, b1, w2, b2):
+    """x * sigmoid(W2 GELU(W1 mean_hw(x) + b1) + b2), one gate per sample and channel."""
+    context = x.mean(axis=(1, 2))
+    gate = sigmoid(gelu(context @ w1 + b1) @ w2 + b2)
+    return x * gate[:, None, None, :]
+
+
+def pooled_projection(x, strides, kernel=None, bias=None):
+    """The shortcut Proj(Pool(x)): pool when strides is 2, project when a kernel is given."""
+    if strides == 2:
+        x = max_pool_2x2(x)
+    if kernel is not None:
+        x = conv2d(x, kernel, bias)
+    return x
+
+
+def mbconv(x, w, strides=1, stride_on="expand", epsilon=1e-3):
+    """MBConv in inference mode; ``w`` maps names to float arrays (see the test's extraction).
+
+    Keys: pre_norm, expand_norm, depthwise_norm (each a tuple gamma, beta, mean,
+    variance), expand_kernel, depthwise_kernel, se (w1, b1, w2, b2) or None,
+    project_kernel, project_bias, shortcut_kernel / shortcut_bias (or None).
+    """
+    shortcut = pooled_projection(x, strides, w["shortcut_kernel"], w["shortcut_bias"])
+    y = batch_norm(x, *w["pre_norm"], epsilon)
+    y = conv2d(y, w["expand_kernel"], stride=strides if stride_on == "expand" else 1)
+    y = gelu(batch_norm(y, *w["expand_norm"], epsilon))
+    y = depthwise_conv2d(y, w["depthwise_kernel"], stride=strides if stride_on != "expand" else 1)
+    y = gelu(batch_norm(y, *w["depthwise_norm"], epsilon))
+    if w["se"] is not None:
+        y = squeeze_excite(y, *w["se"])
+    y = conv2d(y, w["project_kernel"], w["project_bias"])
+    return shortcut + y
+
+
+def relative_attention_2d(x, w, num_heads, table):
+    """Multi-head self-attention over the positions of x (B, h, w, C) with a 2D relative bias.
+
+    ``w["qkv"]`` = (kernel (C, 3 * D), bias) with columns laid out [q | k | v], each
+    (heads, head_dim); ``table`` (heads, 2h - 1, 2w - 1).
+    """
+    batch, height, width, _ = x.shape
+    positions = height * width
+    kernel, bias = w["qkv"]
+    model_dim = kernel.shape[1] // 3
+    head_dim = model_dim // num_heads
+    qkv = x.reshape(batch, positions, -1) @ kernel + bias
+    qkv = qkv.reshape(batch, positions, 3, num_heads, head_dim)
+    relative = relative_position_bias_2d(table, height, width)[0]  # (heads, N, N)
+    out = np.zeros((batch, positions, num_heads, head_dim))
+    for b in range(batch):
+        for h in range(num_heads):
+            q, k, v = qkv[b, :, 0, h], qkv[b, :, 1, h], qkv[b, :, 2, h]
+            logits = q @ k.T / math.sqrt(head_dim) + relative[h]
+            logits = logits - logits.max(axis=-1, keepdims=True)
+            weights = np.exp(logits)
+            weights /= weights.sum(axis=-1, keepdims=True)
+            out[b, :, h] = weights @ v
+    out_kernel, out_bias = w["attention_output"]
+    return (out.reshape(batch, positions, model_dim) @ out_kernel + out_bias).reshape(
+        batch, height, width, model_dim
+    )
+
+
+def relative_transformer_block(x, w, num_heads, strides=1, epsilon=1e-5):
+    """The pre-norm Transformer block; ``w`` keys: attention_norm, ffn_norm (gamma, beta),
+    qkv, attention_output, ffn_hidden, ffn_output (kernel, bias), table,
+    shortcut_kernel / shortcut_bias (or None)."""
+    shortcut = pooled_projection(x, strides, w["shortcut_kernel"], w["shortcut_bias"])
+    y = layer_norm(x, *w["attention_norm"], epsilon)
+    if strides == 2:
+        y = max_pool_2x2(y)
+    x = shortcut + relative_attention_2d(y, w, num_heads, w["table"])
+    hidden_kernel, hidden_bias = w["ffn_hidden"]
+    output_kernel, output_bias = w["ffn_output"]
+    y = layer_norm(x, *w["ffn_norm"], epsilon)
+    return x + gelu(y @ hidden_kernel + hidden_bias) @ output_kernel + output_bias
