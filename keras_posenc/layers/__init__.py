@@ -12,6 +12,7 @@ The relative index functions are public too, both here and in
 from keras_posenc.layers import relative_index
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, SqueezeExcite
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
+from keras_posenc.layers.muse import MUSEAttention
 from keras_posenc.layers.padding import SpatialPadding2D
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_index import (
@@ -40,6 +41,7 @@ __all__ = [
     "GLUConv1D",
     "GradMultiply",
     "MBConv",
+    "MUSEAttention",
     "MultiHeadRelativeAttention",
     "MultiScaleRelativePositionEmbedding",
     "RelativePositionBias",
