@@ -10,6 +10,7 @@ The relative index functions are public too, both here and in
 """
 
 from keras_posenc.layers import relative_index
+from keras_posenc.layers.activations import exact_gelu
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, SqueezeExcite
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
 from keras_posenc.layers.muse import MUSEAttention
@@ -54,6 +55,7 @@ __all__ = [
     "SqueezeExcite",
     "bucket_index",
     "clip_index",
+    "exact_gelu",
     "log_bucket_index",
     "multiscale_index",
     "multiscale_table_size",

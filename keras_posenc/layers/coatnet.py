@@ -17,6 +17,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.layers.activations import exact_gelu, get_activation
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 
 STRIDE_ON = ("expand", "depthwise")
@@ -70,9 +71,8 @@ def _downsampled(size: int | None, strides: int) -> int | None:
     return None if size is None else -(-size // strides)
 
 
-def _gelu(x: Any) -> Any:
-    # The exact (erf) GELU, as the paper and timm use; ops.gelu defaults to the tanh form.
-    return keras.activations.gelu(x, approximate=False)
+# The exact (erf) GELU, as the paper and timm use, in the form that exports to ONNX.
+_gelu = exact_gelu
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -171,8 +171,8 @@ class SqueezeExcite(keras.layers.Layer):
         self.squeeze_filters = _positive_int(squeeze_filters, who, "squeeze_filters")
         self.activation = activation
         try:
-            # keras.activations.get("gelu") is the exact (erf) GELU.
-            squeeze_activation = keras.activations.get(activation)
+            # "gelu" is the exact (erf) GELU, written to export to ONNX.
+            squeeze_activation = get_activation(activation)
         except Exception as error:
             raise ValueError(
                 f"{who}: `activation` must be an activation name or callable; "

@@ -37,6 +37,7 @@ import keras
 from keras import ops
 
 from keras_posenc.layers import relative_index
+from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_position import _check_single_table_bucketing
 
@@ -106,7 +107,8 @@ class _RelativeTransformerBase(keras.layers.Layer):
             raise ValueError(f"{caller}: `dropout` must be in [0, 1), got {dropout!r}.")
         self.dropout = float(dropout)
         try:
-            self.activation = keras.activations.get(activation)
+            # "gelu" is the exact GELU written with erf, so the block exports to ONNX.
+            self.activation = get_activation(activation)
         except ValueError as error:
             raise ValueError(
                 f"{caller}: `activation` must be a Keras activation (a name such as 'relu' or "

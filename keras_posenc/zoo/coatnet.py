@@ -30,6 +30,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_posenc.layers.activations import exact_gelu
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.zoo.registry import register_model
 
@@ -129,7 +130,7 @@ def _stem(x: Any, blocks: int, filters: int, synchronized: bool) -> Any:
             x = keras.layers.BatchNormalization(
                 synchronized=synchronized, name=f"stem_norm{index}"
             )(x)
-            x = keras.layers.Activation("gelu", name=f"stem_gelu{index}")(x)
+            x = keras.layers.Activation(exact_gelu, name=f"stem_gelu{index}")(x)
         x = keras.layers.Conv2D(
             filters,
             3,
