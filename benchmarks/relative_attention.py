@@ -11,6 +11,8 @@ Implementations:
     rel_bias         MultiHeadRelativeAttention(relative="bias")
     rel_keys         MultiHeadRelativeAttention(relative="keys")
     rel_keys_values  MultiHeadRelativeAttention(relative="keys_values")
+                     (the rel_* layers use their defaults, so above L = 1024 at 8 heads
+                     they process the queries in blocks: query_block_size=None)
     naive_shaw       Shaw et al. written the obvious way: a^K and a^V gathered into
                      (L, L, 64) tensors (only up to L = 2048: it needs them in memory)
 

@@ -29,9 +29,27 @@ _RELATIVE_LOGITS = ("auto", "gather", "skew")
 # any real float32 logit.
 _MASK_FILL = -1e9
 
+# Automatic query blocking (`MultiHeadRelativeAttention._query_block`): one
+# block's float32 logits for one example stay under this many bytes, and a block
+# has at least this many queries (fewer would make the per-block overhead of
+# small ops dominate).
+_AUTO_BLOCK_BYTES = 32 * 2**20
+_MIN_AUTO_BLOCK = 64
+
 
 def _rank(tensor: Any) -> int:
     return len(tensor.shape)
+
+
+def _query_rows(tensor: Any, first: int, last: int) -> Any:
+    """Rows ``first:last`` of a mask or bias broadcastable to (..., q_len, k_len).
+
+    The query axis is the second to last; a tensor without one (rank < 2) or
+    with a broadcast query axis (size 1) applies to every row unchanged.
+    """
+    if tensor is None or _rank(tensor) < 2 or tensor.shape[-2] == 1:
+        return tensor
+    return tensor[..., first:last, :]
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -65,7 +83,9 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
     rows)``, and multiplies by the table. The mask is one additive
     ``(batch, 1, q_len, k_len)`` bias. Nothing larger than the attention
     matrix is built: the peak is about 3 S (relative logits, content logits,
-    their sum) plus the index matrices; ``docs/benchmarks.md`` has the numbers.
+    their sum) plus the index matrices. For long static inputs the queries are
+    processed in blocks (``query_block_size``), so those tensors exist only for
+    one block of queries at a time; ``docs/benchmarks.md`` has the numbers.
 
     Masks follow Keras: ``True`` means "may attend". The Keras masks of
     ``query``/``value``/``key`` are used (e.g. from ``Embedding(mask_zero=True)``)
@@ -100,6 +120,16 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             gathers, with the same result) or ``"auto"`` (default): currently
             the gather, which used less memory than the skew on CPU with
             PyTorch and TensorFlow. Unused by ``relative="bias"``.
+        query_block_size: process the queries this many at a time (the
+            output is the same; the peak memory drops to a few
+            ``(batch, heads, block, k_len)`` tensors). ``None`` (default):
+            automatic, blocks only when one example's logits,
+            ``heads * q_len * k_len`` float32, exceed 32 MiB (8 heads: longer
+            than 1024 x 1024), in blocks of about 32 MiB (8 heads: 512 queries
+            at ``k_len = 2048``). Blocking needs a static query length (and,
+            automatic, a static key length); with an unknown length (e.g.
+            ``keras.Input((None, dim))``) all queries run at once. Pass a
+            value ``>= q_len`` to never block.
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
@@ -178,6 +208,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         bidirectional: bool = True,
         rotary_max_wavelength: float | None = None,
         relative_logits: str = "auto",
+        query_block_size: int | None = None,
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
         **kwargs: Any,
@@ -240,6 +271,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 f"and bucketing='clip', got relative={relative!r}, bucketing={bucketing!r}."
             )
         self.relative_logits = relative_logits
+        self.query_block_size = (
+            None
+            if query_block_size is None
+            else check_int(caller, "query_block_size", query_block_size, minimum=1)
+        )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -386,6 +422,127 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
 
         query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
         q = q * ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype)
+        if attention_mask is not None:
+            attention_mask = ops.convert_to_tensor(attention_mask)
+        if attention_bias is not None:
+            attention_bias = ops.convert_to_tensor(attention_bias)
+        attend = dict(
+            k=k,
+            v=v,
+            value_mask=value_mask,
+            key_mask=key_mask,
+            use_causal_mask=use_causal_mask,
+            key_length=key_length,
+            training=training,
+            return_attention_scores=return_attention_scores,
+        )
+        block = self._query_block(query_length, key_length, attention_mask, attention_bias)
+        if block is None:
+            output, probabilities = self._attend(
+                q, query_mask, attention_mask, attention_bias, query_length, offset, **attend
+            )
+        else:
+            # Query blocking (see `_query_block`): rows of queries are independent
+            # given k and v, so each block is attention of its queries to every
+            # key, with its relative positions (and causal mask) shifted by the
+            # block's first position; only the small outputs are kept.
+            outputs, scores = [], []
+            for first in range(0, query_length, block):
+                last = min(first + block, query_length)
+
+                def rows(tensor: Any, first: int = first, last: int = last) -> Any:
+                    return _query_rows(tensor, first, last)
+
+                output, probabilities = self._attend(
+                    q[:, first:last],
+                    None if query_mask is None else query_mask[:, first:last],
+                    rows(attention_mask),
+                    rows(attention_bias),
+                    last - first,
+                    offset if first == 0 else offset + first,
+                    **attend,
+                )
+                outputs.append(output)
+                scores.append(probabilities)
+                del output, probabilities
+            output = ops.concatenate(outputs, axis=1)
+            del outputs
+            probabilities = ops.concatenate(scores, axis=2) if return_attention_scores else None
+            del scores
+        output = self.output_dense(output)
+
+        results = [output]
+        if return_attention_scores:
+            results.append(probabilities)
+        if cache is not None:
+            results.append(cache)
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _query_block(
+        self, query_length: Any, key_length: Any, attention_mask: Any, attention_bias: Any
+    ) -> int | None:
+        """How many queries to process at a time, or None for all at once.
+
+        Memory: the logits of one block, (batch, heads, block, k_len) in float32,
+        and the few tensors of that size alive with them (relative logits, their
+        sum, the probabilities, their cumulative sum for "keys_values") are freed
+        before the next block, so the peak is a few block-sized tensors instead of
+        about 3-4 S for the whole (batch, heads, q_len, k_len); what is kept per
+        block is its output, (batch, block, heads, value_dim) (and its scores
+        when they are requested: those are S anyway).
+
+        ``query_block_size=None`` ("auto") blocks only when one example's score
+        tensor, heads * q_len * k_len float32, exceeds `_AUTO_BLOCK_BYTES` (32 MiB;
+        heads 8: above q_len = k_len = 1024), with blocks of about that size (8
+        heads: 512 queries at k_len = 2048, 256 at 4096; at least
+        `_MIN_AUTO_BLOCK` queries), split evenly so the last block is not a sliver.
+        Short inputs therefore run as one block, exactly as without blocking.
+        Blocking needs a static query length (a Python int; with "auto" a static
+        key length too), and attention masks/biases whose query axis is static:
+        otherwise (e.g. ``keras.Input((None, dim))``) everything runs as one block.
+        """
+        if not isinstance(query_length, int):
+            return None
+        for tensor in (attention_mask, attention_bias):
+            if tensor is not None and len(tensor.shape) >= 2 and tensor.shape[-2] is None:
+                return None
+        block = self.query_block_size
+        if block is None:
+            if not isinstance(key_length, int):
+                return None
+            row_bytes = 4 * self.num_heads * key_length  # one query's float32 logits
+            if row_bytes * query_length <= _AUTO_BLOCK_BYTES:
+                return None
+            block = max(_AUTO_BLOCK_BYTES // row_bytes, _MIN_AUTO_BLOCK)
+        if block >= query_length:
+            return None
+        blocks = -(-query_length // block)
+        return -(-query_length // blocks)
+
+    def _attend(
+        self,
+        q: Any,
+        query_mask: Any,
+        attention_mask: Any,
+        attention_bias: Any,
+        query_length: Any,
+        offset: Any,
+        *,
+        k: Any,
+        v: Any,
+        value_mask: Any,
+        key_mask: Any,
+        use_causal_mask: bool,
+        key_length: Any,
+        training: Any,
+        return_attention_scores: bool,
+    ) -> tuple:
+        """Attention of the (scaled) queries ``q`` at ``offset`` to every key.
+
+        Returns the attention output before the output projection, (batch,
+        q_len, heads, value_dim), fully masked rows zeroed, and the
+        probabilities in the compute dtype (None unless requested).
+        """
         mask = self._attention_mask(
             query_mask,
             value_mask,
@@ -428,7 +585,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         # this same einsum/softmax/einsum): none of them has a CPU kernel that
         # skips the logits when given a full bias. It also never returns the
         # probabilities and has no dropout, so it would be a second path to test.
-        # Peak here: the relative logits, the content logits and their sum (3 S).
+        # Peak here: the relative logits, the content logits and their sum (3 S
+        # without query blocking; three block-sized tensors with it).
         logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
         logits = logits + relative_logits
         del relative_logits
@@ -444,16 +602,13 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         if row_valid is not None:
             # Fully masked query rows: zero output (then only the projection's bias).
             output = output * ops.cast(row_valid[:, :, None, None], output.dtype)
-        output = self.output_dense(output)
-
-        results = [output]
         if return_attention_scores:
             if row_valid is not None:
                 probabilities = probabilities * row_valid[:, None, :, None]
-            results.append(ops.cast(probabilities, self.compute_dtype))
-        if cache is not None:
-            results.append(cache)
-        return results[0] if len(results) == 1 else tuple(results)
+            probabilities = ops.cast(probabilities, self.compute_dtype)
+        else:
+            probabilities = None
+        return output, probabilities
 
     def _use_cache(self, cache: Any, key: Any, value: Any, cache_update_index: Any) -> tuple:
         name = f"{type(self).__name__}({self.name!r})"
@@ -728,6 +883,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             bidirectional=self.bidirectional,
             rotary_max_wavelength=self.rotary_max_wavelength,
             relative_logits=self.relative_logits,
+            query_block_size=self.query_block_size,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
         )

@@ -339,13 +339,127 @@ def test_two_dimensional_attention_mask_broadcasts(rng):
     assert_close(layer(query, value, attention_mask=mask), expected, what="(q_len, k_len) mask")
 
 
-# --------------------------------------------------------------------------- unknown lengths
+# --------------------------------------------------------------------------- query blocks
+
+
+def _blocked_pair(query, value, relative, **kwargs):
+    """The same weights with queries in blocks of 3 and all at once (small inputs: no blocking)."""
+    whole = built_layer(query, value, relative=relative, **kwargs)
+    blocked = MultiHeadRelativeAttention.from_config({**whole.get_config(), "query_block_size": 3})
+    blocked(query, value)
+    blocked.set_weights(whole.get_weights())
+    return whole, blocked
+
+
+def _count_blocks(layer, monkeypatch):
+    calls = []
+    attend = MultiHeadRelativeAttention._attend
+
+    def counting(self, q, *args, **kwargs):
+        calls.append(int(q.shape[1]))
+        return attend(self, q, *args, **kwargs)
+
+    monkeypatch.setattr(MultiHeadRelativeAttention, "_attend", counting)
+    return calls
 
 
 @pytest.mark.parametrize("relative", MODES)
-def test_functional_model_with_unknown_length(relative, rng):
-    """keras.Input(shape=(None, dim)): one model, called at two lengths, on every backend."""
-    layer = MultiHeadRelativeAttention(2, 4, relative=relative, max_distance=3)
+def test_query_blocks_equal_one_block(relative, rng, monkeypatch):
+    """7 queries in blocks of 3 (3 + 3 + 1) against 9 keys: masks, bias, causal, scores."""
+    query, value = inputs(rng, 2, 7, 6), inputs(rng, 2, 9, 6)
+    whole, blocked = _blocked_pair(query, value, relative)
+    query_mask = np.ones((2, 7), bool)
+    query_mask[1, 4] = False
+    value_mask = np.array([[1] * 9, [1, 1, 0, 1, 1, 1, 1, 0, 1]], bool)
+    attention_mask = rng.random((2, 7, 9)) > 0.2
+    attention_mask[0, 5] = False  # a fully masked row in the last full block
+    attention_bias = rng.standard_normal((2, 2, 7, 9)).astype("float32")
+    kwargs = dict(
+        query_mask=query_mask,
+        value_mask=value_mask,
+        attention_mask=attention_mask,
+        attention_bias=attention_bias,
+        return_attention_scores=True,
+    )
+    for causal in (False, True):
+        expected, expected_scores = whole(query, value, use_causal_mask=causal, **kwargs)
+        calls = _count_blocks(blocked, monkeypatch)
+        output, scores = blocked(query, value, use_causal_mask=causal, **kwargs)
+        monkeypatch.undo()
+        assert calls == [3, 3, 1]
+        assert_close(output, to_numpy(expected), what=f"blocked output, causal={causal}")
+        assert_close(scores, to_numpy(expected_scores), what=f"blocked scores, causal={causal}")
+    assert np.all(to_numpy(scores)[0, :, 5] == 0)
+
+
+@pytest.mark.parametrize("relative", ["keys_values", "bias"])  # "keys" is in "keys_values"
+def test_query_blocks_with_cache_offset(relative, rng):
+    """A prompt of 7 written at position 2 of a cache of 9 (offset 2), then one step."""
+    x = inputs(rng, 1, 9, 6)
+    whole, blocked = _blocked_pair(x, x, relative)
+    full = to_numpy(whole(x, x, use_causal_mask=True))
+    cache = np.zeros((1, 2, 9, 2, 4), "float32")
+    _, cache = blocked(x[:, :2], x[:, :2], cache=cache, cache_update_index=0, use_causal_mask=True)
+    prompt, cache = blocked(
+        x[:, 2:], x[:, 2:], cache=cache, cache_update_index=2, use_causal_mask=True
+    )
+    assert_close(prompt, full[:, 2:], what="blocked prompt at offset 2")
+    step, _ = blocked(x[:, 8:], x[:, 8:], cache=cache, cache_update_index=8, use_causal_mask=True)
+    assert_close(step, full[:, 8:], what="step after the blocked prompt")
+
+
+def test_query_blocks_mixed_precision_and_dropout(rng):
+    query, value = inputs(rng, 2, 7, 6), inputs(rng, 2, 9, 6)
+    whole, _ = _blocked_pair(query, value, "keys_values")
+    config = {**whole.get_config(), "dtype": "mixed_bfloat16", "dropout": 0.5}
+    low, low_blocked = (
+        MultiHeadRelativeAttention.from_config({**config, "query_block_size": size})
+        for size in (None, 3)
+    )
+    query_mask = np.ones((2, 7), bool)
+    query_mask[0, 6] = False  # fully masked row in the one-query block
+    kwargs = dict(query_mask=query_mask, use_causal_mask=True)
+    for layer in (low, low_blocked):
+        layer(query, value)
+        layer.set_weights(whole.get_weights())
+    expected = to_numpy(low(query, value, **kwargs))
+    actual = to_numpy(low_blocked(query, value, **kwargs))
+    assert np.isfinite(actual).all()
+    np.testing.assert_allclose(actual, expected, atol=2e-2, rtol=2e-2)
+    output_bias = to_numpy(whole.output_dense.bias)
+    np.testing.assert_allclose(actual[0, 6], output_bias, atol=2e-2)
+    dropped = to_numpy(low_blocked(query, value, training=True, **kwargs))
+    assert np.isfinite(dropped).all()
+    assert not np.allclose(dropped, actual, atol=1e-3), "dropout inactive in the blocked path"
+
+
+def test_automatic_query_block_size():
+    layer = MultiHeadRelativeAttention(8, 64)
+    assert layer._query_block(1024, 1024, None, None) is None  # 32 MiB of logits: one block
+    assert layer._query_block(2048, 2048, None, None) == 512
+    assert layer._query_block(4096, 4096, None, None) == 256
+    assert layer._query_block(1, 100_000, None, None) is None  # decoding step
+    assert layer._query_block(2048, None, None, None) is None  # unknown key length
+    assert layer._query_block(None, 2048, None, None) is None
+    assert (
+        MultiHeadRelativeAttention(8, 64, query_block_size=600)._query_block(2048, 7, None, None)
+        == 512
+    )  # 4 even blocks rather than 600 + 600 + 600 + 248
+
+
+# --------------------------------------------------------------------------- unknown lengths
+
+
+@pytest.mark.parametrize("relative, block", [(mode, None) for mode in MODES] + [("keys_values", 2)])
+def test_functional_model_with_unknown_length(relative, block, rng):
+    """keras.Input(shape=(None, dim)): one model, called at two lengths, on every backend.
+
+    With ``query_block_size`` the symbolic call runs unblocked and concrete
+    lengths may block (eager JAX/PyTorch calls see the real length).
+    """
+    layer = MultiHeadRelativeAttention(
+        2, 4, relative=relative, max_distance=3, query_block_size=block
+    )
     token_input = keras.Input(shape=(None, 6))
     model = keras.Model(token_input, layer(token_input, token_input, use_causal_mask=True))
     randomize(layer)
@@ -554,12 +668,13 @@ def test_config_has_every_argument():
         bidirectional=False,
         rotary_max_wavelength=500,
         relative_logits="gather",
+        query_block_size=128,
     )
     config = layer.get_config()
     restored = MultiHeadRelativeAttention.from_config(config)
     assert restored.get_config() == config
     assert config["relative"] == "bias" and config["rotary_max_wavelength"] == 500
-    assert config["relative_logits"] == "gather"
+    assert config["relative_logits"] == "gather" and config["query_block_size"] == 128
     assert tuple(restored.compute_output_shape((2, 4, 6), (2, 9, 5))) == (2, 4, 7)
 
 
@@ -577,6 +692,7 @@ def test_config_has_every_argument():
         ({"bucketing": "nearest"}, ValueError, r"`bucketing`.*'nearest'"),
         ({"key_dim": 3, "rotary_max_wavelength": 100}, ValueError, r"even `key_dim`, got 3"),
         ({"relative_logits": "roll"}, ValueError, r"`relative_logits` must be one of.*'roll'"),
+        ({"query_block_size": 0}, ValueError, r"`query_block_size` must be an integer >= 1"),
         (
             {"relative_logits": "skew", "relative": "bias"},
             ValueError,
