@@ -92,6 +92,7 @@ class _RelativeTransformerBase(keras.layers.Layer):
         num_buckets: int = 32,
         bidirectional: bool = True,
         rotary_max_wavelength: float | None = None,
+        query_block_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -157,6 +158,11 @@ class _RelativeTransformerBase(keras.layers.Layer):
                     f"got {rotary_max_wavelength!r}."
                 )
         self.rotary_max_wavelength = rotary_max_wavelength
+        self.query_block_size = (
+            None
+            if query_block_size is None
+            else check_int(caller, "query_block_size", query_block_size, 1)
+        )
         self.supports_masking = True
         self._mask_reader = _KerasMask(dtype=self.dtype_policy, name="keras_mask")
 
@@ -224,6 +230,7 @@ class _RelativeTransformerBase(keras.layers.Layer):
             num_buckets=self.num_buckets,
             bidirectional=self.bidirectional,
             rotary_max_wavelength=self.rotary_max_wavelength,
+            query_block_size=self.query_block_size,
             kernel_initializer=_clone_initializer(self.kernel_initializer),
             bias_initializer=_clone_initializer(self.bias_initializer),
             dtype=self.dtype_policy,
@@ -309,6 +316,7 @@ class _RelativeTransformerBase(keras.layers.Layer):
             num_buckets=self.num_buckets,
             bidirectional=self.bidirectional,
             rotary_max_wavelength=self.rotary_max_wavelength,
+            query_block_size=self.query_block_size,
         )
         return config
 
@@ -366,6 +374,10 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
         rotary_max_wavelength: ``None`` (default) for no rotary embedding, else
             the ``max_wavelength`` of a rotary embedding applied to the
             self-attention's queries and keys (the head size must be even).
+        query_block_size: passed to the self-attention's
+            ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
+            automatically when one example's logits exceed 32 MiB; an int forces
+            blocks of that many queries.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -545,6 +557,10 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         rotary_max_wavelength: ``None`` (default) for no rotary embedding, else
             the ``max_wavelength`` of a rotary embedding applied to the
             self-attention's queries and keys (the head size must be even).
+        query_block_size: passed to the self-attention's
+            ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
+            automatically when one example's logits exceed 32 MiB; an int forces
+            blocks of that many queries.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -631,6 +647,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         num_buckets: int = 32,
         bidirectional: bool = False,
         rotary_max_wavelength: float | None = None,
+        query_block_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -650,6 +667,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             num_buckets=num_buckets,
             bidirectional=bidirectional,
             rotary_max_wavelength=rotary_max_wavelength,
+            query_block_size=query_block_size,
             **kwargs,
         )
         self.cross_attention = None

@@ -566,3 +566,16 @@ def test_bad_decoder_calls(rng):
         cross(x, np.zeros((2, 4, 5), "float32"))
     with pytest.raises(ValueError, match=r"'seq2seq'.*`encoder_padding_mask` must have rank 2"):
         cross(x, encoded, encoder_padding_mask=np.ones((3,), bool))
+
+
+def test_query_block_size_reaches_the_self_attention(rng):
+    x = inputs(rng, 2, 6)
+    whole = encoder(x, relative="keys_values")
+    blocked = encoder(x, relative="keys_values", query_block_size=4)
+    blocked.set_weights(whole.get_weights())
+    assert blocked.self_attention.query_block_size == 4
+    assert blocked.get_config()["query_block_size"] == 4
+    expected = ops.convert_to_numpy(whole(x, padding_mask=PADDING))
+    assert_close(blocked(x, padding_mask=PADDING), expected, what="blocked")
+    with pytest.raises(ValueError, match="query_block_size"):
+        RelativeTransformerEncoder(8, 2, query_block_size=0)
