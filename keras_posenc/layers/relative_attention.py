@@ -29,6 +29,12 @@ _RELATIVE_LOGITS = ("auto", "gather", "skew")
 # any real float32 logit.
 _MASK_FILL = -1e9
 
+# The same fill for the fused path (`keras.ops.dot_product_attention`), which
+# adds the bias in the compute dtype: float16 cannot hold -1e9 (it would become
+# -inf), so there the bias is clipped at about half its largest finite value,
+# leaving room for the content logits to be added without overflowing.
+_FLOAT16_MASK_FILL = -3.0e4
+
 # Automatic query blocking (`MultiHeadRelativeAttention._query_block`): one
 # block's float32 logits for one example stay under this many bytes, and a block
 # has at least this many queries (fewer would make the per-block overhead of
@@ -132,6 +138,27 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             value ``>= q_len`` to never block.
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
+        fused_attention: ``False`` (default) or ``True``: compute the attention
+            with `keras.ops.dot_product_attention`, the relative logits, the
+            ``attention_bias`` and the mask (a large finite negative fill, never
+            ``-inf``) passed as one additive bias in the compute dtype, so
+            backends with fused attention kernels (e.g. cuDNN / flash kernels
+            on GPU that accept a bias) serve relative attention too. Off by
+            default because on CPU it costs memory: measured at L = 2048
+            without query blocking it raised the peak on PyTorch (3.8 -> 4.0 S
+            for ``"bias"``, 4.0 -> 4.3 S for ``"keys"``) and JAX (3.6 -> 5.4 S
+            and 4.0 -> 5.7 S), TensorFlow unchanged (its version is the same
+            einsum/softmax/einsum); no CPU kernel there skips the logits when
+            given a full bias. On accelerators with fused kernels it can pay off.
+            It applies only where that function can express the computation:
+            ``relative="bias"`` or ``"keys"`` (no per-pair value term),
+            ``value_dim == key_dim``, no ``return_attention_scores`` and
+            dropout inactive (``training`` falsy or ``dropout == 0``); otherwise
+            the layer silently uses its default path, with the same result.
+            Query blocking, masks and the cache work as without it; fully
+            masked query rows still give zeros. Under mixed precision the
+            fused function may compute in the compute dtype (e.g. bfloat16),
+            so results differ from the default path by that dtype's rounding.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -211,6 +238,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         query_block_size: int | None = None,
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
+        fused_attention: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -278,6 +306,9 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.fused_attention = relative_index._check_bool(
+            caller, "fused_attention", fused_attention
+        )
         self.supports_masking = True
 
         # The relative tables depend only on the constructor arguments (which
@@ -577,14 +608,16 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         if mask_bias is not None:
             relative_logits = relative_logits + mask_bias
 
-        # Not `keras.ops.dot_product_attention` (with the relative logits and the
-        # mask as its bias), although "bias" and "keys" without scores or dropout
-        # could use it: measured at L = 2048 on CPU (keras 3.15) it raised the
-        # peak, PyTorch 3.8 -> 4.0 S ("bias") and 4.0 -> 4.3 S ("keys"), JAX
-        # 3.6 -> 5.4 S and 4.0 -> 5.7 S, TensorFlow unchanged (its version is
-        # this same einsum/softmax/einsum): none of them has a CPU kernel that
-        # skips the logits when given a full bias. It also never returns the
-        # probabilities and has no dropout, so it would be a second path to test.
+        if self._fused(training, return_attention_scores):
+            return self._fused_attend(q, k, v, relative_logits, row_valid), None
+
+        # By default not `keras.ops.dot_product_attention` (with the relative
+        # logits and the mask as its bias; `fused_attention=True` opts in for
+        # "bias" and "keys" without scores or dropout): measured at L = 2048 on
+        # CPU (keras 3.15) it raised the peak, PyTorch 3.8 -> 4.0 S ("bias") and
+        # 4.0 -> 4.3 S ("keys"), JAX 3.6 -> 5.4 S and 4.0 -> 5.7 S, TensorFlow
+        # unchanged (its version is this same einsum/softmax/einsum): none of
+        # them has a CPU kernel that skips the logits when given a full bias.
         # Peak here: the relative logits, the content logits and their sum (3 S
         # without query blocking; three block-sized tensors with it).
         logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
@@ -609,6 +642,48 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         else:
             probabilities = None
         return output, probabilities
+
+    def _fused(self, training: Any, return_attention_scores: bool) -> bool:
+        """Whether `keras.ops.dot_product_attention` computes this attention.
+
+        Only with ``fused_attention=True`` and what it can express: no relative
+        value term ("bias" or "keys"), equal query/key and value head sizes
+        (JAX's version needs them), no probabilities returned and no dropout
+        (``dropout == 0`` or ``training`` falsy; a symbolic ``training`` counts
+        as possibly true).
+        """
+        if not self.fused_attention or self.relative == "keys_values":
+            return False
+        if return_attention_scores or self.value_dim != self.key_dim:
+            return False
+        if self.dropout == 0:
+            return True
+        return isinstance(training, bool | int | type(None)) and not training
+
+    def _fused_attend(self, q: Any, k: Any, v: Any, bias: Any, row_valid: Any) -> Any:
+        """Attention by `keras.ops.dot_product_attention` with one additive bias.
+
+        ``bias`` is the float32 sum of the relative logits, the attention bias
+        and the mask fill, (batch or 1, heads, q_len, k_len): PyTorch's version
+        refuses a bias and a mask together, so the mask is already in it. Every
+        backend casts the bias to the compute dtype of q, k, v; it is cast here
+        (float16: first clipped at a finite fill, as -1e9 would overflow to
+        -inf). ``q`` is already scaled, hence ``scale=1``. Fully masked query
+        rows (a finite, meaningless softmax) are zeroed as in `_attend`.
+        """
+        dtype = keras.backend.result_type(q.dtype, k.dtype, v.dtype)
+        if keras.backend.standardize_dtype(dtype) == "float16":
+            bias = ops.maximum(bias, ops.cast(_FLOAT16_MASK_FILL, bias.dtype))
+        output = ops.dot_product_attention(
+            ops.cast(q, dtype),
+            ops.cast(k, dtype),
+            ops.cast(v, dtype),
+            bias=ops.cast(bias, dtype),
+            scale=1.0,
+        )
+        if row_valid is not None:
+            output = output * ops.cast(row_valid[:, :, None, None], output.dtype)
+        return output
 
     def _use_cache(self, cache: Any, key: Any, value: Any, cache_update_index: Any) -> tuple:
         name = f"{type(self).__name__}({self.name!r})"
@@ -886,5 +961,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             query_block_size=self.query_block_size,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            fused_attention=self.fused_attention,
         )
         return config

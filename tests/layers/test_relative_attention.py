@@ -616,6 +616,134 @@ def test_prefill_then_decode(rng):
     np.testing.assert_allclose(to_numpy(step), full[:, 4:], atol=ATOL)
 
 
+# --------------------------------------------------------------------------- fused attention
+
+
+def _fused_pair(query, value, relative, **kwargs):
+    """The same weights with the default path and with ``fused_attention=True``."""
+    default = built_layer(query, value, relative=relative, **kwargs)
+    fused = MultiHeadRelativeAttention.from_config(
+        {**default.get_config(), "fused_attention": True}
+    )
+    fused(query, value)
+    fused.set_weights(default.get_weights())
+    return default, fused
+
+
+def _count_fused_calls(monkeypatch):
+    """Counts the calls of `keras.ops.dot_product_attention` (the fused path)."""
+    calls = []
+    original = ops.dot_product_attention
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("bias"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "dot_product_attention", counting)
+    return calls
+
+
+@pytest.mark.parametrize("relative", ["keys", "bias"])
+def test_fused_attention_equals_default(relative, rng, monkeypatch):
+    query, value = inputs(rng, 2, 5, 6), inputs(rng, 2, 7, 6)
+    default, fused = _fused_pair(query, value, relative)
+    calls = _count_fused_calls(monkeypatch)
+    query_mask = np.array([[1, 1, 1, 0, 1], [1, 1, 1, 1, 1]], bool)
+    value_mask = np.array([[1, 0, 1, 1, 0, 1, 1], [1, 1, 1, 1, 1, 0, 0]], bool)
+    cases = {
+        "no mask": {},
+        "masks and bias": dict(
+            query_mask=query_mask,
+            value_mask=value_mask,
+            attention_mask=rng.random((2, 5, 7)) > 0.3,
+            attention_bias=rng.standard_normal((2, 2, 5, 7)).astype("float32"),
+        ),
+        "causal, q_len != k_len": dict(use_causal_mask=True, value_mask=value_mask),
+        "dropout rate 0 in training": dict(training=True, query_mask=query_mask),
+    }
+    for what, kwargs in cases.items():
+        expected = to_numpy(default(query, value, **kwargs))
+        assert_close(fused(query, value, **kwargs), expected, what=f"fused {relative}, {what}")
+    assert len(calls) == len(cases)
+    assert all(bias is not None for bias in calls)
+
+    # A fully masked query row (query mask) and example (value mask): zeros, not NaN.
+    value_mask = np.array([[1] * 7, [0] * 7], bool)
+    output = to_numpy(fused(query, value, query_mask=query_mask, value_mask=value_mask))
+    assert np.isfinite(output).all()
+    output_bias = to_numpy(fused.output_dense.bias)
+    np.testing.assert_allclose(output[0, 3], output_bias, atol=ATOL)
+    np.testing.assert_allclose(output[1], np.broadcast_to(output_bias, (5, 6)), atol=ATOL)
+
+
+@pytest.mark.parametrize("relative", ["keys", "bias"])
+def test_fused_attention_blocks_and_decoding_equal_full(relative, rng, monkeypatch):
+    x = inputs(rng, 2, 6, 6)
+    default, fused = _fused_pair(x, x, relative)
+    calls = _count_fused_calls(monkeypatch)
+    full = to_numpy(default(x, x, use_causal_mask=True))
+    blocked = MultiHeadRelativeAttention.from_config({**fused.get_config(), "query_block_size": 4})
+    blocked(x, x)
+    blocked.set_weights(default.get_weights())
+    calls.clear()
+    assert_close(blocked(x, x, use_causal_mask=True), full, what="fused query blocks")
+    assert len(calls) == 2  # blocks of 3 queries
+    cache = np.zeros((2, 2, 6, 2, 4), "float32")
+    steps = []
+    for t in range(6):
+        step = x[:, t : t + 1]
+        output, cache = fused(step, step, cache=cache, cache_update_index=t, use_causal_mask=True)
+        steps.append(to_numpy(output))
+    assert len(calls) == 8
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=ATOL)
+
+
+def test_fused_attention_falls_back_where_it_cannot_apply(rng, monkeypatch):
+    query, value = inputs(rng, 2, 5, 6), inputs(rng, 2, 7, 6)
+    pairs = [_fused_pair(query, value, relative) for relative in ("keys_values", "bias")]
+    pairs.append(_fused_pair(query, value, "keys", value_dim=3))
+    config = {**pairs[-1][1].get_config(), "value_dim": None, "dropout": 0.5}
+    dropping = MultiHeadRelativeAttention.from_config(config)
+    dropping(query, value)
+    calls = _count_fused_calls(monkeypatch)
+
+    default, fused = pairs[0]
+    assert_close(fused(query, value), to_numpy(default(query, value)), what="keys_values")
+    default, fused = pairs[1]
+    output, scores = fused(query, value, use_causal_mask=True, return_attention_scores=True)
+    expected, expected_scores = default(
+        query, value, use_causal_mask=True, return_attention_scores=True
+    )
+    assert_close(output, to_numpy(expected), what="scores requested")
+    assert_close(scores, to_numpy(expected_scores), what="scores")
+    default, fused = pairs[2]
+    assert_close(fused(query, value), to_numpy(default(query, value)), what="value_dim != key_dim")
+    assert not calls
+    dropped = to_numpy(dropping(query, value, training=True))
+    assert not calls, "dropout in training must use the default path"
+    assert np.isfinite(dropped).all()
+    assert_close(dropping(query, value), to_numpy(dropping(query, value)), what="inference")
+    assert len(calls) == 2, "dropout inactive at inference: the fused path"
+
+
+@pytest.mark.parametrize("relative", ["keys", "bias"])
+def test_fused_attention_mixed_precision_close_to_float32(relative, rng):
+    query, value = inputs(rng, 2, 5, 6), inputs(rng, 2, 7, 6)
+    default, fused = _fused_pair(query, value, relative)
+    query_mask = np.array([[1, 1, 0, 1, 1], [1, 1, 1, 1, 1]], bool)
+    value_mask = np.array([[1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0]], bool)
+    kwargs = dict(query_mask=query_mask, value_mask=value_mask, use_causal_mask=True)
+    expected = to_numpy(default(query, value, **kwargs))
+    low = MultiHeadRelativeAttention.from_config({**fused.get_config(), "dtype": "mixed_bfloat16"})
+    low(query, value)
+    low.set_weights(default.get_weights())
+    actual = to_numpy(low(query, value, **kwargs))
+    assert np.isfinite(actual).all()
+    np.testing.assert_allclose(actual, expected, atol=5e-2, rtol=5e-2)
+    output_bias = to_numpy(default.output_dense.bias)
+    np.testing.assert_allclose(actual[1], np.broadcast_to(output_bias, (5, 6)), atol=2e-2)
+
+
 # --------------------------------------------------------------------------- standard checks
 
 
@@ -669,12 +797,15 @@ def test_config_has_every_argument():
         rotary_max_wavelength=500,
         relative_logits="gather",
         query_block_size=128,
+        fused_attention=True,
     )
     config = layer.get_config()
     restored = MultiHeadRelativeAttention.from_config(config)
     assert restored.get_config() == config
     assert config["relative"] == "bias" and config["rotary_max_wavelength"] == 500
     assert config["relative_logits"] == "gather" and config["query_block_size"] == 128
+    assert config["fused_attention"] is True and restored.fused_attention is True
+    assert MultiHeadRelativeAttention(2, 4).get_config()["fused_attention"] is False
     assert tuple(restored.compute_output_shape((2, 4, 6), (2, 9, 5))) == (2, 4, 7)
 
 
@@ -693,6 +824,12 @@ def test_config_has_every_argument():
         ({"key_dim": 3, "rotary_max_wavelength": 100}, ValueError, r"even `key_dim`, got 3"),
         ({"relative_logits": "roll"}, ValueError, r"`relative_logits` must be one of.*'roll'"),
         ({"query_block_size": 0}, ValueError, r"`query_block_size` must be an integer >= 1"),
+        (
+            {"fused_attention": "yes"},
+            TypeError,
+            r"MultiHeadRelativeAttention: `fused_attention` must be True or False, got 'yes'",
+        ),
+        ({"fused_attention": 1}, TypeError, r"`fused_attention` must be True or False, got 1"),
         (
             {"relative_logits": "skew", "relative": "bias"},
             ValueError,
