@@ -17,6 +17,7 @@ from keras_posenc.layers import relative_index
 from keras_posenc.layers.relative_position import (
     RelativePositionBias,
     RelativePositionEmbedding,
+    _check_single_table_bucketing,
 )
 
 __all__ = ["MultiHeadRelativeAttention"]
@@ -56,6 +57,52 @@ def _query_rows(tensor: Any, first: int, last: int) -> Any:
     if tensor is None or _rank(tensor) < 2 or tensor.shape[-2] == 1:
         return tensor
     return tensor[..., first:last, :]
+
+
+def check_dropout(caller: str, dropout: Any) -> float:
+    """``dropout`` as a float in [0, 1); errors name ``caller``."""
+    if isinstance(dropout, bool) or not isinstance(dropout, int | float):
+        raise TypeError(f"{caller}: `dropout` must be a float in [0, 1), got {dropout!r}.")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"{caller}: `dropout` must be in [0, 1), got {dropout!r}.")
+    return float(dropout)
+
+
+def check_relative_arguments(
+    caller: str,
+    relative: Any,
+    bucketing: Any,
+    max_distance: Any,
+    num_buckets: Any,
+    bidirectional: Any,
+    rotary_max_wavelength: Any,
+) -> None:
+    """Validates the relative-position arguments at construction, naming ``caller``.
+
+    Shared by `MultiHeadRelativeAttention` and the blocks built on it, so a bad
+    argument fails when the outermost layer is created, with that layer's name.
+    """
+    if relative not in _RELATIVE_MODES:
+        raise ValueError(
+            f"{caller}: `relative` must be one of {', '.join(map(repr, _RELATIVE_MODES))}, "
+            f"got {relative!r}."
+        )
+    _check_single_table_bucketing(caller, bucketing)
+    relative_index._check_bool(caller, "bidirectional", bidirectional)
+    relative_index._table_size(caller, bucketing, max_distance, num_buckets, bidirectional, None)
+    if rotary_max_wavelength is not None:
+        if isinstance(rotary_max_wavelength, bool) or not isinstance(
+            rotary_max_wavelength, int | float
+        ):
+            raise TypeError(
+                f"{caller}: `rotary_max_wavelength` must be None or a positive number, "
+                f"got {rotary_max_wavelength!r}."
+            )
+        if rotary_max_wavelength <= 0:
+            raise ValueError(
+                f"{caller}: `rotary_max_wavelength` must be positive, "
+                f"got {rotary_max_wavelength!r}."
+            )
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -249,40 +296,28 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         self.value_dim = (
             self.key_dim if value_dim is None else check_int(caller, "value_dim", value_dim, 1)
         )
-        if isinstance(dropout, bool) or not isinstance(dropout, int | float):
-            raise TypeError(f"{caller}: `dropout` must be a float in [0, 1), got {dropout!r}.")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"{caller}: `dropout` must be in [0, 1), got {dropout!r}.")
-        self.dropout = float(dropout)
+        self.dropout = check_dropout(caller, dropout)
         self.use_bias = relative_index._check_bool(caller, "use_bias", use_bias)
         if isinstance(output_shape, tuple | list) and len(output_shape) == 1:
             output_shape = output_shape[0]
         self.output_shape = (
             None if output_shape is None else check_int(caller, "output_shape", output_shape, 1)
         )
-        if relative not in _RELATIVE_MODES:
-            raise ValueError(
-                f"{caller}: `relative` must be one of {', '.join(map(repr, _RELATIVE_MODES))}, "
-                f"got {relative!r}."
-            )
+        check_relative_arguments(
+            caller,
+            relative,
+            bucketing,
+            max_distance,
+            num_buckets,
+            bidirectional,
+            rotary_max_wavelength,
+        )
         self.relative = relative
         self.bucketing = bucketing
         self.max_distance = max_distance
         self.num_buckets = num_buckets
         self.bidirectional = bidirectional
         if rotary_max_wavelength is not None:
-            if isinstance(rotary_max_wavelength, bool) or not isinstance(
-                rotary_max_wavelength, int | float
-            ):
-                raise TypeError(
-                    f"{caller}: `rotary_max_wavelength` must be None or a positive number, "
-                    f"got {rotary_max_wavelength!r}."
-                )
-            if rotary_max_wavelength <= 0:
-                raise ValueError(
-                    f"{caller}: `rotary_max_wavelength` must be positive, "
-                    f"got {rotary_max_wavelength!r}."
-                )
             if self.key_dim % 2:
                 raise ValueError(
                     f"{caller}: rotary embeddings need an even `key_dim`, got {self.key_dim}."

@@ -38,12 +38,13 @@ from keras import ops
 
 from keras_posenc.layers import relative_index
 from keras_posenc.layers.activations import get_activation
-from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
-from keras_posenc.layers.relative_position import _check_single_table_bucketing
+from keras_posenc.layers.relative_attention import (
+    MultiHeadRelativeAttention,
+    check_dropout,
+    check_relative_arguments,
+)
 
 __all__ = ["RelativeTransformerDecoder", "RelativeTransformerEncoder"]
-
-_RELATIVE_MODES = ("keys_values", "keys", "bias")
 
 
 def _clone_initializer(initializer: Any) -> Any:
@@ -102,11 +103,7 @@ class _RelativeTransformerBase(keras.layers.Layer):
         self.intermediate_dim = check_int(caller, "intermediate_dim", intermediate_dim, 1)
         self.num_heads = check_int(caller, "num_heads", num_heads, 1)
         self.key_dim = None if key_dim is None else check_int(caller, "key_dim", key_dim, 1)
-        if isinstance(dropout, bool) or not isinstance(dropout, int | float):
-            raise TypeError(f"{caller}: `dropout` must be a float in [0, 1), got {dropout!r}.")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"{caller}: `dropout` must be in [0, 1), got {dropout!r}.")
-        self.dropout = float(dropout)
+        self.dropout = check_dropout(caller, dropout)
         try:
             # "gelu" is the exact GELU written with erf, so the block exports to ONNX.
             self.activation = get_activation(activation)
@@ -129,34 +126,22 @@ class _RelativeTransformerBase(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.normalize_first = check_bool(caller, "normalize_first", normalize_first)
         self.use_bias = check_bool(caller, "use_bias", use_bias)
-        if relative not in _RELATIVE_MODES:
-            raise ValueError(
-                f"{caller}: `relative` must be one of {', '.join(map(repr, _RELATIVE_MODES))}, "
-                f"got {relative!r}."
-            )
-        self.relative = relative
         # Validated here (not only when the attention is built) so a bad
         # argument fails at construction, naming this layer.
-        self.bucketing = _check_single_table_bucketing(caller, bucketing)
-        self.bidirectional = check_bool(caller, "bidirectional", bidirectional)
-        relative_index._table_size(
-            caller, bucketing, max_distance, num_buckets, bidirectional, None
+        check_relative_arguments(
+            caller,
+            relative,
+            bucketing,
+            max_distance,
+            num_buckets,
+            bidirectional,
+            rotary_max_wavelength,
         )
+        self.relative = relative
+        self.bucketing = bucketing
+        self.bidirectional = bidirectional
         self.max_distance = max_distance
         self.num_buckets = num_buckets
-        if rotary_max_wavelength is not None:
-            if isinstance(rotary_max_wavelength, bool) or not isinstance(
-                rotary_max_wavelength, int | float
-            ):
-                raise TypeError(
-                    f"{caller}: `rotary_max_wavelength` must be None or a positive number, "
-                    f"got {rotary_max_wavelength!r}."
-                )
-            if rotary_max_wavelength <= 0:
-                raise ValueError(
-                    f"{caller}: `rotary_max_wavelength` must be positive, "
-                    f"got {rotary_max_wavelength!r}."
-                )
         self.rotary_max_wavelength = rotary_max_wavelength
         self.query_block_size = (
             None
