@@ -71,6 +71,12 @@ def _downsampled(size: int | None, strides: int) -> int | None:
     return None if size is None else -(-size // strides)
 
 
+def _block_output_shape(input_shape: Any, who: str, strides: int, filters: int) -> tuple:
+    """(batch, H / strides, W / strides, filters), rounding up, for either block type."""
+    batch, height, width, _ = _check_feature_map(input_shape, who)
+    return (batch, _downsampled(height, strides), _downsampled(width, strides), filters)
+
+
 # The exact (erf) GELU, as the paper and timm use, in the form that exports to ONNX.
 _gelu = exact_gelu
 
@@ -397,13 +403,7 @@ class MBConv(keras.layers.Layer):
         return shortcut + drop_path(x, self.drop_path_rate, self.seed_generator, training)
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
-        batch, height, width, _ = _check_feature_map(input_shape, self._who())
-        return (
-            batch,
-            _downsampled(height, self.strides),
-            _downsampled(width, self.strides),
-            self.filters,
-        )
+        return _block_output_shape(input_shape, self._who(), self.strides, self.filters)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -588,13 +588,7 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         return x + drop_path(y, self.drop_path_rate, self.seed_generator, training)
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
-        batch, height, width, _ = _check_feature_map(input_shape, self._who())
-        return (
-            batch,
-            _downsampled(height, self.strides),
-            _downsampled(width, self.strides),
-            self.filters,
-        )
+        return _block_output_shape(input_shape, self._who(), self.strides, self.filters)
 
     def get_config(self) -> dict:
         config = super().get_config()

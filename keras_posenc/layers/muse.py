@@ -18,6 +18,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.layers._specs import output_with_cache_spec
 from keras_posenc.layers.relative_index import _check_bool, _check_int
 
 __all__ = ["MUSEAttention"]
@@ -496,12 +497,9 @@ class MUSEAttention(keras.layers.Layer):
         cache: Any = None,
         cache_update_index: Any = None,
     ) -> Any:
-        output = keras.KerasTensor(
-            self.compute_output_shape(inputs.shape), dtype=self.compute_dtype
+        return output_with_cache_spec(
+            self.compute_output_shape(inputs.shape), self.compute_dtype, cache
         )
-        if cache is None:
-            return output
-        return output, keras.KerasTensor(cache.shape, dtype=cache.dtype)
 
     def get_config(self) -> dict:
         config = super().get_config()
