@@ -1,12 +1,381 @@
 """Greedy and beam search shared by every sequence-to-sequence zoo model.
 
-The decoding contract every seq2seq model follows (design.md, "Decoding
-caches"): a decoder step takes ``cache=None, cache_update_index=None`` and
-returns ``(output, cache)``; caches are tensors (or tuples of tensors) of fixed
-shape with batch first, so a step runs inside a compiled loop, beam search can
-reorder them along the batch axis and an exported one-step graph takes and
-returns them. Anything a step needs from the encoder lives in the cache too.
-The search functions arrive with the first sequence-to-sequence family.
+The search functions work on any model that follows the decoding contract of
+:class:`keras_posenc.zoo.seq2seq.Seq2SeqModel` (design.md, "Decoding caches"):
+``encode`` a source once, ``init_cache`` a fixed-shape, batch-first cache that
+holds the encoder state and every decoder layer's buffer, then one
+``decode_step`` per target position. The step (cache reordering, the decoder
+step and the log-softmax) is compiled once per batch shape (``tf.function`` on
+TensorFlow, ``jax.jit`` on JAX; eager under ``no_grad`` on PyTorch), and its
+cost does not grow with the prefix. The bookkeeping between steps (the argmax,
+beam candidates, finished hypotheses) runs in numpy.
+
+``use_cache=False`` decodes by recomputing the whole prefix at every step
+(``model.decode`` on a fixed-length buffer, also compiled); it gives the same
+tokens and is there to check the cache and to measure what the cache saves.
+
+Rules both searches share:
+
+- Targets start with ``model.bos_id`` at position 0; the returned ids are the
+  generated tokens after it, ``(batch, max_length)``, each row ending with
+  ``model.eos_id`` (unless ``max_length`` ran out) and padded with
+  ``model.pad_id`` after it.
+- ``pad_id`` and ``bos_id`` are never generated (their log-probabilities are
+  set to -inf: a generated pad would change how the model counts positions).
+- ``min_length``: ``eos_id`` is forbidden before that many tokens.
+- ``max_length`` defaults to ``2 * source_length + 10``, capped by the model's
+  ``max_target_length``.
+- Checks that cannot run inside the compiled step run first, in Python: ids
+  outside the vocabulary, sources longer than the model's position table and a
+  ``max_length`` beyond ``max_target_length`` raise ``ValueError``.
+
+Beam search follows fairseq's ``SequenceGenerator``: each step takes the
+``2 * beam_size`` best continuations of the live hypotheses; a continuation
+ending in ``eos_id`` among the best ``beam_size`` is finished with the score
+``sum(log p) / length ** length_penalty`` (``length`` counts the generated
+tokens, ``eos`` included: ``length_penalty > 1`` favours longer outputs, ``0``
+ranks by raw log-probability); the best ``beam_size`` others stay live. A
+sentence is done once it has ``beam_size`` finished hypotheses; at
+``max_length`` every live hypothesis is finished. The best finished hypothesis
+is returned. (keras_hub's ``BeamSampler`` has neither the length penalty nor
+this finalisation, so it is not used.)
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+from keras import ops
+
+from keras_posenc._compile import compile_inference
+
+__all__ = ["beam_search", "greedy_search"]
+
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _owner(model: Any) -> str:
+    return f"{type(model).__name__}({getattr(model, 'name', '?')!r})"
+
+
+def _check_model(model: Any, function: str) -> None:
+    missing = [
+        name
+        for name in ("encode", "decode", "init_cache", "decode_step", "check_token_ids", "bos_id")
+        if not hasattr(model, name)
+    ]
+    if missing:
+        raise TypeError(
+            f"{function}: `model` must follow the decoding contract of "
+            f"keras_posenc.zoo.seq2seq.Seq2SeqModel; {type(model).__name__} lacks "
+            f"{', '.join(missing)}."
+        )
+
+
+def _check_int(function: str, name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{function}: `{name}` must be an int >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def _max_length(model: Any, function: str, max_length: Any, source_length: int) -> int:
+    limit = model.max_target_length
+    if max_length is None:
+        max_length = 2 * source_length + 10
+        return max_length if limit is None else min(max_length, limit)
+    max_length = _check_int(function, "max_length", max_length, 1)
+    if limit is not None and max_length > limit:
+        raise ValueError(
+            f"{function}: `max_length` = {max_length} needs {max_length} target positions, "
+            f"more than {_owner(model)}'s max_target_length = {limit}."
+        )
+    return max_length
+
+
+# --------------------------------------------------------------------------- decoders
+
+
+def _compiled(model: Any, kind: str) -> Any:
+    functions = _COMPILED.setdefault(model, {})
+    if kind not in functions:
+        if kind == "step":
+
+            def step(token_ids: Any, cache: tuple, index: Any, order: Any) -> tuple:
+                cache = model.reorder_cache(cache, order)
+                logits, cache = model.decode_step(token_ids, cache, index)
+                return ops.log_softmax(logits, axis=-1), cache
+
+            functions[kind] = compile_inference(step, model.variables)
+        else:
+
+            def full(token_ids: Any, state: tuple, index: Any) -> Any:
+                logits = model.decode(token_ids, state)
+                return ops.log_softmax(ops.take(logits, index, axis=1), axis=-1)
+
+            functions[kind] = compile_inference(full, model.variables)
+    return functions[kind]
+
+
+class _CachedDecoder:
+    """One ``decode_step`` per position over the model's cache."""
+
+    def __init__(self, model: Any, state: tuple, max_length: int) -> None:
+        self.step_function = _compiled(model, "step")
+        self.cache = model.init_cache(state, max_length)
+
+    def step(self, token_ids: np.ndarray, index: int, order: np.ndarray) -> np.ndarray:
+        log_probs, self.cache = self.step_function(
+            ops.convert_to_tensor(token_ids, "int32"),
+            self.cache,
+            ops.convert_to_tensor(index, "int32"),
+            ops.convert_to_tensor(order, "int32"),
+        )
+        return np.asarray(ops.convert_to_numpy(log_probs), dtype="float64")
+
+
+class _RecomputingDecoder:
+    """The whole prefix through ``model.decode`` at every step (a fixed-length buffer)."""
+
+    def __init__(self, model: Any, state: tuple, max_length: int, batch: int) -> None:
+        self.full_function = _compiled(model, "full")
+        self.state = state
+        self.prefix = np.full((batch, max_length), model.pad_id, dtype="int32")
+
+    def step(self, token_ids: np.ndarray, index: int, order: np.ndarray) -> np.ndarray:
+        self.prefix = self.prefix[order]
+        self.prefix[:, index] = token_ids
+        log_probs = self.full_function(
+            ops.convert_to_tensor(self.prefix, "int32"),
+            self.state,
+            ops.convert_to_tensor(index, "int32"),
+        )
+        return np.asarray(ops.convert_to_numpy(log_probs), dtype="float64")
+
+
+def _start(
+    model: Any, source: np.ndarray, max_length: int, use_cache: bool
+) -> _CachedDecoder | _RecomputingDecoder:
+    state = model.encode(ops.convert_to_tensor(source, "int32"), training=False)
+    if use_cache:
+        return _CachedDecoder(model, state, max_length)
+    return _RecomputingDecoder(model, state, max_length, source.shape[0])
+
+
+def _forbid(model: Any, log_probs: np.ndarray, generated: int, min_length: int) -> None:
+    """Sets the log-probabilities of tokens that may not come next to -inf, in place."""
+    log_probs[..., model.pad_id] = -np.inf
+    log_probs[..., model.bos_id] = -np.inf
+    if generated < min_length:
+        log_probs[..., model.eos_id] = -np.inf
+
+
+def _prepare(
+    model: Any,
+    function: str,
+    encoder_token_ids: Any,
+    max_length: Any,
+    min_length: Any,
+) -> tuple[np.ndarray, int, int]:
+    _check_model(model, function)
+    source = model.check_token_ids(encoder_token_ids, "encoder_token_ids")
+    max_length = _max_length(model, function, max_length, source.shape[1])
+    min_length = _check_int(function, "min_length", min_length, 0)
+    if min_length > max_length:
+        raise ValueError(
+            f"{function}: `min_length` = {min_length} is larger than `max_length` = {max_length}."
+        )
+    return source, max_length, min_length
+
+
+# --------------------------------------------------------------------------- searches
+
+
+def greedy_search(
+    model: Any,
+    encoder_token_ids: Any,
+    max_length: int | None = None,
+    min_length: int = 0,
+    use_cache: bool = True,
+) -> np.ndarray:
+    """Decodes the most likely token at every step.
+
+    Args:
+        model: a :class:`~keras_posenc.zoo.seq2seq.Seq2SeqModel` (any model
+            with its decoding contract).
+        encoder_token_ids: ``(batch, source_time)`` int source ids, padded
+            with ``model.pad_id``.
+        max_length: the most tokens to generate (``eos`` included); default
+            ``2 * source_time + 10``, capped by ``model.max_target_length``.
+        min_length: ``eos`` is not generated before this many tokens.
+        use_cache: decode with the cache (default) or recompute the full
+            prefix every step (same tokens, slower).
+
+    Returns:
+        ``(batch, max_length)`` int32 numpy ids: the tokens after ``bos``,
+        ``pad_id`` after each row's ``eos``.
+
+    Raises:
+        ValueError: ids outside the vocabulary, a source longer than the
+            model's position table, a ``max_length`` beyond its target table.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.generation import greedy_search
+        >>> from keras_posenc.zoo.convs2s import ConvS2S
+        >>> model = ConvS2S(12, 12, embed_dim=8, encoder_layers=[(8, 3)],
+        ...                 decoder_layers=[(8, 3)], decoder_out_embed_dim=8)
+        >>> tokens = greedy_search(model, np.array([[4, 5, 6, 2]]), max_length=6)
+        >>> tokens.shape
+        (1, 6)
+        >>> greedy_search(model, np.array([[4, 50]]))
+        Traceback (most recent call last):
+        ValueError: ConvS2S(...): `encoder_token_ids` holds token ids outside the vocabulary ...
+    """
+    function = "greedy_search"
+    source, max_length, min_length = _prepare(
+        model, function, encoder_token_ids, max_length, min_length
+    )
+    batch = source.shape[0]
+    decoder = _start(model, source, max_length, use_cache)
+    output = np.full((batch, max_length), model.pad_id, dtype="int32")
+    finished = np.zeros(batch, bool)
+    tokens = np.full(batch, model.bos_id, dtype="int32")
+    identity = np.arange(batch, dtype="int32")
+    for index in range(max_length):
+        log_probs = decoder.step(tokens, index, identity)
+        _forbid(model, log_probs, index, min_length)
+        tokens = np.argmax(log_probs, axis=-1).astype("int32")
+        output[:, index] = np.where(finished, model.pad_id, tokens)
+        finished |= tokens == model.eos_id
+        if finished.all():
+            break
+    return output
+
+
+def beam_search(
+    model: Any,
+    encoder_token_ids: Any,
+    beam_size: int = 4,
+    max_length: int | None = None,
+    length_penalty: float = 1.0,
+    min_length: int = 0,
+    use_cache: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Beam search with fairseq's length penalty and end-of-sequence finalisation.
+
+    See the module docstring for how hypotheses are scored, finished and
+    chosen.
+
+    Args:
+        model: a :class:`~keras_posenc.zoo.seq2seq.Seq2SeqModel`.
+        encoder_token_ids: ``(batch, source_time)`` int source ids.
+        beam_size: hypotheses kept per sentence.
+        max_length: the most tokens to generate (``eos`` included).
+        length_penalty: exponent of the length that divides a finished
+            hypothesis' summed log-probability.
+        min_length: ``eos`` is not generated before this many tokens.
+        use_cache: decode with the cache (default) or recompute the full prefix.
+
+    Returns:
+        ``(tokens, scores)``: ``(batch, max_length)`` int32 ids of the best
+        hypothesis (``pad_id`` after ``eos``) and its ``(batch,)`` float score.
+
+    Raises:
+        ValueError: as :func:`greedy_search`, and for a ``beam_size`` below 1
+            or a negative ``length_penalty``.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.generation import beam_search
+        >>> from keras_posenc.zoo.convs2s import ConvS2S
+        >>> model = ConvS2S(12, 12, embed_dim=8, encoder_layers=[(8, 3)],
+        ...                 decoder_layers=[(8, 3)], decoder_out_embed_dim=8)
+        >>> tokens, scores = beam_search(model, np.array([[4, 5, 6, 2]]), beam_size=3,
+        ...                              max_length=6)
+        >>> tokens.shape, scores.shape
+        ((1, 6), (1,))
+    """
+    function = "beam_search"
+    source, max_length, min_length = _prepare(
+        model, function, encoder_token_ids, max_length, min_length
+    )
+    beam = _check_int(function, "beam_size", beam_size, 1)
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, int | float):
+        raise ValueError(f"{function}: `length_penalty` must be a float, got {length_penalty!r}.")
+    if length_penalty < 0:
+        raise ValueError(f"{function}: `length_penalty` must be >= 0, got {length_penalty}.")
+    batch = source.shape[0]
+    rows = batch * beam
+    # Every hypothesis gets its own copy of its sentence's encoder state.
+    decoder = _start(model, np.repeat(source, beam, axis=0), max_length, use_cache)
+    scores = np.zeros((batch, beam))
+    scores[:, 1:] = -np.inf  # at the start all beams are the same: keep one
+    history = np.full((rows, max_length), model.pad_id, dtype="int32")
+    tokens = np.full(rows, model.bos_id, dtype="int32")
+    order = np.arange(rows, dtype="int32")
+    finished: list[list[tuple[float, np.ndarray]]] = [[] for _ in range(batch)]
+    done = np.zeros(batch, bool)
+    for index in range(max_length):
+        log_probs = decoder.step(tokens, index, order)
+        vocab = log_probs.shape[-1]
+        log_probs = log_probs.reshape(batch, beam, vocab)
+        _forbid(model, log_probs, index, min_length)
+        if index == max_length - 1:  # out of room: every live hypothesis ends here
+            eos = log_probs[..., model.eos_id].copy()
+            log_probs[...] = -np.inf
+            log_probs[..., model.eos_id] = eos
+        candidates = (scores[..., None] + log_probs).reshape(batch, beam * vocab)
+        top = np.argsort(-candidates, axis=-1, kind="stable")[:, : 2 * beam]
+        new_order = np.zeros((batch, beam), dtype="int64")
+        new_tokens = np.full((batch, beam), model.eos_id, dtype="int32")
+        new_scores = np.full((batch, beam), -np.inf)
+        for b in range(batch):
+            if done[b]:
+                new_order[b] = b * beam
+                continue
+            live = 0
+            for rank, flat in enumerate(top[b]):
+                score = candidates[b, flat]
+                if not np.isfinite(score):
+                    break
+                source_beam, token = divmod(int(flat), vocab)
+                if token == model.eos_id:
+                    if rank < beam:
+                        sequence = history[b * beam + source_beam, :index].tolist()
+                        length = index + 1
+                        finished[b].append(
+                            (score / length**length_penalty, np.array(sequence + [token]))
+                        )
+                    continue
+                new_order[b, live] = b * beam + source_beam
+                new_tokens[b, live] = token
+                new_scores[b, live] = score
+                live += 1
+                if live == beam:
+                    break
+            if len(finished[b]) >= beam or live == 0:
+                done[b] = True
+            # Empty live slots copy a real row, with score -inf, so they never win.
+            new_order[b, live:] = new_order[b, 0] if live else b * beam
+        if done.all():
+            break
+        order = new_order.reshape(rows).astype("int32")
+        tokens = new_tokens.reshape(rows)
+        scores = new_scores
+        history = history[order]
+        history[:, index] = tokens
+    output = np.full((batch, max_length), model.pad_id, dtype="int32")
+    best_scores = np.full(batch, -np.inf)
+    for b in range(batch):
+        if finished[b]:
+            score, sequence = max(finished[b], key=lambda item: item[0])
+            output[b, : len(sequence)] = sequence
+            best_scores[b] = score
+    return output, best_scores

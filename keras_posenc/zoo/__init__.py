@@ -11,7 +11,10 @@ Model cards (parameters ours vs the paper's, measured speed, export status)
 live in the repository's top-level ``zoo/`` folder.
 """
 
-from keras_posenc.zoo import coatnet  # noqa: F401  (registers coatnet_0 .. coatnet_4)
+from keras_posenc.zoo import (
+    coatnet,  # noqa: F401  (registers coatnet_0 .. coatnet_4)
+    convs2s,  # noqa: F401  (registers convs2s_*)
+)
 from keras_posenc.zoo.registry import (
     ModelSpec,
     create,

@@ -1,0 +1,243 @@
+"""The base class of the zoo's encoder-decoder models and the decoding contract.
+
+Every sequence-to-sequence zoo model (ConvS2S, MUSE, ...) is a
+:class:`Seq2SeqModel`: a functional ``keras.Model`` whose call is the
+teacher-forced forward pass,
+
+    model({"encoder_token_ids": source, "decoder_token_ids": target_in}) -> logits
+
+(``(batch, source_time)`` and ``(batch, target_time)`` int ids;
+``(batch, target_time, target_vocab_size)`` logits), and which also exposes the
+three pieces :mod:`keras_posenc.generation` decodes with:
+
+- ``encode(encoder_token_ids) -> encoder_state``, a tuple of batch-first tensors;
+- ``init_cache(encoder_state, max_length) -> cache``, a tuple of batch-first
+  tensors of fixed shape: the encoder state the decoder reads and every
+  decoder layer's buffer for ``max_length`` target positions;
+- ``decode_step(token_ids, cache, index) -> (logits, cache)``: ``token_ids`` is
+  ``(batch,)``, the token at target position ``index`` (a scalar int tensor;
+  position 0 holds ``bos_id``); ``logits`` is ``(batch, target_vocab_size)``
+  float32, the prediction of the token at ``index + 1``;
+
+and ``decode(decoder_token_ids, encoder_state) -> logits``, the full
+(teacher-forced) decoder on an encoded source. ``decode_step`` must equal
+``decode`` at every position; caches are reordered between steps with
+:meth:`Seq2SeqModel.reorder_cache` (a gather along the batch axis).
+
+Token ids: ``pad_id`` (default 0) marks padding in sources and targets (a
+source's mask is ``ids != pad_id``: True for real tokens), ``bos_id`` (1)
+starts every target, ``eos_id`` (2) ends it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+_INPUT_NAMES = ("encoder_token_ids", "decoder_token_ids")
+
+
+def _non_negative_int(owner: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise ValueError(f"{owner}: `{name}` must be a non-negative int, got {value!r}.")
+    return int(value)
+
+
+class FunctionalModel(keras.Model):
+    """A functional ``keras.Model`` subclass that creates its layers before ``__init__``.
+
+    Zoo models build their layers as attributes, wire them into a graph, then
+    call ``keras.Model.__init__(inputs, outputs)``. Until then attributes are
+    set as plain Python attributes (on PyTorch, Keras layers are
+    ``torch.nn.Module``s, which refuse sublayers before ``Module.__init__``);
+    the functional graph tracks every layer that holds state, so nothing is
+    lost. keras_hub's ``Backbone`` does the same.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._initialized = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not hasattr(self, "_initialized"):
+            object.__setattr__(self, name, value)
+            return
+        super().__setattr__(name, value)
+
+
+class Seq2SeqModel(FunctionalModel):
+    """An encoder-decoder zoo model: teacher-forced call, cached decoding, ``generate``.
+
+    Subclasses build their layers, call :meth:`_init_seq2seq` with the token
+    ids and limits, then build the functional graph with
+    :meth:`_functional_graph` and pass it to ``keras.Model.__init__``. They
+    implement ``encode``, ``decode``, ``init_cache`` and ``decode_step`` (see
+    the module docstring) and list their constructor arguments in
+    ``get_config``.
+
+    Attributes:
+        source_vocab_size: number of source token ids.
+        target_vocab_size: number of target token ids (the logits' width).
+        pad_id, bos_id, eos_id: the special token ids.
+        max_source_length: the longest source the model accepts (its position
+            table), or None when any length works.
+        max_target_length: the longest target (``bos`` included), or None.
+    """
+
+    def _init_seq2seq(
+        self,
+        source_vocab_size: int,
+        target_vocab_size: int,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        max_source_length: int | None,
+        max_target_length: int | None,
+    ) -> None:
+        owner = type(self).__name__
+        self.source_vocab_size = _non_negative_int(owner, "source_vocab_size", source_vocab_size)
+        self.target_vocab_size = _non_negative_int(owner, "target_vocab_size", target_vocab_size)
+        for name, vocab in (
+            ("source_vocab_size", source_vocab_size),
+            ("target_vocab_size", target_vocab_size),
+        ):
+            if vocab < 3:
+                raise ValueError(
+                    f"{owner}: `{name}` must be at least 3 (pad, bos and eos ids), got {vocab}."
+                )
+        ids = {}
+        for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
+            ids[name] = _non_negative_int(owner, name, value)
+            if ids[name] >= min(self.source_vocab_size, self.target_vocab_size):
+                raise ValueError(
+                    f"{owner}: `{name}` must be a token id below both vocabulary sizes "
+                    f"({self.source_vocab_size}, {self.target_vocab_size}), got {value}."
+                )
+        if len(set(ids.values())) != 3:
+            raise ValueError(f"{owner}: `pad_id`, `bos_id` and `eos_id` must differ, got {ids}.")
+        self.pad_id, self.bos_id, self.eos_id = ids["pad_id"], ids["bos_id"], ids["eos_id"]
+        self.max_source_length = (
+            None
+            if max_source_length is None
+            else _non_negative_int(owner, "max_source_length", max_source_length)
+        )
+        self.max_target_length = (
+            None
+            if max_target_length is None
+            else _non_negative_int(owner, "max_target_length", max_target_length)
+        )
+
+    def _functional_graph(self) -> tuple[dict, Any]:
+        """Symbolic inputs (``encoder_token_ids``, ``decoder_token_ids``) and the logits."""
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name) for name in _INPUT_NAMES
+        }
+        state = self.encode(inputs["encoder_token_ids"])
+        logits = self.decode(inputs["decoder_token_ids"], state)
+        return inputs, logits
+
+    # ------------------------------------------------------------------ contract
+
+    def encode(self, encoder_token_ids: Any, training: Any = None) -> tuple:
+        """The encoder state ``decode`` and ``init_cache`` read, a tuple of batch-first tensors."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement `encode`.")
+
+    def decode(self, decoder_token_ids: Any, encoder_state: tuple, training: Any = None) -> Any:
+        """Teacher-forced logits ``(batch, target_time, target_vocab_size)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement `decode`.")
+
+    def init_cache(self, encoder_state: tuple, max_length: int) -> tuple:
+        """The decoding cache for ``max_length`` target positions (``bos`` included)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement `init_cache`.")
+
+    def decode_step(self, token_ids: Any, cache: tuple, index: Any) -> tuple:
+        """``(logits (batch, target_vocab_size) float32, new_cache)`` for one target position."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement `decode_step`.")
+
+    @staticmethod
+    def reorder_cache(cache: tuple, indices: Any) -> tuple:
+        """Gathers every cache tensor along the batch axis (beam search's reordering)."""
+        return keras.tree.map_structure(lambda t: ops.take(t, indices, axis=0), cache)
+
+    # ------------------------------------------------------------------ checks and generation
+
+    def check_token_ids(self, token_ids: Any, argument: str, source: bool = True) -> np.ndarray:
+        """``token_ids`` as an int32 numpy array, after checking rank, range and length.
+
+        These checks cannot run inside a compiled graph, so the Python entry
+        points (``generate``, the search functions) call this first.
+
+        Raises:
+            TypeError: for non-integer ids.
+            ValueError: for a rank other than 2, an id outside the vocabulary or
+                a sequence longer than the model's position table.
+        """
+        owner = f"{type(self).__name__}({self.name!r})"
+        array = np.asarray(keras.ops.convert_to_numpy(token_ids))
+        if not np.issubdtype(array.dtype, np.integer):
+            raise TypeError(
+                f"{owner}: `{argument}` must hold integer token ids, got dtype {array.dtype}."
+            )
+        if array.ndim != 2:
+            raise ValueError(
+                f"{owner}: `{argument}` must have shape (batch, time), got shape {array.shape}."
+            )
+        vocab = self.source_vocab_size if source else self.target_vocab_size
+        if array.size and (array.min() < 0 or array.max() >= vocab):
+            bad = array[(array < 0) | (array >= vocab)]
+            raise ValueError(
+                f"{owner}: `{argument}` holds token ids outside the vocabulary [0, {vocab}): "
+                f"e.g. {int(bad[0])}."
+            )
+        limit = self.max_source_length if source else self.max_target_length
+        if limit is not None and array.shape[1] > limit:
+            raise ValueError(
+                f"{owner}: `{argument}` has {array.shape[1]} positions, more than the model's "
+                f"{'max_source_length' if source else 'max_target_length'} = {limit}."
+            )
+        return array.astype("int32")
+
+    def generate(
+        self,
+        encoder_token_ids: Any,
+        max_length: int | None = None,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+    ) -> np.ndarray:
+        """Translates a batch of sources: greedy search, or beam search if ``beam_size > 1``.
+
+        A thin wrapper over :func:`keras_posenc.generation.greedy_search` and
+        :func:`keras_posenc.generation.beam_search`; see them for the
+        arguments and what is returned (the generated ids after ``bos``).
+        """
+        from keras_posenc import generation
+
+        if beam_size == 1:
+            return generation.greedy_search(self, encoder_token_ids, max_length=max_length)
+        tokens, _ = generation.beam_search(
+            self,
+            encoder_token_ids,
+            beam_size=beam_size,
+            max_length=max_length,
+            length_penalty=length_penalty,
+        )
+        return tokens
+
+    def _seq2seq_config(self) -> dict:
+        return {
+            "source_vocab_size": self.source_vocab_size,
+            "target_vocab_size": self.target_vocab_size,
+            "pad_id": self.pad_id,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict) -> Seq2SeqModel:
+        config = dict(config)
+        for key in ("trainable", "dtype"):
+            config.pop(key, None)
+        return cls(**config)
