@@ -54,6 +54,8 @@ from keras_posenc._compile import compile_inference
 __all__ = ["beam_search", "greedy_search"]
 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Logit of a token that may not come next inside the compiled greedy loop.
+_FORBIDDEN = -1e9
 
 
 # --------------------------------------------------------------------------- checks
@@ -101,23 +103,54 @@ def _max_length(model: Any, function: str, max_length: Any, source_length: int) 
 
 
 def _compiled(model: Any, kind: str) -> Any:
+    """The model's compiled ``kind`` function, made once per model.
+
+    ``"greedy_loop"``: all of greedy search in one loop; ``"reordering_step"``:
+    reorder the cache (beam search), then one decoding step; ``"full"``: the
+    whole decoder on a prefix buffer (``use_cache=False``).
+    """
     functions = _COMPILED.setdefault(model, {})
     if kind not in functions:
-        if kind == "step":
 
-            def step(token_ids: Any, cache: tuple, index: Any, order: Any) -> tuple:
-                cache = model.reorder_cache(cache, order)
-                logits, cache = model.decode_step(token_ids, cache, index)
-                return ops.log_softmax(logits, axis=-1), cache
+        def step(token_ids: Any, cache: tuple, index: Any) -> tuple:
+            logits, cache = model.decode_step(token_ids, cache, index)
+            return ops.log_softmax(logits, axis=-1), cache
 
-            functions[kind] = compile_inference(step, model.variables)
-        else:
+        def reordering_step(token_ids: Any, cache: tuple, index: Any, order: Any) -> tuple:
+            return step(token_ids, model.reorder_cache(cache, order), index)
 
-            def full(token_ids: Any, state: tuple, index: Any) -> Any:
-                logits = model.decode(token_ids, state)
-                return ops.log_softmax(ops.take(logits, index, axis=1), axis=-1)
+        def full(token_ids: Any, state: tuple, index: Any) -> Any:
+            logits = model.decode(token_ids, state)
+            return ops.log_softmax(ops.take(logits, index, axis=1), axis=-1)
 
-            functions[kind] = compile_inference(full, model.variables)
+        def greedy_loop(token_ids: Any, cache: tuple, output: Any, min_length: Any) -> Any:
+            # The whole greedy search in one compiled loop: no Python between steps.
+            max_length = output.shape[1]
+            pad, bos, eos = model.pad_id, model.bos_id, model.eos_id
+
+            def cond(index: Any, tokens: Any, cache: tuple, output: Any, finished: Any) -> Any:
+                return ops.logical_and(index < max_length, ops.logical_not(ops.all(finished)))
+
+            def body(index: Any, tokens: Any, cache: tuple, output: Any, finished: Any) -> tuple:
+                logits, cache = model.decode_step(tokens, cache, index)
+                vocab = ops.arange(ops.shape(logits)[-1], dtype="int32")
+                banned = (vocab == pad) | (vocab == bos) | ((vocab == eos) & (index < min_length))
+                logits = ops.where(banned[None, :], _FORBIDDEN, ops.cast(logits, "float32"))
+                tokens = ops.where(finished, pad, ops.cast(ops.argmax(logits, axis=-1), "int32"))
+                output = ops.slice_update(output, (0, index), tokens[:, None])
+                return index + 1, tokens, cache, output, finished | (tokens == eos)
+
+            start = ops.convert_to_tensor(0, "int32")
+            finished = ops.zeros(ops.shape(token_ids), "bool")
+            loop = (start, token_ids, cache, output, finished)
+            return ops.while_loop(cond, body, loop)[3]
+
+        function = {
+            "reordering_step": reordering_step,
+            "full": full,
+            "greedy_loop": greedy_loop,
+        }[kind]
+        functions[kind] = compile_inference(function, model.variables)
     return functions[kind]
 
 
@@ -125,11 +158,11 @@ class _CachedDecoder:
     """One ``decode_step`` per position over the model's cache."""
 
     def __init__(self, model: Any, state: tuple, max_length: int) -> None:
-        self.step_function = _compiled(model, "step")
+        self.model = model
         self.cache = model.init_cache(state, max_length)
 
     def step(self, token_ids: np.ndarray, index: int, order: np.ndarray) -> np.ndarray:
-        log_probs, self.cache = self.step_function(
+        log_probs, self.cache = _compiled(self.model, "reordering_step")(
             ops.convert_to_tensor(token_ids, "int32"),
             self.cache,
             ops.convert_to_tensor(index, "int32"),
@@ -146,8 +179,9 @@ class _RecomputingDecoder:
         self.state = state
         self.prefix = np.full((batch, max_length), model.pad_id, dtype="int32")
 
-    def step(self, token_ids: np.ndarray, index: int, order: np.ndarray) -> np.ndarray:
-        self.prefix = self.prefix[order]
+    def step(self, token_ids: np.ndarray, index: int, order: np.ndarray | None) -> np.ndarray:
+        if order is not None:
+            self.prefix = self.prefix[order]
         self.prefix[:, index] = token_ids
         log_probs = self.full_function(
             ops.convert_to_tensor(self.prefix, "int32"),
@@ -242,13 +276,21 @@ def greedy_search(
         model, function, encoder_token_ids, max_length, min_length
     )
     batch = source.shape[0]
-    decoder = _start(model, source, max_length, use_cache)
     output = np.full((batch, max_length), model.pad_id, dtype="int32")
+    if use_cache:
+        state = model.encode(ops.convert_to_tensor(source, "int32"), training=False)
+        output = _compiled(model, "greedy_loop")(
+            ops.convert_to_tensor(np.full(batch, model.bos_id), "int32"),
+            model.init_cache(state, max_length),
+            ops.convert_to_tensor(output, "int32"),
+            ops.convert_to_tensor(min_length, "int32"),
+        )
+        return np.asarray(ops.convert_to_numpy(output), dtype="int32")
+    decoder = _start(model, source, max_length, use_cache)
     finished = np.zeros(batch, bool)
     tokens = np.full(batch, model.bos_id, dtype="int32")
-    identity = np.arange(batch, dtype="int32")
     for index in range(max_length):
-        log_probs = decoder.step(tokens, index, identity)
+        log_probs = decoder.step(tokens, index, None)
         _forbid(model, log_probs, index, min_length)
         tokens = np.argmax(log_probs, axis=-1).astype("int32")
         output[:, index] = np.where(finished, model.pad_id, tokens)

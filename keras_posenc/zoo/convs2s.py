@@ -17,6 +17,7 @@ Registered configurations (``src_vocab_size`` / ``tgt_vocab_size`` are
 required arguments of ``zoo.create``; ``vocab_size`` for the LM):
 
     name                 embed  encoder                                        decoder    out
+    convs2s_small        64     [(64, 3)] * 4 (256 positions)                  same       64
     convs2s_iwslt_de_en  256    [(256, 3)] * 4                                 [(256, 3)] * 3  256
     convs2s_wmt_en_ro    512    [(512, 3)] * 20                                same       512
     convs2s_wmt_en_de    768    [(512, 3)] * 9 + [(1024, 3)] * 4 + [(2048, 1)] * 2   same  512
@@ -54,6 +55,16 @@ REFERENCE = (
 )
 
 CONFIGS: dict[str, dict[str, Any]] = {
+    # Not a paper configuration: the small model of the training example and the tests.
+    "convs2s_small": {
+        "embed_dim": 64,
+        "encoder_layers": ((64, 3),) * 4,
+        "decoder_layers": ((64, 3),) * 4,
+        "decoder_out_embed_dim": 64,
+        "max_source_positions": 256,
+        "max_target_positions": 256,
+        "dropout": 0.1,
+    },
     "convs2s_iwslt_de_en": {
         "embed_dim": 256,
         "encoder_layers": ((256, 3),) * 4,
@@ -811,7 +822,11 @@ for _name, _config in CONFIGS.items():
         build_convs2s,
         family="convs2s",
         config=_config,
-        description=f"ConvS2S {_name.removeprefix('convs2s_')} (fairseq fconv_{_name[8:]})",
+        description=(
+            "ConvS2S, small (training example)"
+            if _name == "convs2s_small"
+            else f"ConvS2S {_name[8:]} (fairseq fconv_{_name[8:]})"
+        ),
         reference=REFERENCE,
     )
 register_model(

@@ -14,11 +14,13 @@ from keras import ops
 from keras.src.backend.common import global_state  # see shape_only
 
 from keras_posenc import generation, zoo
+from keras_posenc.experiments.seq2seq_tasks import train_reverse
 from keras_posenc.zoo.convs2s import ConvS2S, ConvS2SLanguageModel
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
 from reference import search
 
 NAMES = [
+    "convs2s_small",
     "convs2s_iwslt_de_en",
     "convs2s_wmt_en_ro",
     "convs2s_wmt_en_de",
@@ -107,7 +109,7 @@ def shape_only(name, **arguments):
     return model
 
 
-def expected_count(name):
+def expected_count(name, positions=1024):
     config = zoo.get_spec(name).config
     return hand_count(
         config["embed_dim"],
@@ -115,6 +117,7 @@ def expected_count(name):
         config["decoder_layers"],
         config["decoder_out_embed_dim"],
         *VOCAB,
+        positions=positions,
     )
 
 
@@ -122,13 +125,15 @@ def test_registered_names():
     assert set(zoo.list_models("convs2s")) == set(NAMES) | {"convs2s_lm"}
 
 
-def test_iwslt_parameter_count_matches_the_spec():
-    model = shape_only("convs2s_iwslt_de_en", src_vocab_size=VOCAB[0], tgt_vocab_size=VOCAB[1])
-    assert model.count_params() == expected_count("convs2s_iwslt_de_en")
+@pytest.mark.parametrize("name", NAMES[:2])
+def test_small_and_iwslt_parameter_counts_match_the_spec(name):
+    model = shape_only(name, src_vocab_size=VOCAB[0], tgt_vocab_size=VOCAB[1])
+    positions = zoo.get_spec(name).config.get("max_source_positions", 1024)
+    assert model.count_params() == expected_count(name, positions)
 
 
 @pytest.mark.large
-@pytest.mark.parametrize("name", NAMES[1:])
+@pytest.mark.parametrize("name", NAMES[2:])
 def test_wmt_parameter_counts_match_the_spec(name):
     model = shape_only(name, src_vocab_size=VOCAB[0], tgt_vocab_size=VOCAB[1])
     assert model.count_params() == expected_count(name)
@@ -421,3 +426,11 @@ def test_training_lowers_the_loss():
     model.fit(inputs, target, epochs=10, batch_size=8, verbose=0)
     after = model.evaluate(inputs, target, verbose=0)
     assert after < 0.85 * before, (before, after)
+
+
+@pytest.mark.large
+def test_training_example_reaches_95_percent_exact_match():
+    # The documented example (zoo/convs2s/train_reverse.py, docs/guides/convs2s.md).
+    model = zoo.create("convs2s_small", src_vocab_size=20, tgt_vocab_size=20)
+    result = train_reverse(model, epochs=4, verbose=0)
+    assert result["exact_match"] >= 0.95, result
