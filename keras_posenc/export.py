@@ -236,6 +236,73 @@ def export_model(
     return report
 
 
+def export_seq2seq(
+    model: keras.Model,
+    directory: str | os.PathLike,
+    format: str = "onnx",  # noqa: A002 (as export_model)
+    verify: bool = True,
+    atol: float = 1e-4,
+) -> dict[str, ExportReport]:
+    """Exports a sequence-to-sequence zoo model as an encoder graph and a one-step decoder graph.
+
+    The two graphs are :class:`~keras_posenc.zoo.seq2seq.Seq2SeqEncoder`
+    (``encoder_token_ids -> encoder state``) and
+    :class:`~keras_posenc.zoo.seq2seq.Seq2SeqDecoderStep` (``[token_ids,
+    index, *cache] -> [logits, *new_cache]``), each exported and verified by
+    :func:`export_model`. A runtime decodes with them as
+    :mod:`keras_posenc.generation` does: run the encoder once; the cache
+    starts as the encoder state followed by zeros for the decoder buffers
+    (their shapes are in the step's report); feed ``bos_id`` at index 0, then
+    each chosen token, passing the returned cache back in.
+
+    Args:
+        model: a :class:`~keras_posenc.zoo.seq2seq.Seq2SeqModel`.
+        directory: folder for ``encoder`` and ``decoder_step`` (``.onnx`` files
+            or SavedModel folders).
+        format: ``"onnx"`` or ``"tf_saved_model"``.
+        verify: verify each graph as :func:`export_model` does (the encoder and
+            the cache's source axis at two source lengths).
+        atol: the largest absolute difference accepted.
+
+    Returns:
+        ``{"encoder": report, "decoder_step": report}``.
+
+    Raises:
+        TypeError: if ``model`` does not follow the decoding contract.
+    """
+    from keras_posenc.zoo.seq2seq import (
+        Seq2SeqDecoderStep,
+        Seq2SeqEncoder,
+        Seq2SeqModel,
+        decoding_signatures,
+    )
+
+    if not isinstance(model, Seq2SeqModel):
+        raise TypeError(
+            "export_seq2seq: `model` must be a keras_posenc.zoo.seq2seq.Seq2SeqModel "
+            f"(a sequence-to-sequence zoo model); got {type(model).__name__}."
+        )
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    suffix = ".onnx" if format == "onnx" else ""
+    encoder_signature, step_signature = decoding_signatures(model)
+    graphs = {
+        "encoder": (Seq2SeqEncoder(model, name="encoder"), encoder_signature),
+        "decoder_step": (Seq2SeqDecoderStep(model, name="decoder_step"), step_signature),
+    }
+    return {
+        name: export_model(
+            graph,
+            os.path.join(directory, name + suffix),
+            format=format,
+            verify=verify,
+            atol=atol,
+            input_signature=signature,
+        )
+        for name, (graph, signature) in graphs.items()
+    }
+
+
 # --------------------------------------------------------------------------- internals
 
 
@@ -394,9 +461,16 @@ def _run_artifact(report: ExportReport, inputs: Any) -> list[np.ndarray]:
     import tensorflow as tf
 
     function = tf.saved_model.load(report.path).signatures["serving_default"]
-    names = sorted(function.structured_input_signature[1])
+    names = sorted(function.structured_input_signature[1], key=_natural)
     outputs = function(**{name: tf.constant(a) for name, a in zip(names, arrays)})
-    return [outputs[key].numpy() for key in sorted(outputs)]
+    return [outputs[key].numpy() for key in sorted(outputs, key=_natural)]
+
+
+def _natural(name: str) -> tuple:
+    """Sort key that puts ``output_2`` before ``output_10`` (Keras numbers its signature names)."""
+    prefix = name.rstrip("0123456789")
+    suffix = name[len(prefix) :]
+    return (prefix, int(suffix) if suffix else -1)
 
 
 def _verify(model: keras.Model, report: ExportReport, specs: list[dict], atol: float) -> None:

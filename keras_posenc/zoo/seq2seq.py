@@ -241,3 +241,102 @@ class Seq2SeqModel(FunctionalModel):
         for key in ("trainable", "dtype"):
             config.pop(key, None)
         return cls(**config)
+
+
+# --------------------------------------------------------------------------- export graphs
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class Seq2SeqEncoder(keras.Model):
+    """The encoder of a :class:`Seq2SeqModel` as a model of its own (for export).
+
+    ``encoder(encoder_token_ids)`` returns the list of encoder-state tensors
+    (``model.encode``): the first inputs of a decoding cache.
+
+    Args:
+        seq2seq: the :class:`Seq2SeqModel` (its weights are shared, not copied).
+        **kwargs: ``keras.Model`` arguments.
+    """
+
+    def __init__(self, seq2seq: Seq2SeqModel, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.seq2seq = seq2seq
+
+    def call(self, encoder_token_ids: Any) -> list:
+        return list(self.seq2seq.encode(encoder_token_ids, training=False))
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "seq2seq": keras.saving.serialize_keras_object(self.seq2seq)}
+
+    @classmethod
+    def from_config(cls, config: dict) -> Seq2SeqEncoder:
+        config = dict(config)
+        seq2seq = keras.saving.deserialize_keras_object(config.pop("seq2seq"))
+        config.pop("trainable", None)
+        return cls(seq2seq, **config)
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class Seq2SeqDecoderStep(keras.Model):
+    """One decoding step of a :class:`Seq2SeqModel` as a model of its own (for export).
+
+    ``step([token_ids, index, *cache])`` returns ``[logits, *new_cache]``:
+    ``token_ids`` is ``(batch,)`` int32, ``index`` a ``(1,)`` int32 tensor (the
+    target position; a plain scalar cannot be a model input), ``cache`` the
+    tensors of ``model.init_cache`` (the encoder state first) and ``logits``
+    ``(batch, target_vocab_size)`` float32. The caches go in and come out, so
+    an exported step can be driven by any runtime's loop.
+
+    Args:
+        seq2seq: the :class:`Seq2SeqModel` (its weights are shared, not copied).
+        **kwargs: ``keras.Model`` arguments.
+    """
+
+    def __init__(self, seq2seq: Seq2SeqModel, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.seq2seq = seq2seq
+
+    def call(self, inputs: list) -> list:
+        token_ids, index, *cache = inputs
+        position = ops.reshape(ops.cast(index, "int32"), ())
+        logits, new_cache = self.seq2seq.decode_step(token_ids, tuple(cache), position)
+        return [logits, *new_cache]
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "seq2seq": keras.saving.serialize_keras_object(self.seq2seq)}
+
+    @classmethod
+    def from_config(cls, config: dict) -> Seq2SeqDecoderStep:
+        config = dict(config)
+        seq2seq = keras.saving.deserialize_keras_object(config.pop("seq2seq"))
+        config.pop("trainable", None)
+        return cls(seq2seq, **config)
+
+
+def decoding_signatures(model: Seq2SeqModel) -> tuple[list, list]:
+    """Input signatures of :class:`Seq2SeqEncoder` and :class:`Seq2SeqDecoderStep`.
+
+    The batch axis is dynamic everywhere; a cache axis is dynamic when it
+    follows the source length (the encoder state) or the decoded length, found
+    by building caches for two sizes and comparing shapes.
+
+    Returns:
+        ``(encoder_signature, step_signature)``, lists of ``keras.InputSpec``.
+    """
+    shapes = []
+    for length in (3, 5):
+        source = np.full((1, length), model.bos_id, dtype="int32")
+        state = model.encode(source, training=False)
+        cache = model.init_cache(state, length + 2)
+        shapes.append([(tuple(t.shape), keras.backend.standardize_dtype(t.dtype)) for t in cache])
+    cache_specs = []
+    for (short, dtype), (long, _) in zip(*shapes, strict=True):
+        shape = [None] + [a if a == b else None for a, b in zip(short[1:], long[1:], strict=True)]
+        cache_specs.append(keras.InputSpec(shape=tuple(shape), dtype=dtype))
+    encoder = [keras.InputSpec(shape=(None, None), dtype="int32")]
+    step = [
+        keras.InputSpec(shape=(None,), dtype="int32"),
+        keras.InputSpec(shape=(1,), dtype="int32"),
+        *cache_specs,
+    ]
+    return encoder, step

@@ -1,0 +1,81 @@
+"""Sequence-to-sequence export: an encoder graph and a one-step decoder graph, driven by
+onnxruntime to decode greedily with the same tokens as Keras."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from keras_posenc.export import export_seq2seq
+from keras_posenc.generation import greedy_search
+from keras_posenc.zoo.convs2s import ConvS2S
+
+
+def small_convs2s():
+    keras.utils.set_random_seed(0)
+    return ConvS2S(
+        20,
+        24,
+        embed_dim=16,
+        encoder_layers=[(16, 3), (16, 2)],
+        decoder_layers=[(16, 3), (24, 2)],
+        decoder_out_embed_dim=8,
+        max_source_positions=32,
+        max_target_positions=32,
+        dropout=0.0,
+    )
+
+
+def onnx_greedy(reports, model, source, max_length):
+    """Greedy search written against the two ONNX graphs only (as a deployment would)."""
+    import onnxruntime
+
+    options = {"providers": ["CPUExecutionProvider"]}
+    encoder = onnxruntime.InferenceSession(reports["encoder"].path, **options)
+    step = onnxruntime.InferenceSession(reports["decoder_step"].path, **options)
+    state = encoder.run(None, {encoder.get_inputs()[0].name: source})
+    batch = source.shape[0]
+    step_inputs = step.get_inputs()
+    buffers = [
+        np.zeros((batch, *[int(d) for d in spec.shape[1:]]), np.float32)
+        for spec in step_inputs[2 + len(state) :]
+    ]
+    cache = state + buffers
+    tokens = np.full(batch, model.bos_id, np.int32)
+    output = np.full((batch, max_length), model.pad_id, np.int32)
+    finished = np.zeros(batch, bool)
+    for index in range(max_length):
+        arrays = [tokens, np.array([index], np.int32), *cache]
+        logits, *cache = step.run(None, {s.name: a for s, a in zip(step_inputs, arrays)})
+        logits[:, [model.pad_id, model.bos_id]] = -np.inf
+        tokens = np.argmax(logits, axis=-1).astype(np.int32)
+        output[:, index] = np.where(finished, model.pad_id, tokens)
+        finished |= tokens == model.eos_id
+    return output
+
+
+@pytest.mark.large
+def test_onnx_greedy_decoding_gives_the_keras_tokens(tmp_path):
+    model = small_convs2s()
+    reports = export_seq2seq(model, tmp_path, format="onnx")
+    assert reports["encoder"].max_abs_difference <= 1e-4
+    assert reports["decoder_step"].max_abs_difference <= 1e-4
+    source = np.array([[5, 6, 7, 8, 9, 2], [10, 11, 2, 0, 0, 0], [3, 4, 5, 6, 2, 0]], np.int32)
+    expected = greedy_search(model, source, max_length=12)
+    np.testing.assert_array_equal(onnx_greedy(reports, model, source, 12), expected)
+
+
+@pytest.mark.large
+def test_seq2seq_saved_model_graphs_verify(tmp_path):
+    reports = export_seq2seq(small_convs2s(), tmp_path, format="tf_saved_model")
+    assert set(reports) == {"encoder", "decoder_step"}
+    for report in reports.values():
+        assert report.max_abs_difference <= 1e-4
+        assert len(report.verified_shapes) == 2  # two source lengths
+
+
+def test_export_seq2seq_needs_a_seq2seq_model(tmp_path):
+    inputs = keras.Input((3,))
+    with pytest.raises(TypeError, match="must be a keras_posenc.zoo.seq2seq.Seq2SeqModel"):
+        export_seq2seq(keras.Model(inputs, inputs), tmp_path)
