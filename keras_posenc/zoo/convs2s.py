@@ -398,7 +398,7 @@ class _ConvStack:
             if self.attentions:
                 x, _ = self.attentions[index](x, target_embedding, encoder_out, encoder_mask)
             if residual_x is not None:
-                x = (x + residual_x) * ops.cast(_SQRT_HALF, x.dtype)
+                x = (x + residual_x) * _SQRT_HALF
             residuals.append(x)
         return x, new_caches
 
@@ -590,7 +590,7 @@ class ConvS2S(Seq2SeqModel):
         x, _ = self.encoder_stack.run(x, mask=mask, training=training)
         z = self.encoder_fc2(x) * ops.cast(mask[..., None], x.dtype)
         z = self.encoder_grad_multiply(z)
-        values = (z + e) * ops.cast(_SQRT_HALF, z.dtype)
+        values = (z + e) * _SQRT_HALF
         return z, values, mask
 
     def _decoder_head(self, x: Any, training: Any) -> Any:

@@ -1,0 +1,65 @@
+"""Every registered zoo model, in a small variant, exported to both formats on TensorFlow
+and verified (large: CI runs it on TensorFlow only). A model registered without a small
+variant here fails the coverage test, so the list grows with the zoo."""
+
+from __future__ import annotations
+
+import keras
+import pytest
+
+from keras_posenc import zoo
+from keras_posenc.export import FORMATS, export_model, export_seq2seq
+from keras_posenc.zoo.seq2seq import Seq2SeqModel
+
+SMALL_COATNET = {
+    "blocks": (1, 1, 1, 1, 1),
+    "channels": (16, 16, 32, 64, 64),
+    "input_shape": (64, 64, 3),
+    "num_classes": 10,
+}
+SMALL_CONVS2S = {
+    "src_vocab_size": 50,
+    "tgt_vocab_size": 60,
+    "embed_dim": 32,
+    "max_source_positions": 64,
+    "max_target_positions": 64,
+}
+# Each registered name and the overrides that make it small (about 5M parameters or fewer)
+# while keeping its family's structure.
+SMALL_VARIANTS = {
+    **{f"coatnet_{n}": SMALL_COATNET for n in range(5)},
+    "convs2s_small": {"src_vocab_size": 50, "tgt_vocab_size": 60},
+    "convs2s_iwslt_de_en": SMALL_CONVS2S,
+    "convs2s_wmt_en_ro": {**SMALL_CONVS2S, "encoder_layers": [(32, 3)] * 3,
+                          "decoder_layers": [(32, 3)] * 3, "decoder_out_embed_dim": 32},
+    "convs2s_wmt_en_de": {**SMALL_CONVS2S, "encoder_layers": [(32, 3), (64, 3), (128, 1)],
+                          "decoder_layers": [(32, 3), (64, 3), (128, 1)],
+                          "decoder_out_embed_dim": 32},
+    "convs2s_wmt_en_fr": {**SMALL_CONVS2S, "encoder_layers": [(32, 3), (48, 3), (64, 1)],
+                          "decoder_layers": [(32, 3), (48, 3), (64, 1)],
+                          "decoder_out_embed_dim": 32},
+    "convs2s_lm": {"vocab_size": 50, "embed_dim": 16, "decoder_layers": [(32, 4)] * 2,
+                   "decoder_out_embed_dim": 16},
+}  # fmt: skip
+MAX_PARAMETERS = 5_000_000
+
+
+def test_every_registered_model_has_a_small_variant():
+    missing = sorted(set(zoo.list_models()) - set(SMALL_VARIANTS))
+    assert not missing, f"add a small variant for {missing} to SMALL_VARIANTS"
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("format", FORMATS)
+@pytest.mark.parametrize("name", sorted(SMALL_VARIANTS))
+def test_small_variant_exports(name, format, tmp_path):
+    keras.utils.set_random_seed(0)
+    model = zoo.create(name, **SMALL_VARIANTS[name])
+    assert model.count_params() <= MAX_PARAMETERS
+    suffix = ".onnx" if format == "onnx" else ""
+    if isinstance(model, Seq2SeqModel):
+        reports = export_seq2seq(model, tmp_path / name, format=format)
+    else:
+        reports = {"model": export_model(model, str(tmp_path / name) + suffix, format=format)}
+    for report in reports.values():
+        assert report.max_abs_difference <= 1e-4, (name, report.max_abs_difference)
