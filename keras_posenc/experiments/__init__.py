@@ -7,10 +7,11 @@ docs' figures and the tests all run the same code.
   padding versus circular, reflect, replicate and no padding), probed with
   PosENet on content-free inputs.
 
-Planned: length generalisation of position encodings (train on short
-sequences, test on longer ones).
+- :func:`length_generalization_experiment`: which position encodings keep
+  working on sequences longer than those they were trained on.
 """
 
+from keras_posenc.experiments.length_generalization import length_generalization_experiment
 from keras_posenc.experiments.padding import padding_experiment, probe_padding_mode
 
-__all__ = ["padding_experiment", "probe_padding_mode"]
+__all__ = ["length_generalization_experiment", "padding_experiment", "probe_padding_mode"]

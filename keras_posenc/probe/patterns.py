@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-PATTERN_NAMES = ("H", "V", "G", "HS", "VS")
+# The names are part of a PosENet model's configuration, so they are defined with the model.
+from keras_posenc.zoo.posenet import PATTERN_NAMES
+
+__all__ = ["PATTERN_NAMES", "position_patterns"]
 
 # Stripe frequency of HS/VS: 2.5 periods across the image (Islam et al. 2020).
 _STRIPE_PERIODS = 2.5

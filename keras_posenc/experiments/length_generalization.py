@@ -1,0 +1,908 @@
+"""Which position encodings generalise to longer sequences than they were trained on?
+
+Small Transformer stacks, identical except for how position enters them, are
+trained on synthetic token tasks at length 64 and tested at 64, 128, 256 and
+512. Two tasks, generated in code (`task_data`):
+
+- ``"copy_back"`` (purely relative): at position ``i`` output the token at
+  ``i - shift`` (``shift=4``). The answer is the same function of the
+  distance wherever ``i`` is, so an encoding that sees distances should
+  keep solving it at any length.
+- ``"copy_position"`` (absolute): at position ``i`` output the token at
+  position ``position`` (``3``). From the query's side the distance to the
+  answer grows with ``i``: a purely relative encoding must find the start of
+  the sequence some other way, and the table shows where it cannot.
+
+The models are causal (decoder-only blocks: `RelativeTransformerDecoder`
+without cross-attention), so both tasks depend on the past only, ALiBi is
+keras_hub's `AlibiBias` exactly as defined (a bias on key positions, which
+the causal mask turns into ``-m (i - j)``), and training on full length-64
+sequences trains every length up to 64 at once (position ``i`` sees only
+``0..i``). The accuracy at a test length ``L`` is measured on positions
+``L/2 .. L-1`` of each test sequence: at ``L >= 128`` those are all
+positions never seen in training, so the number is not diluted by the
+first 64 positions, which behave exactly as in training.
+
+Every model: token embedding (10 tokens, width 32), the encoding's absolute
+term if it has one (added to the embedding), 2 pre-norm blocks (2 heads of
+size 16, feed-forward 64), a final layer normalisation and a 10-way softmax:
+17,806 parameters, plus the encoding's own tables (``params`` in the
+results). Every block's self-attention is `MultiHeadRelativeAttention`; the
+encodings (`ENCODINGS`):
+
+- `none`: no position at all: attention with one bias bucket
+  (``bucketing="clip", max_distance=0``), a constant per head that the
+  softmax cancels;
+- `learned_absolute`: ``keras_hub.layers.PositionEmbedding(64)`` added to
+  the tokens; it has no row for position 64 or later, so a longer input
+  raises a ValueError and the results say "n/a";
+- `sinusoidal`: ``keras_hub.layers.SinePositionEncoding`` added to the tokens;
+- `rope`: rotary queries and keys (``rotary_max_wavelength=10000``);
+- `alibi`: ``keras_hub.layers.AlibiBias`` (its default slopes) as ``attention_bias``;
+- `relative_bias_clip`: ``RelativePositionBias(bucketing="clip", max_distance=16)``;
+- `relative_bias_log`: T5's ``RelativePositionBias(bucketing="log",
+  num_buckets=32, max_distance=64, bidirectional=False)``;
+- `relative_bias_piecewise`: iRPE's ``RelativePositionBias(bucketing="piecewise",
+  num_buckets=32)``;
+- `relative_bias_multiscale`: ``MultiScaleRelativePositionEmbedding(scales=(5,
+  10, 20))`` with one column per head, as a bias;
+- `shaw_keys_values`: Shaw et al., ``relative="keys_values", bucketing="clip",
+  max_distance=16`` in every block;
+- `sinusoidal_relative_bias`: `sinusoidal` and `relative_bias_log` together.
+
+Each relative bias is one table shared by both blocks (computed once per call
+and passed as ``attention_bias``), as T5 does, so the four bias rows differ in
+their bucketing only.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_posenc.experiments.padding import write_png
+from keras_posenc.layers.relative_position import (
+    MultiScaleRelativePositionEmbedding,
+    RelativePositionBias,
+)
+from keras_posenc.layers.relative_transformer import RelativeTransformerDecoder
+
+ENCODINGS = (
+    "none",
+    "learned_absolute",
+    "sinusoidal",
+    "rope",
+    "alibi",
+    "relative_bias_clip",
+    "relative_bias_log",
+    "relative_bias_piecewise",
+    "relative_bias_multiscale",
+    "shaw_keys_values",
+    "sinusoidal_relative_bias",
+)
+TASKS = ("copy_back", "copy_position")
+TASK_DESCRIPTIONS = {
+    "copy_back": "relative: the token {shift} positions back",
+    "copy_position": "absolute: the token at position {position}",
+}
+
+COLUMNS = (
+    "task",
+    "encoding",
+    "test_length",
+    "accuracy",
+    "accuracy_std",
+    "accuracy_min",
+    "accuracy_max",
+    "seeds",
+    "params",
+    "num_layers",
+    "train_steps",
+    "note",
+)
+
+# The model and the tasks: the same for the quick and the full run.
+MODEL_SETTINGS = {
+    "vocabulary_size": 10,
+    "hidden_dim": 32,
+    "num_heads": 2,
+    "num_layers": 2,
+    "intermediate_dim": 64,
+    "train_length": 64,
+}
+TASK_SETTINGS = {"shift": 4, "position": 3}
+# The training and evaluation budget. Full: 66 models (11 encodings, 2 tasks,
+# 3 seeds), 18 minutes of CPU time with TensorFlow (23.5 minutes wall clock on
+# a 2-core machine shared with other jobs).
+FULL_SETTINGS = {
+    "train_steps": 1000,
+    "batch_size": 32,
+    "learning_rate": 3e-3,
+    "test_lengths": (64, 128, 256, 512),
+    "eval_positions": 4096,
+}
+# Quick: every encoding on the relative task, one seed, one block instead of
+# two, a short training at a higher learning rate (under a minute on 2 CPU
+# cores with TensorFlow, much of it compiling the 11 models). A smoke test:
+# its numbers are not the study's.
+QUICK_SETTINGS = {
+    "num_layers": 1,
+    "train_steps": 200,
+    "batch_size": 32,
+    "learning_rate": 1e-2,
+    "test_lengths": (64, 128, 256, 512),
+    "eval_positions": 256,
+}
+QUICK_TASKS = ("copy_back",)
+
+# Tokens per evaluation batch: 16 sequences at L = 512, whose attention
+# logits (16, 2, 512, 512) in float32 take 32 MiB.
+_EVAL_TOKENS_PER_BATCH = 8192
+
+
+def _check_choice(caller: str, name: str, value: Any, allowed: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(
+            f"{caller}: `{name}` must be one of {', '.join(map(repr, allowed))}; got {value!r}."
+        )
+    return value
+
+
+def _check_positive_int(caller: str, name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{caller}: `{name}` must be an integer >= {minimum}; got {value!r}.")
+    return int(value)
+
+
+# ----------------------------------------------------------------------------- tasks
+
+
+def task_data(
+    task: str,
+    num_sequences: int,
+    length: int,
+    seed: int | Sequence[int] = 0,
+    vocabulary_size: int = 10,
+    shift: int = 4,
+    position: int = 3,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random token sequences with the task's answers.
+
+    Tokens are uniform in ``0 .. vocabulary_size - 1`` (chance accuracy is
+    ``1 / vocabulary_size``). Positions without an answer (the first
+    ``shift`` for ``"copy_back"``, those before ``position`` for
+    ``"copy_position"``, whose answer lies in the future of a causal model)
+    get label 0 and weight 0.
+
+    Args:
+        task: ``"copy_back"`` (label ``i`` = token ``i - shift``) or
+            ``"copy_position"`` (label ``i`` = token ``position``, for
+            ``i >= position``).
+        num_sequences: number of sequences.
+        length: tokens per sequence.
+        seed: seed of the random tokens (anything ``numpy.random.default_rng`` takes).
+        vocabulary_size: number of distinct tokens.
+        shift: distance back for ``"copy_back"``.
+        position: the position whose token ``"copy_position"`` asks for.
+
+    Returns:
+        ``(tokens, labels, weights)``: int32, int32 and float32 arrays of shape
+        ``(num_sequences, length)``.
+
+    Examples:
+
+        >>> tokens, labels, weights = task_data("copy_back", 1, 8, shift=2)
+        >>> bool((labels[0, 2:] == tokens[0, :-2]).all()), weights[0].tolist()
+        (True, [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+        >>> tokens, labels, weights = task_data("copy_position", 1, 6, position=3)
+        >>> bool((labels[0, 3:] == tokens[0, 3]).all()), weights[0].tolist()
+        (True, [0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    """
+    caller = "task_data"
+    _check_choice(caller, "task", task, TASKS)
+    num_sequences = _check_positive_int(caller, "num_sequences", num_sequences)
+    length = _check_positive_int(caller, "length", length)
+    vocabulary_size = _check_positive_int(caller, "vocabulary_size", vocabulary_size, 2)
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, vocabulary_size, size=(num_sequences, length)).astype("int32")
+    labels = np.zeros_like(tokens)
+    weights = np.zeros(tokens.shape, "float32")
+    if task == "copy_back":
+        shift = _check_positive_int(caller, "shift", shift)
+        labels[:, shift:] = tokens[:, : max(length - shift, 0)]
+        weights[:, shift:] = 1.0
+    else:
+        position = _check_positive_int(caller, "position", position, minimum=0)
+        if position < length:
+            labels[:, position:] = tokens[:, position : position + 1]
+            weights[:, position:] = 1.0
+    return tokens, labels, weights
+
+
+# ----------------------------------------------------------------------------- models
+
+
+class LengthGeneralizationModel(keras.Model):
+    """A small causal Transformer that labels every token, with one position encoding.
+
+    Built by `build_model`; see the module's docstring for the architecture
+    and the encodings. ``max_length`` is the number of positions the model
+    can run: ``train_length`` for ``"learned_absolute"`` (its table has no
+    other rows), ``None`` (any) for the others. Longer inputs raise a
+    ValueError (`check_length`) when the length is known at call time.
+
+    Args:
+        encoding: one of `ENCODINGS`.
+        vocabulary_size: number of token types (inputs and outputs).
+        hidden_dim: width of the embeddings and blocks.
+        num_heads: attention heads per block.
+        num_layers: number of blocks.
+        intermediate_dim: hidden size of each block's feed-forward network.
+        train_length: the training length; the size of the learned position table.
+        **kwargs: standard model arguments (``name``, ...).
+
+    Call arguments:
+        tokens: ``(batch, length)`` int token ids.
+
+    Returns:
+        ``(batch, length, vocabulary_size)`` logits.
+    """
+
+    def __init__(
+        self,
+        encoding: str,
+        vocabulary_size: int = 10,
+        hidden_dim: int = 32,
+        num_heads: int = 2,
+        num_layers: int = 2,
+        intermediate_dim: int = 64,
+        train_length: int = 64,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        import keras_hub  # keras_hub imports TensorFlow; only load it when needed
+
+        self.encoding = _check_choice(type(self).__name__, "encoding", encoding, ENCODINGS)
+        self.num_heads = num_heads
+        self.train_length = train_length
+        self.max_length = train_length if encoding == "learned_absolute" else None
+        self.token_embedding = keras.layers.Embedding(vocabulary_size, hidden_dim, name="tokens")
+        self.absolute = None
+        if encoding == "learned_absolute":
+            self.absolute = keras_hub.layers.PositionEmbedding(train_length, name="positions")
+        elif encoding in ("sinusoidal", "sinusoidal_relative_bias"):
+            self.absolute = keras_hub.layers.SinePositionEncoding(name="positions")
+        self.shared_bias = None
+        if encoding in ("relative_bias_log", "sinusoidal_relative_bias"):
+            self.shared_bias = RelativePositionBias(
+                num_heads, bucketing="log", num_buckets=32, max_distance=64, bidirectional=False
+            )
+        elif encoding == "relative_bias_clip":
+            self.shared_bias = RelativePositionBias(num_heads, bucketing="clip", max_distance=16)
+        elif encoding == "relative_bias_piecewise":
+            self.shared_bias = RelativePositionBias(
+                num_heads, bucketing="piecewise", num_buckets=32
+            )
+        elif encoding == "relative_bias_multiscale":
+            self.shared_bias = MultiScaleRelativePositionEmbedding(num_heads, scales=(5, 10, 20))
+        elif encoding == "alibi":
+            self.shared_bias = keras_hub.layers.AlibiBias(name="alibi")
+        # Attention without a relative term is the same layer with one bias
+        # bucket (a constant per head, cancelled by the softmax), so every
+        # encoding runs the same attention code.
+        attention = {"relative": "bias", "bucketing": "clip", "max_distance": 0}
+        if encoding == "shaw_keys_values":
+            attention = {"relative": "keys_values", "bucketing": "clip", "max_distance": 16}
+        elif encoding == "rope":
+            attention["rotary_max_wavelength"] = 10000
+        self.blocks = [
+            RelativeTransformerDecoder(
+                intermediate_dim, num_heads, normalize_first=True, name=f"block_{i}", **attention
+            )
+            for i in range(num_layers)
+        ]
+        self.final_norm = keras.layers.LayerNormalization(name="final_norm")
+        self.classifier = keras.layers.Dense(vocabulary_size, name="classifier")
+
+    def _attention_bias(self, length: Any) -> Any:
+        if self.shared_bias is None:
+            return None
+        if isinstance(self.shared_bias, MultiScaleRelativePositionEmbedding):
+            # (length, length, heads) -> (1, heads, length, length)
+            return ops.expand_dims(ops.transpose(self.shared_bias(length, length), (2, 0, 1)), 0)
+        if self.encoding == "alibi":
+            # keras_hub's AlibiBias adds m_h * (j - (length - 1)) to scores: a bias on key
+            # positions that the causal mask turns into ALiBi's -m_h * (i - j) plus a
+            # constant per query row (which the softmax ignores). Applied to zeros of
+            # shape (1, heads, 1, length) it returns that bias, broadcast over queries.
+            return self.shared_bias(ops.zeros((1, self.num_heads, 1, length), self.compute_dtype))
+        return self.shared_bias(length, length)
+
+    def check_length(self, length: int | None) -> None:
+        """Raises a ValueError when the model cannot run sequences of ``length``."""
+        if self.max_length is not None and length is not None and length > self.max_length:
+            raise ValueError(
+                f"LengthGeneralizationModel({self.encoding!r}): learned absolute positions "
+                f"have a table of {self.max_length} rows (the training length), so they "
+                f"cannot run a sequence of length {length}; expected a length <= "
+                f"{self.max_length}."
+            )
+
+    def call(self, tokens: Any) -> Any:
+        static_length = tokens.shape[1]
+        self.check_length(static_length)
+        length = static_length if static_length is not None else ops.shape(tokens)[1]
+        x = self.token_embedding(tokens)
+        if self.absolute is not None:
+            x = x + self.absolute(x)
+        bias = self._attention_bias(length)
+        for block in self.blocks:
+            x = block(x, attention_bias=bias)
+        return self.classifier(self.final_norm(x))
+
+
+def build_model(encoding: str, seed: int | None = None, **model_settings: Any) -> keras.Model:
+    """The experiment's model for one encoding, built (weights created).
+
+    Args:
+        encoding: one of `ENCODINGS`.
+        seed: if given, ``keras.utils.set_random_seed(seed)`` first, so the
+            initial weights are reproducible.
+        **model_settings: overrides of `MODEL_SETTINGS` (``vocabulary_size``,
+            ``hidden_dim``, ``num_heads``, ``num_layers``, ``intermediate_dim``,
+            ``train_length``).
+
+    Returns:
+        A `LengthGeneralizationModel`.
+
+    Examples:
+
+        >>> model = build_model("relative_bias_log", seed=0)
+        >>> model.count_params()
+        17870
+        >>> build_model("learned_absolute", seed=0).max_length
+        64
+    """
+    unknown = set(model_settings) - set(MODEL_SETTINGS)
+    if unknown:
+        raise ValueError(
+            f"build_model: unknown model settings {sorted(unknown)}; "
+            f"expected some of {sorted(MODEL_SETTINGS)}."
+        )
+    settings = {**MODEL_SETTINGS, **model_settings}
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    model = LengthGeneralizationModel(encoding, **settings)
+    # A symbolic call creates the weights without running anything (JAX would
+    # compile every operation for this one shape).
+    model(keras.Input((settings["train_length"],), dtype="int32"))
+    return model
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def evaluate(
+    model: LengthGeneralizationModel,
+    task: str,
+    length: int,
+    num_positions: int = 4096,
+    seed: int = 0,
+    **task_settings: Any,
+) -> float:
+    """Token accuracy on positions ``length // 2 .. length - 1`` of fresh sequences.
+
+    Enough sequences are drawn to cover at least ``num_positions`` measured
+    positions; they are run eagerly in batches of about 8192 tokens.
+
+    Args:
+        model: a trained `LengthGeneralizationModel`.
+        task: one of `TASKS`.
+        length: the test length.
+        num_positions: at least this many scored positions are measured.
+        seed: seed of the test sequences.
+        **task_settings: ``shift`` and ``position`` of `task_data`.
+
+    Returns:
+        The fraction of scored positions whose most likely token is the answer.
+
+    Raises:
+        ValueError: the model cannot run ``length`` (learned absolute
+            positions beyond their table), before anything is computed.
+    """
+    model.check_length(length)
+    half = length // 2
+    count = max(1, math.ceil(num_positions / (length - half)))
+    tokens, labels, weights = task_data(
+        task, count, length, seed=seed, vocabulary_size=model.classifier.units, **task_settings
+    )
+    batch = max(1, _EVAL_TOKENS_PER_BATCH // length)
+    correct = total = 0.0
+    for start in range(0, count, batch):
+        # An eager call, not predict: no compilation for each new length.
+        logits = ops.convert_to_numpy(model(tokens[start : start + batch], training=False))
+        hits = logits.argmax(-1) == labels[start : start + batch]
+        w = weights[start : start + batch, half:]
+        correct += float((hits[:, half:] * w).sum())
+        total += float(w.sum())
+    return correct / total
+
+
+def train_and_evaluate(
+    encoding: str,
+    task: str,
+    seed: int = 0,
+    train_steps: int = 1000,
+    batch_size: int = 32,
+    learning_rate: float = 3e-3,
+    test_lengths: Sequence[int] = (64, 128, 256, 512),
+    eval_positions: int = 4096,
+    verbose: int = 0,
+    model_settings: dict[str, Any] | None = None,
+    task_settings: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Trains one model (one encoding, task and seed) and tests it at each length.
+
+    Training: ``train_steps`` Adam steps (gradient norm clipped at 1; the
+    learning rate warms up linearly to ``learning_rate`` over the first tenth,
+    then decays to zero along a cosine) on batches of ``batch_size`` fresh
+    length-``train_length`` sequences (``seed`` sets the initial weights and
+    the training data), compiled once. Testing: `evaluate` on data that is the
+    same for every seed and encoding.
+
+    Returns:
+        ``{"accuracy": {length: accuracy or None}, "params": int,
+        "seconds": float}``; ``None`` where the model cannot run the length.
+    """
+    model_settings = {**MODEL_SETTINGS, **(model_settings or {})}
+    task_settings = {**TASK_SETTINGS, **(task_settings or {})}
+    keras.backend.clear_session()  # no graph or name build-up across 66 models
+    start = time.perf_counter()
+    model = build_model(encoding, seed=seed, **model_settings)
+    # Linear warm-up over the first tenth, then cosine decay to zero: the end of
+    # training settles, so the seeds differ less than with a constant rate.
+    warmup = max(1, train_steps // 10)
+    schedule = keras.optimizers.schedules.CosineDecay(
+        0.0, max(1, train_steps - warmup), warmup_target=learning_rate, warmup_steps=warmup
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(schedule, clipnorm=1.0),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    tokens, labels, weights = task_data(
+        task,
+        train_steps * batch_size,
+        model_settings["train_length"],
+        seed=[seed, TASKS.index(task)],
+        vocabulary_size=model_settings["vocabulary_size"],
+        **task_settings,
+    )
+    model.fit(
+        tokens,
+        labels,
+        sample_weight=weights,
+        batch_size=batch_size,
+        epochs=1,
+        shuffle=False,
+        verbose=verbose,
+    )
+    accuracy = {}
+    for length in test_lengths:
+        if model.max_length is not None and length > model.max_length:
+            accuracy[length] = None  # it cannot run: reported as n/a, never guessed
+            continue
+        accuracy[length] = evaluate(
+            model, task, length, eval_positions, seed=10_000 + length, **task_settings
+        )
+    return {
+        "accuracy": accuracy,
+        "params": model.count_params(),
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def length_generalization_experiment(
+    quick: bool = True,
+    out: str | os.PathLike | None = None,
+    seeds: Sequence[int] | None = None,
+    encodings: Sequence[str] = ENCODINGS,
+    tasks: Sequence[str] | None = None,
+    verbose: int = 1,
+    **settings: Any,
+) -> list[dict[str, Any]]:
+    """Trains every encoding on every task and seed, tests it at every length.
+
+    Args:
+        quick: the quick run (the relative task only, one seed, models of
+            one block, 200 training steps at learning rate 1e-2, 256 measured
+            positions per length: under a minute on 2 CPU cores) instead of
+            the full one (both tasks, seeds 0, 1, 2, two blocks, 1000 steps at
+            3e-3, 4096 positions: about 20 minutes).
+        out: a folder to write ``length_generalization.csv``, ``.md`` and
+            ``.png`` (accuracy against test length) into; created if missing.
+        seeds: seeds; default ``(0,)`` quick, ``(0, 1, 2)`` full.
+        encodings: a selection of `ENCODINGS`.
+        tasks: a selection of `TASKS`; default ``("copy_back",)`` quick, all full.
+        verbose: 1 prints Keras' progress bar for each training and a summary
+            line per encoding; 0 prints nothing.
+        **settings: overrides of `QUICK_SETTINGS` / `FULL_SETTINGS`
+            (``train_steps``, ``batch_size``, ``learning_rate``,
+            ``test_lengths``, ``eval_positions``), `MODEL_SETTINGS` and
+            `TASK_SETTINGS`.
+
+    Returns:
+        One dict per (task, encoding, test length) with the keys of
+        ``COLUMNS``: the mean accuracy over seeds, its standard deviation,
+        minimum and maximum (all ``None`` with the note ``"n/a"`` where the
+        model cannot run the length), the number of seeds, parameters, blocks
+        and training steps.
+    """
+    caller = "length_generalization_experiment"
+    budget = dict(QUICK_SETTINGS if quick else FULL_SETTINGS)
+    model_settings, task_settings = dict(MODEL_SETTINGS), dict(TASK_SETTINGS)
+    for key in set(budget) & set(model_settings):  # the quick run's smaller model
+        model_settings[key] = budget.pop(key)
+    for key, value in settings.items():
+        for group in (model_settings, budget, task_settings):
+            if key in group:
+                group[key] = value
+                break
+        else:
+            known = sorted({*budget, *model_settings, *task_settings})
+            raise ValueError(f"{caller}: unknown setting {key!r}; expected one of {known}.")
+    encodings = [encodings] if isinstance(encodings, str) else list(encodings)
+    if tasks is None:
+        tasks = QUICK_TASKS if quick else TASKS
+    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    for name, values, allowed in (("encodings", encodings, ENCODINGS), ("tasks", tasks, TASKS)):
+        wrong = [v for v in values if v not in allowed]
+        if wrong or not values:
+            raise ValueError(
+                f"{caller}: `{name}` must be a non-empty selection of {list(allowed)}; "
+                f"received {values!r}."
+            )
+    seeds = tuple(seeds if seeds is not None else ((0,) if quick else (0, 1, 2)))
+    if not seeds:
+        raise ValueError(f"{caller}: `seeds` must not be empty.")
+    budget["test_lengths"] = tuple(budget["test_lengths"])
+
+    rows = []
+    for encoding in encodings:
+        start = time.perf_counter()
+        summary = []
+        for task in tasks:
+            runs = [
+                train_and_evaluate(
+                    encoding,
+                    task,
+                    seed=seed,
+                    verbose=verbose,
+                    model_settings=model_settings,
+                    task_settings=task_settings,
+                    **budget,
+                )
+                for seed in seeds
+            ]
+            cells = []
+            for length in budget["test_lengths"]:
+                values = [run["accuracy"][length] for run in runs]
+                row = {
+                    "task": task,
+                    "encoding": encoding,
+                    "test_length": length,
+                    "seeds": len(seeds),
+                    "params": runs[0]["params"],
+                    "num_layers": model_settings["num_layers"],
+                    "train_steps": budget["train_steps"],
+                }
+                if any(v is None for v in values):
+                    row.update(accuracy=None, accuracy_std=None, accuracy_min=None)
+                    row.update(accuracy_max=None, note="n/a")
+                else:
+                    values = np.array(values)
+                    row.update(
+                        accuracy=float(values.mean()),
+                        accuracy_std=float(values.std()),
+                        accuracy_min=float(values.min()),
+                        accuracy_max=float(values.max()),
+                        note="",
+                    )
+                rows.append(row)
+                cells.append(f"{length}: {_cell(row)}")
+            summary.append(f"{task} " + ", ".join(cells))
+        if verbose:
+            print(
+                f"{encoding}: " + " | ".join(summary) + f" ({rows[-1]['params']:,} params, "
+                f"{len(seeds)} seed(s), {time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
+    if out is not None:
+        write_results(rows, out, vocabulary_size=model_settings["vocabulary_size"])
+    return rows
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def _cell(row: dict[str, Any]) -> str:
+    if row["accuracy"] is None:
+        return "n/a"
+    return f"{row['accuracy']:.2f} ± {row['accuracy_std']:.2f}"
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], vocabulary_size: int = 10) -> str:
+    """One markdown table per task: encodings down, test lengths across, mean ± std."""
+    lines = []
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    for task in tasks:
+        task_rows = [r for r in rows if r["task"] == task]
+        lengths = list(dict.fromkeys(r["test_length"] for r in task_rows))
+        encodings = list(dict.fromkeys(r["encoding"] for r in task_rows))
+        cells = {(r["encoding"], r["test_length"]): r for r in task_rows}
+        first = task_rows[0]
+        description = TASK_DESCRIPTIONS[task].format(**TASK_SETTINGS)
+        lines.append(
+            f"**{task}** ({description}): accuracy on positions L/2..L-1, mean ± std over "
+            f"{first['seeds']} seed(s); {first['num_layers']} block(s), "
+            f"{first['train_steps']} training steps at length {MODEL_SETTINGS['train_length']}; "
+            f"chance {1 / vocabulary_size:.2f}"
+        )
+        lines.append("")
+        lines.append("| encoding | params | " + " | ".join(f"L={n}" for n in lengths) + " |")
+        lines.append("|---|---:|" + "---:|" * len(lengths))
+        for encoding in encodings:
+            row_cells = [_cell(cells[encoding, n]) for n in lengths]
+            params = cells[encoding, lengths[0]]["params"]
+            lines.append(f"| {encoding} | {params:,} | " + " | ".join(row_cells) + " |")
+        lines.append("")
+    if any(r["accuracy"] is None for r in rows):
+        lines.append(
+            "n/a: the model cannot run that length (learned absolute positions have no "
+            "table row beyond the training length)."
+        )
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def write_results(
+    rows: Sequence[dict[str, Any]], out: str | os.PathLike, vocabulary_size: int = 10
+) -> list[str]:
+    """Writes ``length_generalization.csv``, ``.md`` and ``.png`` into ``out``.
+
+    Returns:
+        The paths written.
+    """
+    os.makedirs(out, exist_ok=True)
+    csv_path = os.path.join(out, "length_generalization.csv")
+    with open(csv_path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({key: "" if row[key] is None else row[key] for key in COLUMNS})
+    md_path = os.path.join(out, "length_generalization.md")
+    with open(md_path, "w") as handle:
+        handle.write(markdown_table(rows, vocabulary_size))
+    png_path = os.path.join(out, "length_generalization.png")
+    write_png(png_path, plot(rows, chance=1 / vocabulary_size))
+    return [csv_path, md_path, png_path]
+
+
+# ----------------------------------------------------------------------------- the figure
+
+# A 5 x 8 bitmap font (rows top to bottom, 5 bits each, as hex bytes) for the
+# figure's labels, so the plot needs no imaging library.
+_FONT = {
+    "a": "00000e010f110f00",
+    "b": "10101e1111111e00",
+    "c": "00000e1010100e00",
+    "d": "01010f1111110f00",
+    "e": "00000e111f100e00",
+    "f": "06081e0808080800",
+    "g": "00000f11110f010e",
+    "h": "10101e1111111100",
+    "i": "04000c0404040e00",
+    "j": "020006020202120c",
+    "k": "1010121418141200",
+    "l": "0c04040404040e00",
+    "m": "00001a1515151500",
+    "n": "00001e1111111100",
+    "o": "00000e1111110e00",
+    "p": "00001e11111e1010",
+    "q": "00000f11110f0101",
+    "r": "0000161910101000",
+    "s": "00000f100e011e00",
+    "t": "08081e0808090600",
+    "u": "0000111111130d00",
+    "v": "00001111110a0400",
+    "w": "0000111515150a00",
+    "x": "0000110a040a1100",
+    "y": "00001111110f010e",
+    "z": "00001f0204081f00",
+    "0": "0e11131519110e00",
+    "1": "040c040404040e00",
+    "2": "0e11010204081f00",
+    "3": "1f02040201110e00",
+    "4": "02060a121f020200",
+    "5": "1f101e0101110e00",
+    "6": "0608101e11110e00",
+    "7": "1f01020408080800",
+    "8": "0e11110e11110e00",
+    "9": "0e11110f01020c00",
+    "_": "000000000000001f",
+    ".": "00000000000c0c00",
+    ",": "00000000000c0408",
+    "-": "0000001f00000000",
+    "+": "0004041f04040000",
+    "=": "00001f001f000000",
+    "/": "0102020408081000",
+    "(": "0204080808040200",
+    ")": "0804020202040800",
+    ":": "000c0c000c0c0000",
+    "L": "1010101010101f00",
+    "?": "0e11010204000400",
+    " ": "0000000000000000",
+}
+_GLYPH_WIDTH, _GLYPH_HEIGHT = 6, 8  # with one column of spacing
+
+# Greyscale (`write_png` writes greyscale): the relative task dark with filled
+# markers, the absolute task mid-grey with hollow markers.
+_TASK_SHADES = {"copy_back": 0, "copy_position": 140}
+_GRID, _AXIS, _TEXT, _CHANCE = 232, 120, 0, 170
+_PANEL_WIDTH, _PANEL_HEIGHT = 200, 130
+_LEFT, _RIGHT, _TOP, _BOTTOM = 26, 10, 14, 16
+_COLUMNS = 4
+
+
+def _text(canvas: np.ndarray, x: int, y: int, text: str, colour: int) -> None:
+    """Draws ``text`` with its top-left corner at ``(x, y)``; unknown characters as '?'."""
+    for index, char in enumerate(text):
+        glyph = _FONT.get(char, _FONT["?"])
+        for row in range(_GLYPH_HEIGHT):
+            bits = int(glyph[2 * row : 2 * row + 2], 16)
+            for col in range(5):
+                if bits & (1 << (4 - col)):
+                    px, py = x + index * _GLYPH_WIDTH + col, y + row
+                    if 0 <= py < canvas.shape[0] and 0 <= px < canvas.shape[1]:
+                        canvas[py, px] = colour
+
+
+def _line(
+    canvas: np.ndarray, start: tuple, end: tuple, colour: int, dash: int = 0, width: int = 1
+) -> None:
+    """A straight line of ``width`` pixels; ``dash`` > 0 draws dashes of that many pixels."""
+    (x0, y0), (x1, y1) = start, end
+    steps = int(max(abs(x1 - x0), abs(y1 - y0))) + 1
+    xs = np.rint(np.linspace(x0, x1, steps)).astype(int)
+    ys = np.rint(np.linspace(y0, y1, steps)).astype(int)
+    if dash:
+        keep = (np.arange(steps) // dash) % 2 == 0
+        xs, ys = xs[keep], ys[keep]
+    for offset in range(width):
+        shift = offset - width // 2
+        vertical = abs(x1 - x0) < abs(y1 - y0)
+        px, py = (xs + shift, ys) if vertical else (xs, ys + shift)
+        inside = (py >= 0) & (py < canvas.shape[0]) & (px >= 0) & (px < canvas.shape[1])
+        canvas[py[inside], px[inside]] = colour
+
+
+def _marker(canvas: np.ndarray, x: int, y: int, shade: int, filled: bool) -> None:
+    """A 5 x 5 square, filled or hollow (white inside)."""
+    canvas[y - 2 : y + 3, x - 2 : x + 3] = shade
+    if not filled:
+        canvas[y - 1 : y + 2, x - 1 : x + 2] = 255
+
+
+def _panel(
+    canvas: np.ndarray,
+    left: int,
+    top: int,
+    title: str,
+    series: dict[str, list[dict[str, Any]]],
+    chance: float | None,
+) -> None:
+    """One encoding: accuracy (0..1) against test length, one line per task."""
+    x0, x1 = left + _LEFT, left + _PANEL_WIDTH - _RIGHT
+    y0, y1 = top + _TOP, top + _PANEL_HEIGHT - _BOTTOM  # y0: accuracy 1, y1: accuracy 0
+
+    def height(value: float) -> int:
+        return round(y1 - value * (y1 - y0))
+
+    _text(canvas, x0, top + 3, title, _TEXT)
+    for value in (0.0, 0.25, 0.5, 0.75, 1.0):
+        _line(canvas, (x0, height(value)), (x1, height(value)), _GRID)
+        if value in (0.0, 0.5, 1.0):
+            label = f"{value:g}"
+            _text(canvas, x0 - 3 - _GLYPH_WIDTH * len(label), height(value) - 3, label, _TEXT)
+    _line(canvas, (x0, y0), (x0, y1), _AXIS)
+    _line(canvas, (x0, y1), (x1, y1), _AXIS)
+    if chance is not None:
+        _line(canvas, (x0, height(chance)), (x1, height(chance)), _CHANCE, dash=3)
+    lengths = list(dict.fromkeys(r["test_length"] for rows in series.values() for r in rows))
+    # Test lengths double, so evenly spaced positions are a log scale.
+    xs = {
+        n: round(x0 + 14 + i * (x1 - x0 - 28) / max(len(lengths) - 1, 1))
+        for i, n in enumerate(lengths)
+    }
+    for n, x in xs.items():
+        _line(canvas, (x, y1), (x, y1 + 2), _AXIS)
+        _text(canvas, x - _GLYPH_WIDTH * len(str(n)) // 2, y1 + 5, str(n), _TEXT)
+    for index, (task, rows) in enumerate(series.items()):
+        shade = _TASK_SHADES.get(task, _TEXT)
+        dodge = 3 * (2 * index - (len(series) - 1))  # keeps the two tasks' bars apart
+        points = []
+        for row in rows:
+            x = xs[row["test_length"]] + dodge
+            if row["accuracy"] is None:
+                _text(canvas, x - 8, height(0.55 - 0.15 * index) - 4, "n/a", shade)
+                continue
+            _line(canvas, (x, height(row["accuracy_min"])), (x, height(row["accuracy_max"])), shade)
+            points.append((x, height(row["accuracy"])))
+        for a, b in zip(points, points[1:]):
+            _line(canvas, a, b, shade, width=2)
+        for x, y in points:
+            _marker(canvas, x, y, shade, filled=index == 0)
+
+
+def plot(rows: Sequence[dict[str, Any]], chance: float | None = None, scale: int = 2) -> np.ndarray:
+    """Accuracy against test length, one small panel per encoding, as a greyscale image.
+
+    Each panel has one line per task (the mean over seeds; a vertical bar
+    spans the seeds' minimum to maximum; the first task dark with filled
+    markers, the second grey with hollow ones), the chance level dashed, and
+    "n/a" where the model cannot run the length. The last panel is the legend.
+
+    Args:
+        rows: the rows of `length_generalization_experiment`.
+        chance: accuracy of guessing, drawn as a dashed line; ``None`` for none.
+        scale: each pixel is drawn as ``scale x scale`` pixels.
+
+    Returns:
+        A ``(height, width)`` uint8 array (0 black, 255 white).
+    """
+    encodings = list(dict.fromkeys(r["encoding"] for r in rows))
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    panels = len(encodings) + 1
+    columns = min(_COLUMNS, panels)
+    grid_rows = math.ceil(panels / columns)
+    canvas = np.full((grid_rows * _PANEL_HEIGHT + 4, columns * _PANEL_WIDTH + 4), 255, np.uint8)
+    for index, encoding in enumerate(encodings):
+        series = {
+            t: [r for r in rows if r["encoding"] == encoding and r["task"] == t] for t in tasks
+        }
+        series = {t: s for t, s in series.items() if s}
+        left, top = 2 + (index % columns) * _PANEL_WIDTH, 2 + (index // columns) * _PANEL_HEIGHT
+        _panel(canvas, left, top, encoding, series, chance)
+    # The legend, in the panel after the last encoding.
+    x = 2 + (len(encodings) % columns) * _PANEL_WIDTH + 8
+    y = 2 + (len(encodings) // columns) * _PANEL_HEIGHT + 6
+    for index, task in enumerate(tasks):
+        shade = _TASK_SHADES.get(task, _TEXT)
+        _line(canvas, (x, y + 3), (x + 16, y + 3), shade, width=2)
+        _marker(canvas, x + 8, y + 3, shade, filled=index == 0)
+        kind, description = TASK_DESCRIPTIONS[task].format(**TASK_SETTINGS).split(": ")
+        _text(canvas, x + 22, y, f"{task} ({kind}):", shade)
+        _text(canvas, x + 22, y + 10, description, shade)
+        y += 24
+    if chance is not None:
+        _line(canvas, (x, y + 3), (x + 16, y + 3), _CHANCE, dash=3)
+        _text(canvas, x + 22, y, f"chance ({chance:.2f})", _TEXT)
+        y += 16
+    seeds = max(r["seeds"] for r in rows)
+    train_length = MODEL_SETTINGS["train_length"]
+    for line in (
+        f"x: test length L (train: {train_length})",
+        "y: accuracy on positions",
+        "   L/2 .. L-1",
+        f"line: mean of {seeds} seed(s)",
+        "bar: lowest to highest seed",
+    ):
+        _text(canvas, x, y, line, _TEXT)
+        y += 11
+    return np.repeat(np.repeat(canvas, scale, axis=0), scale, axis=1)
