@@ -37,6 +37,8 @@ def every_layer_model() -> keras.Model:
     x = layers.GLUConv1D(16, 3)(seq)
     x = layers.MUSEAttention(2, 8, conv="static")(x)
     x = layers.MUSEAttention(2, 8, conv="dynamic", kernel_sizes=(3, 5))(x)
+    x = layers.MUSEEncoderLayer(32, 2, kernel_sizes=(3, 5))(x)
+    x = layers.MUSEDecoderLayer(32, 2, conv="static", kernel_sizes=(1, 3))(x, x)
     x = layers.MultiHeadRelativeAttention(2, 8, relative="keys_values")(x, x)
     x = layers.RelativeTransformerEncoder(
         32, 2, relative="bias", bucketing="log", num_buckets=8, max_distance=16

@@ -24,6 +24,16 @@ SMALL_CONVS2S = {
     "max_source_positions": 64,
     "max_target_positions": 64,
 }
+SMALL_MUSE = {
+    "src_vocab_size": 50,
+    "tgt_vocab_size": 50,
+    "hidden_dim": 32,
+    "intermediate_dim": 64,
+    "num_heads": 4,
+    "num_encoder_layers": 2,
+    "num_decoder_layers": 2,
+}
+SMALL_MUSE_ENCODER = {"vocab_size": 50, "hidden_dim": 32, "intermediate_dim": 64, "num_layers": 2}
 # Each registered name and the overrides that make it small (about 5M parameters or fewer)
 # while keeping its family's structure.
 SMALL_VARIANTS = {
@@ -40,6 +50,16 @@ SMALL_VARIANTS = {
                           "decoder_out_embed_dim": 32},
     "convs2s_lm": {"vocab_size": 50, "embed_dim": 16, "decoder_layers": [(32, 4)] * 2,
                    "decoder_out_embed_dim": 16},
+    **{name: SMALL_MUSE for name in ("muse_iwslt_de_en", "muse_wmt_large", "muse_small")},
+    "muse_tiny": {"src_vocab_size": 50, "tgt_vocab_size": 60},
+    **{name: SMALL_MUSE_ENCODER for name in ("muse_encoder_small", "muse_encoder_base")},
+    **{name: {"src_vocab_size": 60, "tgt_vocab_size": 60, "hidden_dim": 32,
+              "intermediate_dim": 64, "num_heads": 4, "num_encoder_layers": 1,
+              "num_decoder_layers": 1}
+       for name in ("muse_iwslt_de_en", "muse_wmt_large", "muse_small", "muse_tiny")},
+    **{name: {"vocab_size": 50, "hidden_dim": 32, "intermediate_dim": 64, "num_heads": 4,
+              "num_layers": 1}
+       for name in ("muse_encoder_small", "muse_encoder_base")},
     # PosENet's backbones are fixed networks (keras.applications, CoAtNet-0): only the
     # input size shrinks, so these stay at the backbones' sizes (15M, 24M, 25M).
     **{f"posenet_{b}": {"backbone": b, "input_shape": (32, 32, 3), "feature_size": 8}

@@ -13,7 +13,7 @@ from keras_posenc.layers import relative_index
 from keras_posenc.layers.activations import exact_gelu
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, SqueezeExcite
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
-from keras_posenc.layers.muse import MUSEAttention
+from keras_posenc.layers.muse import MUSEAttention, MUSEDecoderLayer, MUSEEncoderLayer
 from keras_posenc.layers.padding import SpatialPadding2D
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_index import (
@@ -43,6 +43,8 @@ __all__ = [
     "GradMultiply",
     "MBConv",
     "MUSEAttention",
+    "MUSEDecoderLayer",
+    "MUSEEncoderLayer",
     "MultiHeadRelativeAttention",
     "MultiScaleRelativePositionEmbedding",
     "RelativePositionBias",

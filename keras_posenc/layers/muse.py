@@ -7,6 +7,11 @@ weighted by a learned softmax gate and concatenated with the attention output
 before one output projection, as in the official code. Tensors are
 batch-major, ``(batch, time, channels)``; masks follow Keras (``True`` = real
 token).
+
+`MUSEEncoderLayer` and `MUSEDecoderLayer` are the official code's blocks: the
+attention + convolution branch, the feed-forward branch (and, in the decoder,
+the cross-attention) run in parallel from the same input and are summed with
+the residual before one layer normalisation (post-norm).
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ import numpy as np
 from keras import ops
 
 from keras_posenc.layers._specs import output_with_cache_spec
+from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.relative_index import _check_bool, _check_int
+from keras_posenc.layers.relative_transformer import _clone_initializer, _KerasMask
 
-__all__ = ["MUSEAttention"]
+__all__ = ["MUSEAttention", "MUSEDecoderLayer", "MUSEEncoderLayer"]
 
 # Logits of masked keys: finite, so a fully masked row gives a finite softmax
 # (then zeroed), never NaN; far below any real float32 logit, so exp() is 0.
@@ -71,6 +78,76 @@ def _check_kernel_sizes(caller: str, conv: str, kernel_sizes: Any) -> tuple[int,
     if len(set(sizes)) != len(sizes):
         raise ValueError(f"{caller}: `kernel_sizes` must not repeat a size, got {sizes}.")
     return sizes
+
+
+def _attend_heads(
+    q: Any,
+    k: Any,
+    v: Any,
+    attention_mask: Any,
+    dropout_layer: Any,
+    training: Any,
+    fused: bool = False,
+) -> Any:
+    """Scaled dot-product attention of (batch, time, heads, head_dim) tensors.
+
+    ``attention_mask`` is None or bool, broadcastable to (batch, q_len, k_len),
+    True where a query may attend to a key; it becomes an additive float32 bias
+    with a large finite fill, so a query with no key to attend to gets a finite
+    (uniform) softmax, and its output is then set to zeros. Without ``fused``
+    the logits and the softmax run in float32; with it (float32 inputs, no
+    active dropout: the caller checks) ``keras.ops.dot_product_attention``
+    computes the same thing with the backend's fused kernel.
+    Returns (batch, q_len, heads * head_dim).
+    """
+    heads, head_dim = _shape(q)[2], _shape(q)[3]
+    scale = 1.0 / math.sqrt(head_dim)
+    bias = row_valid = None
+    if attention_mask is not None:
+        fill = ops.where(attention_mask, ops.zeros((), "float32"), ops.cast(_MASK_FILL, "float32"))
+        bias = ops.expand_dims(fill, 1)  # (batch or 1, 1, q_len, k_len)
+        row_valid = ops.cast(ops.any(attention_mask, axis=-1), "float32")  # (b or 1, q)
+    if fused:
+        output = ops.dot_product_attention(q, k, v, bias=bias, scale=scale)
+    else:
+        q = q * ops.cast(scale, q.dtype)
+        logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
+        if bias is not None:
+            logits = logits + bias
+        probabilities = ops.softmax(logits, axis=-1)
+        probabilities = dropout_layer(probabilities, training=training)
+        output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(probabilities, v.dtype), v)
+    if row_valid is not None:
+        output = output * ops.cast(row_valid[:, :, None, None], output.dtype)
+    shape = ops.shape(output)
+    return ops.reshape(output, (shape[0], shape[1], heads * head_dim))
+
+
+def _write_rows(cache: Any, rows: Any, index: Any) -> Any:
+    """``cache`` (batch, max_len, ...) with ``rows`` (batch, n, ...) written at ``index ..``.
+
+    A gather and a select rather than ``ops.slice_update``: TensorFlow lowers
+    that to ``XlaDynamicUpdateSlice``, which tf2onnx cannot convert, and an
+    exported decoding step must run in ONNX Runtime. The extra work is one
+    pass over the cache, which the attention reads anyway.
+    """
+    length = ops.shape(rows)[1]
+    offsets = ops.arange(ops.shape(cache)[1]) - ops.cast(index, "int32")
+    inside = ops.logical_and(ops.greater_equal(offsets, 0), ops.less(offsets, length))
+    spread = ops.take(rows, ops.clip(offsets, 0, length - 1), axis=1)  # (batch, max_len, ...)
+    inside = ops.reshape(inside, (1, -1) + (1,) * (len(_shape(cache)) - 2))
+    return ops.where(inside, ops.cast(spread, cache.dtype), cache)
+
+
+def _fuse_attention(layer: Any, rate: float, training: Any) -> bool:
+    """Whether ``layer`` (with ``fused_attention``) may use the fused kernel for this call.
+
+    Only in float32 (mixed precision keeps the float32 softmax of the explicit
+    path) and when attention dropout is inactive (the fused kernels have none).
+    """
+    if not layer.fused_attention or layer.compute_dtype != "float32":
+        return False
+    return rate == 0.0 or training is None or training is False
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -126,7 +203,11 @@ class MUSEAttention(keras.layers.Layer):
     ``ops.take(cache, beam_indices, axis=0)``. A ``mask`` cannot be combined
     with a cache (decoded sequences have no padding before their end).
 
-    Dropout (rate ``dropout``) applies to the attention probabilities.
+    Dropout (rate ``dropout``) applies to the attention probabilities;
+    ``weight_dropout`` (``conv="dynamic"`` only) drops predicted taps after
+    their softmax (DropConnect on the per-position kernels, the official
+    code's "weight dropout", 0.1 there), with the usual ``1 / (1 - rate)``
+    scaling, so a training step's kernels no longer sum to exactly 1.
 
     Args:
         num_heads: number of attention heads (also the heads that share a
@@ -139,6 +220,17 @@ class MUSEAttention(keras.layers.Layer):
             ``"dynamic"`` needs sizes ``>= 3``.
         causal: whether output ``t`` may only see positions up to ``t``.
         dropout: dropout rate on the attention probabilities.
+        weight_dropout: dropout rate on the dynamic convolutions' predicted
+            taps (after the softmax); must be 0 for ``conv="static"``, whose
+            kernels are weights, not predictions.
+        fused_attention: compute the attention with
+            ``keras.ops.dot_product_attention`` (PyTorch's
+            ``scaled_dot_product_attention``, ``jax.nn.dot_product_attention``)
+            when the compute dtype is float32 and attention dropout is
+            inactive; the same results within float32 rounding. On CPU it was
+            about 2x faster and lighter on PyTorch and slower on JAX
+            (``benchmarks/muse.py``), so it is off by default. Mixed precision
+            always uses the explicit float32 softmax.
         use_bias: whether the projections (query, key, value, pointwise,
             kernel predictors, output) have biases.
         kernel_initializer: initializer of every kernel (depthwise filters
@@ -195,6 +287,8 @@ class MUSEAttention(keras.layers.Layer):
         use_bias: bool = True,
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
+        weight_dropout: float = 0.0,
+        fused_attention: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -210,7 +304,14 @@ class MUSEAttention(keras.layers.Layer):
         self.kernel_sizes = _check_kernel_sizes(caller, conv, kernel_sizes)
         self.causal = _check_bool(caller, "causal", causal)
         self.dropout = _check_rate(caller, "dropout", dropout)
+        self.weight_dropout = _check_rate(caller, "weight_dropout", weight_dropout)
+        if self.weight_dropout and conv == "static":
+            raise ValueError(
+                f"{caller}: `weight_dropout` drops the taps that conv='dynamic' predicts; "
+                f"conv='static' has none, so it must be 0, got {weight_dropout!r}."
+            )
         self.use_bias = _check_bool(caller, "use_bias", use_bias)
+        self.fused_attention = _check_bool(caller, "fused_attention", fused_attention)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -295,6 +396,9 @@ class MUSEAttention(keras.layers.Layer):
         self.dropout_layer = keras.layers.Dropout(
             self.dropout, dtype=self.dtype_policy, name="dropout"
         )
+        self.weight_dropout_layer = keras.layers.Dropout(
+            self.weight_dropout, dtype=self.dtype_policy, name="weight_dropout"
+        )
         self.built = True
 
     # ------------------------------------------------------------------ call
@@ -345,7 +449,7 @@ class MUSEAttention(keras.layers.Layer):
             padded = ops.pad(values, ((0, 0), (largest - 1, 0), (0, 0)))
         else:
             padded = ops.pad(values, ((0, 0), (largest // 2, largest // 2), (0, 0)))
-        convolved = self._convolve(padded, values)
+        convolved = self._convolve(padded, values, training)
         return self.output_dense(ops.concatenate([attended, convolved], axis=-1))
 
     def _causal_mask(self, query_length: Any, key_length: Any, offset: Any) -> Any:
@@ -356,22 +460,8 @@ class MUSEAttention(keras.layers.Layer):
 
     def _attend(self, q: Any, k: Any, v: Any, attention_mask: Any, training: Any) -> Any:
         """Multi-head attention, (batch, q_len, C); float32 softmax, masked rows give zeros."""
-        q = q * ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype)
-        logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
-        row_valid = None
-        if attention_mask is not None:
-            fill = ops.where(
-                attention_mask, ops.zeros((), "float32"), ops.cast(_MASK_FILL, "float32")
-            )
-            logits = logits + ops.expand_dims(fill, 1)
-            row_valid = ops.cast(ops.any(attention_mask, axis=-1), "float32")  # (b or 1, q)
-        probabilities = ops.softmax(logits, axis=-1)
-        probabilities = self.dropout_layer(probabilities, training=training)
-        output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(probabilities, v.dtype), v)
-        if row_valid is not None:
-            output = output * ops.cast(row_valid[:, :, None, None], output.dtype)
-        shape = ops.shape(output)
-        return ops.reshape(output, (shape[0], shape[1], self.channels))
+        fused = _fuse_attention(self, self.dropout, training)
+        return _attend_heads(q, k, v, attention_mask, self.dropout_layer, training, fused)
 
     def _branch_window(self, padded: Any, k: int) -> Any:
         """The rows of ``padded`` (padded for the largest kernel) that a ``k``-tap conv reads."""
@@ -379,7 +469,7 @@ class MUSEAttention(keras.layers.Layer):
         left, right = (extra, 0) if self.causal else (extra // 2, extra // 2)
         return padded[:, left:] if right == 0 else padded[:, left:-right]
 
-    def _convolve(self, padded: Any, values: Any) -> Any:
+    def _convolve(self, padded: Any, values: Any, training: Any = None) -> Any:
         """``sum_k softmax(gamma)_k D_k`` over the convolution branches, (batch, time, C).
 
         ``padded`` holds the (masked) values with ``max(k) - 1`` extra rows,
@@ -388,39 +478,65 @@ class MUSEAttention(keras.layers.Layer):
         gate = None
         if self.gamma is not None:
             gate = ops.cast(ops.softmax(ops.cast(self.gamma, "float32")), values.dtype)
+        if self.conv == "dynamic":
+            return self._dynamic_convolution(padded, values, gate, training)
         total = None
         for index, k in enumerate(self.kernel_sizes):
-            window = self._branch_window(padded, k)
-            if self.conv == "static":
-                branch = self._static_branch(window, values, index, k)
-            else:
-                branch = self._dynamic_branch(window, values, index, k)
+            branch = self._static_branch(self._branch_window(padded, k), values, index, k)
             if gate is not None:
                 branch = branch * gate[index]
             total = branch if total is None else total + branch
         return total
 
     def _static_branch(self, window: Any, values: Any, index: int, k: int) -> Any:
-        if k == 1:
-            filtered = values
-        else:
-            kernel = ops.cast(self.depthwise_kernels[index], window.dtype)
-            filtered = ops.depthwise_conv(
-                window, ops.expand_dims(kernel, -1), strides=1, padding="valid"
-            )
+        filtered = values
+        if k > 1:
+            # The depthwise convolution as k shifted multiply-adds: the same on every
+            # backend, and much faster than ops.depthwise_conv under JAX on CPU
+            # (XLA's grouped convolution; benchmarks/muse.py).
+            kernel = ops.cast(self.depthwise_kernels[index], window.dtype)  # (k, C)
+            filtered = None
+            for j in range(k):
+                shifted = window[:, j:] if j == k - 1 else window[:, j : j - (k - 1)]
+                term = shifted * kernel[j]
+                filtered = term if filtered is None else filtered + term
         return self.pointwise_denses[index](filtered)
 
-    def _dynamic_branch(self, window: Any, values: Any, index: int, k: int) -> Any:
-        # Per-position taps predicted from V, softmax over taps (float32), one set per head.
-        logits = ops.cast(self.kernel_predictors[index](values), "float32")  # (b, t, heads, k)
-        taps = ops.cast(ops.softmax(logits, axis=-1), values.dtype)
+    def _dynamic_taps(self, values: Any, gate: Any, training: Any) -> Any:
+        """``sum_k gate_k taps_k``, (batch, time, heads, max(k)): every branch's taps at once.
+
+        Each branch predicts per-position taps from V (softmax over its ``k``
+        taps in float32, one set per head, then weight dropout). A convolution
+        is linear in its kernel, so the gated sum of the branches equals one
+        convolution with the gated sum of their kernels, each placed in the
+        widest window where its taps read (centred, or right-aligned when
+        causal): one pass over V instead of one per branch.
+        """
+        largest = max(self.kernel_sizes)
+        total = None
+        for index, k in enumerate(self.kernel_sizes):
+            logits = ops.cast(self.kernel_predictors[index](values), "float32")  # (b, t, h, k)
+            taps = ops.cast(ops.softmax(logits, axis=-1), values.dtype)
+            taps = self.weight_dropout_layer(taps, training=training)
+            if gate is not None:
+                taps = taps * gate[index]
+            extra = largest - k
+            if extra:
+                left, right = (extra, 0) if self.causal else (extra // 2, extra // 2)
+                taps = ops.pad(taps, ((0, 0), (0, 0), (0, 0), (left, right)))
+            total = taps if total is None else total + taps
+        return total
+
+    def _dynamic_convolution(self, padded: Any, values: Any, gate: Any, training: Any) -> Any:
+        taps = self._dynamic_taps(values, gate, training)
         shape = ops.shape(values)
         batch, length = shape[0], shape[1]
+        window = ops.reshape(padded, (batch, -1, self.num_heads, self.key_dim))
+        largest = max(self.kernel_sizes)
         output = None
-        for j in range(k):
-            # Tap j of output t reads window row t + j.
-            shifted = window[:, j:] if j == k - 1 else window[:, j : j - (k - 1)]
-            shifted = ops.reshape(shifted, (batch, length, self.num_heads, self.key_dim))
+        for j in range(largest):
+            # Tap j of output t reads window row t + j; the heads' channels share it.
+            shifted = window[:, j:] if j == largest - 1 else window[:, j : j - (largest - 1)]
             term = shifted * taps[..., j : j + 1]
             output = term if output is None else output + term
         return ops.reshape(output, (batch, length, self.channels))
@@ -451,11 +567,8 @@ class MUSEAttention(keras.layers.Layer):
                 f"{self.key_dim}) (= (batch, 2, max_len, num_heads, key_dim)), got shape {shape}."
             )
         q = self.query_dense(x)
-        start = [0, cache_update_index, 0, 0]
-        key_cache = ops.slice_update(cache[:, 0], start, ops.cast(self.key_dense(x), cache.dtype))
-        value_cache = ops.slice_update(
-            cache[:, 1], start, ops.cast(self.value_dense(x), cache.dtype)
-        )
+        key_cache = _write_rows(cache[:, 0], self.key_dense(x), cache_update_index)
+        value_cache = _write_rows(cache[:, 1], self.value_dense(x), cache_update_index)
         k = ops.cast(key_cache, q.dtype)
         v = ops.cast(value_cache, q.dtype)
         length = ops.shape(x)[1]
@@ -474,7 +587,7 @@ class MUSEAttention(keras.layers.Layer):
         batch = ops.shape(window)[0]
         window = ops.reshape(window, (batch, -1, self.channels))
         values = window[:, largest - 1 :]
-        convolved = self._convolve(window, values)
+        convolved = self._convolve(window, values, training)
         output = self.output_dense(ops.concatenate([attended, convolved], axis=-1))
         return output, ops.stack((key_cache, value_cache), axis=1)
 
@@ -513,5 +626,652 @@ class MUSEAttention(keras.layers.Layer):
             use_bias=self.use_bias,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            weight_dropout=self.weight_dropout,
+            fused_attention=self.fused_attention,
         )
         return config
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+class _CrossAttention(keras.layers.Layer):
+    """Multi-head attention of decoder queries over encoder keys/values (MUSE's decoder).
+
+    Not called through ``__call__``: the decoder block builds it, projects the
+    encoder output once with :meth:`key_values` (which is also the decoding
+    cache, ``(batch, 2, source_time, heads, head_dim)``) and attends with
+    :meth:`attend`. The softmax runs in float32 and a query whose source is
+    all padding gets zeros, as in `MUSEAttention`.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        key_dim: int,
+        dropout: float,
+        use_bias: bool,
+        kernel_initializer: Any,
+        bias_initializer: Any,
+        fused_attention: bool,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.dropout = dropout
+        self.fused_attention = fused_attention
+        self.use_bias = use_bias
+        self.kernel_initializer = kernel_initializer
+        self.bias_initializer = bias_initializer
+
+    def _dense(self, equation: str, output_shape: tuple, bias_axes: str, name: str) -> Any:
+        return keras.layers.EinsumDense(
+            equation,
+            output_shape=output_shape,
+            bias_axes=bias_axes if self.use_bias else None,
+            kernel_initializer=_clone_initializer(self.kernel_initializer),
+            bias_initializer=_clone_initializer(self.bias_initializer),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, query_shape: Any, source_shape: Any) -> None:
+        heads = (None, self.num_heads, self.key_dim)
+        self.query_dense = self._dense("abc,cde->abde", heads, "de", "query")
+        self.query_dense.build(query_shape)
+        self.key_dense = self._dense("abc,cde->abde", heads, "de", "key")
+        self.key_dense.build(source_shape)
+        self.value_dense = self._dense("abc,cde->abde", heads, "de", "value")
+        self.value_dense.build(source_shape)
+        self.output_dense = self._dense("abde,dec->abc", (None, query_shape[-1]), "c", "output")
+        self.output_dense.build(tuple(query_shape[:2]) + (self.num_heads, self.key_dim))
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="dropout"
+        )
+        self.built = True
+
+    def key_values(self, source: Any) -> Any:
+        """The projected keys and values, stacked: ``(batch, 2, source_time, heads, head_dim)``."""
+        return ops.stack((self.key_dense(source), self.value_dense(source)), axis=1)
+
+    def attend(self, query: Any, key_values: Any, source_mask: Any, training: Any) -> Any:
+        q = self.query_dense(query)
+        k = ops.cast(key_values[:, 0], q.dtype)
+        v = ops.cast(key_values[:, 1], q.dtype)
+        mask = None if source_mask is None else source_mask[:, None, :]  # (batch, 1, source)
+        fused = _fuse_attention(self, self.dropout, training)
+        attended = _attend_heads(q, k, v, mask, self.dropout_layer, training, fused)
+        shape = ops.shape(attended)
+        heads = ops.reshape(attended, (shape[0], shape[1], self.num_heads, self.key_dim))
+        return self.output_dense(heads)
+
+
+class _MUSEBlock(keras.layers.Layer):
+    """Arguments, validation and the sublayers the encoder and decoder blocks share."""
+
+    _causal = False
+
+    def __init__(
+        self,
+        intermediate_dim: int,
+        num_heads: int,
+        conv: str = "dynamic",
+        kernel_sizes: Any = None,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        weight_dropout: float = 0.0,
+        activation: Any = "relu",
+        layer_norm_epsilon: float = 1e-5,
+        use_bias: bool = True,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        fused_attention: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        caller = type(self).__name__
+        self.intermediate_dim = _check_int(caller, "intermediate_dim", intermediate_dim, 1)
+        self.num_heads = _check_int(caller, "num_heads", num_heads, 1)
+        if conv not in _CONV_MODES:
+            raise ValueError(
+                f"{caller}: `conv` must be one of {', '.join(map(repr, _CONV_MODES))}, "
+                f"got {conv!r}."
+            )
+        self.conv = conv
+        self.kernel_sizes = _check_kernel_sizes(caller, conv, kernel_sizes)
+        self.dropout = _check_rate(caller, "dropout", dropout)
+        self.attention_dropout = _check_rate(caller, "attention_dropout", attention_dropout)
+        self.activation_dropout = _check_rate(caller, "activation_dropout", activation_dropout)
+        self.weight_dropout = _check_rate(caller, "weight_dropout", weight_dropout)
+        if self.weight_dropout and conv == "static":
+            raise ValueError(
+                f"{caller}: `weight_dropout` drops the taps that conv='dynamic' predicts; "
+                f"conv='static' has none, so it must be 0, got {weight_dropout!r}."
+            )
+        try:
+            # "gelu" is the exact GELU written with erf, so the block exports to ONNX.
+            self.activation = get_activation(activation)
+        except ValueError as error:
+            raise ValueError(
+                f"{caller}: `activation` must be a Keras activation (a name such as 'relu' or "
+                f"'gelu', or a callable), got {activation!r}."
+            ) from error
+        if (
+            isinstance(layer_norm_epsilon, bool)
+            or not isinstance(layer_norm_epsilon, int | float)
+            or layer_norm_epsilon <= 0
+        ):
+            raise ValueError(
+                f"{caller}: `layer_norm_epsilon` must be a positive number, "
+                f"got {layer_norm_epsilon!r}."
+            )
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.use_bias = _check_bool(caller, "use_bias", use_bias)
+        self.fused_attention = _check_bool(caller, "fused_attention", fused_attention)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+        self._mask_reader = _KerasMask(dtype=self.dtype_policy, name="keras_mask")
+
+    # ------------------------------------------------------------------ helpers
+
+    def _describe(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def _check_sequence(self, argument: str, shape: Any) -> tuple:
+        shape = tuple(shape)
+        if len(shape) != 3:
+            raise ValueError(
+                f"{self._describe()}: `{argument}` must have rank 3 (batch, time, features), "
+                f"got shape {shape}."
+            )
+        if shape[-1] is None:
+            raise ValueError(
+                f"{self._describe()}: the last axis of `{argument}` must be known, "
+                f"got shape {shape}."
+            )
+        built = getattr(self, "_built_features", {}).get(argument)
+        if built is not None and shape[-1] != built:
+            raise ValueError(
+                f"{self._describe()}: the last axis of `{argument}` must be {built} (the size "
+                f"the layer was built with), got shape {shape}."
+            )
+        return shape
+
+    def _check_mask(self, argument: str, mask: Any, sequence_shape: tuple) -> Any:
+        if mask is None:
+            return None
+        shape = _shape(mask)
+        if len(shape) != 2:
+            raise ValueError(
+                f"{self._describe()}: `{argument}` must have shape (batch, time), got shape "
+                f"{shape} for a sequence of shape {sequence_shape}."
+            )
+        return ops.cast(mask, "bool")
+
+    def _key_dim(self, hidden: int) -> int:
+        if hidden % self.num_heads:
+            raise ValueError(
+                f"{self._describe()}: the inputs' last axis must be a multiple of `num_heads` "
+                f"(the head size is hidden / num_heads, as in the official code): "
+                f"{hidden} is not a multiple of {self.num_heads}."
+            )
+        return hidden // self.num_heads
+
+    def _build_common(self, shape: tuple) -> None:
+        """The self-attention, the feed-forward branch, the layer norm and the dropouts."""
+        hidden = shape[-1]
+        self.key_dim = self._key_dim(hidden)
+        self.self_attention = MUSEAttention(
+            self.num_heads,
+            self.key_dim,
+            conv=self.conv,
+            kernel_sizes=self.kernel_sizes,
+            causal=self._causal,
+            dropout=self.attention_dropout,
+            weight_dropout=self.weight_dropout,
+            use_bias=self.use_bias,
+            kernel_initializer=_clone_initializer(self.kernel_initializer),
+            bias_initializer=_clone_initializer(self.bias_initializer),
+            fused_attention=self.fused_attention,
+            dtype=self.dtype_policy,
+            name="self_attention",
+        )
+        self.self_attention.build(shape)
+
+        def dense(units: int, activation: Any, name: str) -> keras.layers.Dense:
+            return keras.layers.Dense(
+                units,
+                activation=activation,
+                use_bias=self.use_bias,
+                kernel_initializer=_clone_initializer(self.kernel_initializer),
+                bias_initializer=_clone_initializer(self.bias_initializer),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.feedforward_intermediate_dense = dense(
+            self.intermediate_dim, self.activation, "feedforward_intermediate_dense"
+        )
+        self.feedforward_intermediate_dense.build(shape)
+        self.feedforward_output_dense = dense(hidden, None, "feedforward_output_dense")
+        self.feedforward_output_dense.build(shape[:-1] + (self.intermediate_dim,))
+        self.activation_dropout_layer = keras.layers.Dropout(
+            self.activation_dropout, dtype=self.dtype_policy, name="activation_dropout"
+        )
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="dropout"
+        )
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
+        )
+        self.layer_norm.build(shape)
+
+    def _feedforward(self, x: Any, training: Any) -> Any:
+        hidden = self.feedforward_intermediate_dense(x)
+        hidden = self.activation_dropout_layer(hidden, training=training)
+        return self.feedforward_output_dense(hidden)
+
+    def _combine(self, x: Any, branches: list, training: Any) -> Any:
+        """``LayerNorm(x + sum(dropout(branch)))``: parallel branches, post-norm."""
+        total = x
+        for branch in branches:
+            total = total + self.dropout_layer(branch, training=training)
+        return self.layer_norm(total)
+
+    @staticmethod
+    def _unmasked(x: Any) -> Any:
+        # A fresh tensor carries no Keras mask: the projections and the layer
+        # norm do not support masking and would warn about it.
+        return ops.add(x, ops.zeros((), x.dtype))
+
+    def compute_mask(self, inputs: Any, previous_mask: Any = None) -> Any:
+        """The output carries the (decoder) input's Keras mask."""
+        return previous_mask
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            intermediate_dim=self.intermediate_dim,
+            num_heads=self.num_heads,
+            conv=self.conv,
+            kernel_sizes=list(self.kernel_sizes),
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+            activation_dropout=self.activation_dropout,
+            weight_dropout=self.weight_dropout,
+            activation=keras.activations.serialize(self.activation),
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            use_bias=self.use_bias,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            fused_attention=self.fused_attention,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class MUSEEncoderLayer(_MUSEBlock):
+    """MUSE encoder block: attention + convolutions and a feed-forward network in parallel.
+
+    With ``x`` of width ``C`` (the official code's ``TransformerCombineEncoderLayer``)::
+
+        Y  = MUSEAttention(x)                      # attention and convs of V, one projection
+        F  = fc2(activation_dropout(relu(fc1(x))))
+        x' = LayerNorm(x + dropout(Y) + dropout(F))
+
+    The branches read the same input and are summed with the residual before
+    one layer normalisation (post-norm, the official default). The
+    convolutions are centred ("same"); see `MUSEAttention` for the gate,
+    the masks and the dynamic or static convolutions.
+
+    Masks follow Keras: ``True`` marks a real token. The padding mask is
+    ``padding_mask`` when given, else the inputs' Keras mask (e.g. from
+    ``Embedding(mask_zero=True)``); real positions never depend on padded
+    ones (attention skips padded keys, convolutions see zeros there). Padded
+    positions' outputs are meaningless; the output carries the inputs' Keras
+    mask.
+
+    Args:
+        intermediate_dim: width of the feed-forward branch (768 for IWSLT, 3072
+            for the large WMT model).
+        num_heads: attention heads; the inputs' width must be a multiple of it
+            (head size = width / num_heads).
+        conv: ``"dynamic"`` (default, the official code: per-position kernels
+            predicted from V) or ``"static"`` (depthwise-separable, the
+            paper's description); see `MUSEAttention`.
+        kernel_sizes: odd kernel sizes, one convolution branch each; ``None``
+            for `MUSEAttention`'s defaults, ``(3, 15)`` dynamic (the official
+            code) and ``(1, 3, 7)`` static.
+        dropout: dropout on every branch's output before the sum (0.4 for
+            IWSLT, 0.3 for WMT En-De in the official runs).
+        attention_dropout: dropout on the attention probabilities.
+        activation_dropout: dropout after the feed-forward activation.
+        weight_dropout: dropout on the dynamic convolutions' predicted taps
+            (0.1, hard-coded, in the official code); must be 0 for static.
+        activation: activation of the feed-forward branch (``"relu"``).
+        layer_norm_epsilon: epsilon of the layer normalisation.
+        use_bias: whether the projections and the feed-forward layers have
+            biases (the layer norm always has scale and offset).
+        kernel_initializer: initializer of every kernel.
+        bias_initializer: initializer of every bias.
+        fused_attention: self- (and cross-) attention through
+            ``keras.ops.dot_product_attention`` in float32 without active
+            attention dropout; see `MUSEAttention`.
+        **kwargs: standard layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: ``(batch, time, hidden)``.
+        padding_mask: ``(batch, time)`` bool, True for real tokens; default
+            the inputs' Keras mask.
+        training: whether dropout is active.
+
+    Returns:
+        ``(batch, time, hidden)``.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.layers.muse import MUSEEncoderLayer
+        >>> encoder = MUSEEncoderLayer(intermediate_dim=16, num_heads=2, kernel_sizes=(3, 5))
+        >>> x = np.random.default_rng(0).standard_normal((2, 6, 8)).astype("float32")
+        >>> mask = np.array([[1, 1, 1, 1, 0, 0], [1] * 6], bool)
+        >>> tuple(encoder(x, padding_mask=mask).shape)
+        (2, 6, 8)
+
+    Reference:
+        Zhao, Sun, Xu, Zhang, Luo, "MUSE: Parallel Multi-Scale Attention for
+        Sequence to Sequence Learning", arXiv:1911.09483, 2019.
+    """
+
+    def build(self, inputs_shape: Any) -> None:
+        shape = self._check_sequence("inputs", inputs_shape)
+        self._build_common(shape)
+        self._built_features = {"inputs": shape[-1]}
+        self.built = True
+
+    def call(self, inputs: Any, padding_mask: Any = None, training: Any = None) -> Any:
+        shape = self._check_sequence("inputs", _shape(inputs))
+        padding_mask = self._check_mask("padding_mask", padding_mask, shape)
+        if padding_mask is None:
+            padding_mask = self._mask_reader(inputs)
+        x = self._unmasked(inputs)
+        attended = self.self_attention(x, mask=padding_mask, training=training)
+        return self._combine(x, [attended, self._feedforward(x, training)], training)
+
+    def compute_output_shape(self, inputs_shape: Any) -> tuple:
+        shape = self._check_sequence("inputs", inputs_shape)
+        self._key_dim(shape[-1])
+        return shape
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class MUSEDecoderLayer(_MUSEBlock):
+    """MUSE decoder block: causal attention + convolutions, cross-attention, feed-forward.
+
+    With ``x`` of width ``C`` and the encoder output ``h`` (the official
+    code's ``TransformerCombineDecoderLayer``)::
+
+        Y  = MUSEAttention(x, causal=True)   # attention and causal convs of V
+        X  = CrossAttention(x, h)            # plain multi-head attention over h
+        F  = fc2(activation_dropout(relu(fc1(x))))
+        x' = LayerNorm(x + dropout(Y) + dropout(X) + dropout(F))
+
+    All three branches read the same input (post-norm, one layer norm). The
+    convolutions pad ``k - 1`` zeros on the left, so output ``t`` sees
+    decoder positions ``<= t`` only. (The official layer also creates an
+    ``encoder_attn_layer_norm`` that its forward pass never uses; it is not
+    created here.) The cross-attention's softmax runs in float32 and a
+    query whose source is all padding gets zeros from it, never NaN.
+
+    **Decoding**: ``cache`` is a pair ``(self_attention_cache,
+    cross_attention_cache)``, both batch-first and of fixed shape, so beam
+    search reorders them with ``ops.take(t, beam_indices, axis=0)``:
+
+    - ``self_attention_cache``: ``(batch, 2, max_length, num_heads,
+      head_dim)``, `MUSEAttention`'s keys/values buffer (zeros to start);
+    - ``cross_attention_cache``: ``(batch, 2, source_time, num_heads,
+      head_dim)``, the encoder output's projected keys and values, computed
+      once with :meth:`cross_attention_cache` before the first step.
+
+    A call with ``cache`` and ``cache_update_index=i`` writes the new
+    self-attention keys/values at positions ``i ..``, reads the encoder side
+    from the cross-attention cache (``encoder_sequence`` must then be
+    None; its mask is ``encoder_padding_mask``) and returns ``(output,
+    (new_self_attention_cache, cross_attention_cache))``; step by step it
+    equals the full causal computation.
+
+    Masks follow Keras: ``True`` marks a real token. Without a cache the
+    decoder padding mask is ``decoder_padding_mask`` when given, else the
+    decoder sequence's Keras mask; the encoder padding mask is
+    ``encoder_padding_mask``, else the encoder sequence's Keras mask.
+
+    Args:
+        intermediate_dim: width of the feed-forward branch (768 for IWSLT, 3072
+            for the large WMT model).
+        num_heads: attention heads; the inputs' width must be a multiple of it
+            (head size = width / num_heads).
+        conv: ``"dynamic"`` (default, the official code: per-position kernels
+            predicted from V) or ``"static"`` (depthwise-separable, the
+            paper's description); see `MUSEAttention`.
+        kernel_sizes: odd kernel sizes, one convolution branch each; ``None``
+            for `MUSEAttention`'s defaults, ``(3, 15)`` dynamic (the official
+            code) and ``(1, 3, 7)`` static.
+        dropout: dropout on every branch's output before the sum (0.4 for
+            IWSLT, 0.3 for WMT En-De in the official runs).
+        attention_dropout: dropout on the attention probabilities.
+        activation_dropout: dropout after the feed-forward activation.
+        weight_dropout: dropout on the dynamic convolutions' predicted taps
+            (0.1, hard-coded, in the official code); must be 0 for static.
+        activation: activation of the feed-forward branch (``"relu"``).
+        layer_norm_epsilon: epsilon of the layer normalisation.
+        use_bias: whether the projections and the feed-forward layers have
+            biases (the layer norm always has scale and offset).
+        kernel_initializer: initializer of every kernel.
+        bias_initializer: initializer of every bias.
+        fused_attention: self- (and cross-) attention through
+            ``keras.ops.dot_product_attention`` in float32 without active
+            attention dropout; see `MUSEAttention`.
+        **kwargs: standard layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        decoder_sequence: ``(batch, time, hidden)``.
+        encoder_sequence: ``(batch, source_time, encoder_hidden)``; required
+            without a cache (and on the first call, which builds the
+            cross-attention), None with one.
+        decoder_padding_mask: ``(batch, time)`` bool, True for real tokens;
+            not with a cache.
+        encoder_padding_mask: ``(batch, source_time)`` bool, True for real
+            tokens.
+        cache: ``(self_attention_cache, cross_attention_cache)``, see above.
+        cache_update_index: position of ``decoder_sequence[:, 0]`` in the
+            target (an int or a scalar integer tensor); required with a cache.
+        training: whether dropout is active.
+
+    Returns:
+        ``(batch, time, hidden)``; with a cache, ``(output, (self_attention_cache,
+        cross_attention_cache))``.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.layers.muse import MUSEDecoderLayer
+        >>> decoder = MUSEDecoderLayer(intermediate_dim=16, num_heads=2, kernel_sizes=(3, 5))
+        >>> rng = np.random.default_rng(0)
+        >>> x = rng.standard_normal((2, 4, 8)).astype("float32")
+        >>> encoded = rng.standard_normal((2, 7, 8)).astype("float32")
+        >>> tuple(decoder(x, encoded).shape)
+        (2, 4, 8)
+        >>> cache = (np.zeros((2, 2, 4, 2, 4), "float32"), decoder.cross_attention_cache(encoded))
+        >>> output, cache = decoder(x[:, :1], cache=cache, cache_update_index=0)
+        >>> tuple(output.shape), [tuple(c.shape) for c in cache]
+        ((2, 1, 8), [(2, 2, 4, 2, 4), (2, 2, 7, 2, 4)])
+
+    Reference:
+        Zhao, Sun, Xu, Zhang, Luo, "MUSE: Parallel Multi-Scale Attention for
+        Sequence to Sequence Learning", arXiv:1911.09483, 2019.
+    """
+
+    _causal = True
+
+    def build(self, decoder_sequence_shape: Any, encoder_sequence_shape: Any = None) -> None:
+        shape = self._check_sequence("decoder_sequence", decoder_sequence_shape)
+        if encoder_sequence_shape is None:
+            raise ValueError(
+                f"{self._describe()}: the first call must pass `encoder_sequence` (it builds "
+                "the cross-attention, which every MUSE decoder block has); got None."
+            )
+        encoder_shape = self._check_sequence("encoder_sequence", encoder_sequence_shape)
+        self._build_common(shape)
+        self.cross_attention = _CrossAttention(
+            self.num_heads,
+            self.key_dim,
+            self.attention_dropout,
+            self.use_bias,
+            self.kernel_initializer,
+            self.bias_initializer,
+            self.fused_attention,
+            dtype=self.dtype_policy,
+            name="cross_attention",
+        )
+        self.cross_attention.build(shape, encoder_shape)
+        self._built_features = {
+            "decoder_sequence": shape[-1],
+            "encoder_sequence": encoder_shape[-1],
+        }
+        self.built = True
+
+    def cross_attention_cache(self, encoder_sequence: Any) -> Any:
+        """The cross-attention cache of an encoder output: its projected keys and values.
+
+        Args:
+            encoder_sequence: ``(batch, source_time, encoder_hidden)``.
+
+        Returns:
+            ``(batch, 2, source_time, num_heads, head_dim)``; ``[:, 0]`` the
+            keys, ``[:, 1]`` the values.
+
+        Raises:
+            ValueError: if the layer is not built yet (call it once, or
+                ``build(decoder_shape, encoder_shape)``), or for a wrong shape.
+        """
+        if not self.built:
+            raise ValueError(
+                f"{self._describe()}: build the layer first (call it once on a decoder and an "
+                "encoder sequence, or `build(decoder_shape, encoder_shape)`) before computing "
+                "a cross-attention cache."
+            )
+        self._check_sequence("encoder_sequence", _shape(encoder_sequence))
+        return self.cross_attention.key_values(self._unmasked(encoder_sequence))
+
+    def _check_cache(
+        self, cache: Any, encoder_sequence: Any, decoder_padding_mask: Any, index: Any
+    ) -> tuple:
+        name = self._describe()
+        if not isinstance(cache, tuple | list) or len(cache) != 2:
+            raise ValueError(
+                f"{name}: `cache` must be a pair (self_attention_cache, cross_attention_cache), "
+                f"got {type(cache).__name__}."
+            )
+        if encoder_sequence is not None:
+            raise ValueError(
+                f"{name}: with a `cache` the encoder side comes from the cross-attention cache "
+                "(`cross_attention_cache(encoder_sequence)`), so `encoder_sequence` must be None; "
+                f"got a tensor of shape {_shape(encoder_sequence)}."
+            )
+        if decoder_padding_mask is not None:
+            raise ValueError(
+                f"{name}: `decoder_padding_mask` cannot be combined with a `cache` (decoding "
+                "attends to every cached position up to the current one); call without it."
+            )
+        if index is None:
+            raise ValueError(
+                f"{name}: a `cache` needs `cache_update_index` (the position of the inputs in "
+                "the target), got None."
+            )
+        self_cache, cross_cache = cache
+        heads = (self.num_heads, self.key_dim)
+        for argument, tensor in (("cache[0]", self_cache), ("cache[1]", cross_cache)):
+            shape = _shape(tensor)
+            if len(shape) != 5 or shape[1] != 2 or shape[3:] != heads:
+                raise ValueError(
+                    f"{name}: `{argument}` must have shape (batch, 2, length, {heads[0]}, "
+                    f"{heads[1]}) (= (batch, 2, length, num_heads, head_dim)), got shape {shape}."
+                )
+        return self_cache, cross_cache
+
+    def call(
+        self,
+        decoder_sequence: Any,
+        encoder_sequence: Any = None,
+        decoder_padding_mask: Any = None,
+        encoder_padding_mask: Any = None,
+        cache: Any = None,
+        cache_update_index: Any = None,
+        training: Any = None,
+    ) -> Any:
+        shape = self._check_sequence("decoder_sequence", _shape(decoder_sequence))
+        decoder_padding_mask = self._check_mask("decoder_padding_mask", decoder_padding_mask, shape)
+        if cache is not None:
+            self_cache, key_values = self._check_cache(
+                cache, encoder_sequence, decoder_padding_mask, cache_update_index
+            )
+            encoder_padding_mask = self._check_mask(
+                "encoder_padding_mask", encoder_padding_mask, _shape(key_values)
+            )
+        else:
+            if encoder_sequence is None:
+                raise ValueError(
+                    f"{self._describe()}: `encoder_sequence` is required without a `cache` "
+                    "(the cross-attention reads it); got None."
+                )
+            if cache_update_index is not None:
+                raise ValueError(
+                    f"{self._describe()}: `cache_update_index` needs a `cache`; got cache=None."
+                )
+            encoder_shape = self._check_sequence("encoder_sequence", _shape(encoder_sequence))
+            encoder_padding_mask = self._check_mask(
+                "encoder_padding_mask", encoder_padding_mask, encoder_shape
+            )
+            if decoder_padding_mask is None:
+                decoder_padding_mask = self._mask_reader(decoder_sequence)
+            if encoder_padding_mask is None:
+                encoder_padding_mask = self._mask_reader(encoder_sequence)
+            key_values = self.cross_attention.key_values(self._unmasked(encoder_sequence))
+
+        x = self._unmasked(decoder_sequence)
+        if cache is not None:
+            attended, self_cache = self.self_attention(
+                x, training=training, cache=self_cache, cache_update_index=cache_update_index
+            )
+        else:
+            attended = self.self_attention(x, mask=decoder_padding_mask, training=training)
+        crossed = self.cross_attention.attend(x, key_values, encoder_padding_mask, training)
+        output = self._combine(x, [attended, crossed, self._feedforward(x, training)], training)
+        if cache is None:
+            return output
+        return output, (self_cache, key_values)
+
+    def compute_output_shape(self, decoder_sequence_shape: Any, *args: Any, **kwargs: Any) -> tuple:
+        shape = self._check_sequence("decoder_sequence", decoder_sequence_shape)
+        self._key_dim(shape[-1])
+        return shape
+
+    def compute_output_spec(
+        self,
+        decoder_sequence: Any,
+        encoder_sequence: Any = None,
+        decoder_padding_mask: Any = None,
+        encoder_padding_mask: Any = None,
+        cache: Any = None,
+        cache_update_index: Any = None,
+        training: Any = None,
+    ) -> Any:
+        output = keras.KerasTensor(
+            self.compute_output_shape(decoder_sequence.shape), dtype=self.compute_dtype
+        )
+        if cache is None:
+            return output
+        return output, tuple(keras.KerasTensor(c.shape, dtype=c.dtype) for c in cache)

@@ -14,6 +14,7 @@ live in the repository's top-level ``zoo/`` folder.
 from keras_posenc.zoo import (
     coatnet,  # noqa: F401  (registers coatnet_0 .. coatnet_4)
     convs2s,  # noqa: F401  (registers convs2s_*)
+    muse,  # noqa: F401  (registers muse_*)
     posenet,  # noqa: F401  (registers posenet_*)
 )
 from keras_posenc.zoo.registry import (

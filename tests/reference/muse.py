@@ -102,3 +102,83 @@ def muse_attention(
     if weights.get("bo") is not None:
         output = output + weights["bo"]
     return output
+
+
+# --------------------------------------------------------------------------- blocks
+#
+# Block weights: ``attention`` (the MUSEAttention dict above), ``fc1 = (W (C, F), b)``,
+# ``fc2 = (W (F, C), b)``, ``norm = (gamma (C,), beta (C,))``; the decoder adds
+# ``cross``: ``wq, wk, wv`` (C, heads, head_dim), ``bq, bk, bv`` (heads, head_dim),
+# ``wo`` (heads, head_dim, C), ``bo`` (C,) (biases may be None).
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(-1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(variance + eps) * gamma + beta
+
+
+def feed_forward(x: np.ndarray, fc1: tuple, fc2: tuple) -> np.ndarray:
+    """``fc2(relu(fc1(x)))``."""
+    (w1, b1), (w2, b2) = fc1, fc2
+    hidden = x @ w1 + (0.0 if b1 is None else b1)
+    return np.maximum(hidden, 0.0) @ w2 + (0.0 if b2 is None else b2)
+
+
+def cross_attention(
+    x: np.ndarray, source: np.ndarray, weights: dict, source_mask: np.ndarray | None
+) -> np.ndarray:
+    """Multi-head attention of ``x``'s queries over ``source``; no real key gives zeros."""
+    x, source = np.asarray(x, np.float64), np.asarray(source, np.float64)
+    batch, length, _ = x.shape
+    num_heads, head_dim = weights["wq"].shape[1:]
+    real = np.ones(source.shape[:2], bool) if source_mask is None else np.asarray(source_mask, bool)
+    q = _project(x, weights["wq"], weights.get("bq")) / np.sqrt(head_dim)
+    k = _project(source, weights["wk"], weights.get("bk"))
+    v = _project(source, weights["wv"], weights.get("bv"))
+    attended = np.zeros((batch, length, num_heads, head_dim))
+    for b in range(batch):
+        keys = [s for s in range(source.shape[1]) if real[b, s]]
+        if not keys:
+            continue
+        for h in range(num_heads):
+            for t in range(length):
+                p = softmax(np.array([q[b, t, h] @ k[b, s, h] for s in keys]))
+                attended[b, t, h] = sum(p[i] * v[b, s, h] for i, s in enumerate(keys))
+    output = np.einsum("bthd,hdc->btc", attended, weights["wo"])
+    return output if weights.get("bo") is None else output + weights["bo"]
+
+
+def muse_encoder_layer(
+    x: np.ndarray,
+    weights: dict,
+    num_heads: int,
+    conv: str,
+    kernel_sizes: tuple[int, ...],
+    mask: np.ndarray | None = None,
+    eps: float = 1e-5,
+) -> np.ndarray:
+    """``LayerNorm(x + MUSEAttention(x) + FFN(x))`` (dropout inactive)."""
+    x = np.asarray(x, np.float64)
+    attended = muse_attention(x, weights["attention"], num_heads, conv, kernel_sizes, False, mask)
+    total = x + attended + feed_forward(x, weights["fc1"], weights["fc2"])
+    return layer_norm(total, *weights["norm"], eps)
+
+
+def muse_decoder_layer(
+    x: np.ndarray,
+    source: np.ndarray,
+    weights: dict,
+    num_heads: int,
+    conv: str,
+    kernel_sizes: tuple[int, ...],
+    mask: np.ndarray | None = None,
+    source_mask: np.ndarray | None = None,
+    eps: float = 1e-5,
+) -> np.ndarray:
+    """``LayerNorm(x + causal MUSEAttention(x) + CrossAttention(x, source) + FFN(x))``."""
+    x = np.asarray(x, np.float64)
+    attended = muse_attention(x, weights["attention"], num_heads, conv, kernel_sizes, True, mask)
+    crossed = cross_attention(x, source, weights["cross"], source_mask)
+    total = x + attended + crossed + feed_forward(x, weights["fc1"], weights["fc2"])
+    return layer_norm(total, *weights["norm"], eps)
