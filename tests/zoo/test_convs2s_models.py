@@ -434,3 +434,25 @@ def test_training_example_reaches_95_percent_exact_match():
     model = zoo.create("convs2s_small", src_vocab_size=20, tgt_vocab_size=20)
     result = train_reverse(model, epochs=4, verbose=0)
     assert result["exact_match"] >= 0.95, result
+
+
+def test_embedding_against_numpy():
+    # e = token_table[id] + position_table[p], p = real tokens before it; zero at padding.
+    from keras_posenc.zoo.convs2s import ConvS2SEmbedding
+
+    layer = ConvS2SEmbedding(vocab_size=9, embed_dim=4, max_positions=6)
+    ids = np.array([[0, 0, 5, 6, 7], [3, 4, 0, 0, 0]], "int32")
+    layer(ids)
+    tokens = to_numpy(layer.token_embedding.embeddings)
+    positions = to_numpy(layer.position_embedding.embeddings)
+    assert np.all(tokens[0] == 0)  # fairseq's padding row
+    expected = np.zeros((2, 5, 4))
+    for row in range(2):
+        count = 0
+        for column, token in enumerate(ids[row]):
+            if token != 0:
+                expected[row, column] = tokens[token] + positions[count]
+                count += 1
+    np.testing.assert_allclose(to_numpy(layer(ids)), expected, atol=1e-6, rtol=0)
+    step = layer(ids[:1, 3:4], position_offset=3)  # decoding: position given explicitly
+    np.testing.assert_allclose(to_numpy(step)[0, 0], tokens[6] + positions[3], atol=1e-6)
