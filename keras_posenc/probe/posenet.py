@@ -16,6 +16,7 @@ import numpy as np
 
 from keras_posenc.probe.metrics import mae, spc
 from keras_posenc.probe.patterns import position_patterns
+from keras_posenc.probe.readout import default_learning_rate, feature_statistics
 from keras_posenc.zoo.posenet import PosENet
 
 
@@ -42,22 +43,31 @@ def train(
     images: Any,
     epochs: int = 10,
     batch_size: int = 16,
-    learning_rate: float = 1e-2,
+    learning_rate: float | None = None,
     optimizer: keras.optimizers.Optimizer | None = None,
     verbose: str | int = "auto",
 ) -> keras.callbacks.History:
     """Trains PosENet's readout with ``fit``: pixel-wise MSE against the position targets.
 
-    The targets do not depend on the image, so they are the same
-    :func:`~keras_posenc.probe.position_patterns` for every image. The
-    backbone stays frozen; only the readout learns.
+    The backbone is frozen, so its features are computed once
+    (:meth:`~keras_posenc.probe.PosENet.feature_model`) and ``fit`` trains
+    :meth:`~keras_posenc.probe.PosENet.readout_model`, which shares the
+    model's weights. Before fitting, the model's ``FeatureStandardization``
+    layer is set to the training features' per-channel mean and inverse
+    standard deviation (:func:`~keras_posenc.probe.readout.feature_statistics`):
+    raw features of random networks are all positive and differ ~50 x in scale
+    between stages, which otherwise drives Adam into the sigmoid's flat tails
+    and gives constant maps. The targets do not depend on the image: the same
+    :func:`~keras_posenc.probe.position_patterns` for every image.
 
     Args:
         model: a :class:`PosENet`.
         images: ``(count, height, width, channels)`` training images.
         epochs: passes over ``images``.
         batch_size: images per step.
-        learning_rate: of the default optimizer.
+        learning_rate: of the default optimizer; None scales it with the first
+            readout convolution's fan-in
+            (:func:`~keras_posenc.probe.readout.default_learning_rate`).
         optimizer: default Adam (the paper uses SGD with momentum 0.9 for 15
             epochs on DUT-S; Adam reaches a stable readout in fewer steps on CPU).
         verbose: ``fit``'s verbosity; ``"auto"`` shows a progress bar.
@@ -76,9 +86,20 @@ def train(
         2
     """
     images = _check_images(model, images, "probe.train")
-    model.compile(optimizer=optimizer or keras.optimizers.Adam(learning_rate), loss="mse")
-    return model.fit(
-        images,
+    features = np.asarray(
+        model.feature_model().predict(images, batch_size=batch_size, verbose=0), np.float32
+    )
+    model.get_layer("feature_standardization").set_statistics(
+        *feature_statistics(features, model.readout_padding)
+    )
+    if optimizer is None:
+        if learning_rate is None:
+            learning_rate = default_learning_rate(model.kernel_size, features.shape[-1])
+        optimizer = keras.optimizers.Adam(learning_rate)
+    readout = model.readout_model()
+    readout.compile(optimizer=optimizer, loss="mse")
+    return readout.fit(
+        features,
         target_maps(model, len(images)),
         epochs=epochs,
         batch_size=batch_size,

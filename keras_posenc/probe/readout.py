@@ -47,6 +47,57 @@ def _zero_pad(features: np.ndarray, padding: int) -> np.ndarray:
     return np.pad(features, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
 
 
+def default_learning_rate(kernel_size: int, channels: int) -> float:
+    """Adam's learning rate for a readout: ``0.1 / sqrt(kernel_size**2 * channels)``.
+
+    Adam moves every weight by about the learning rate per step, so a fixed
+    rate moves the output of a wide readout (VGG16: 13,248 inputs per output)
+    far more than a narrow one (the image alone: 27) and saturates the sigmoid;
+    scaling by the first convolution's fan-in keeps the first steps alike.
+    """
+    return 0.1 / math.sqrt(kernel_size**2 * channels)
+
+
+def feature_statistics(features: Any, padding: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and inverse standard deviation of features, for standardising them.
+
+    Computed over ``features`` ``(n, h, w, c)`` after ``padding`` zeros around
+    each map (what a zero-padded first readout convolution reads). Channels
+    whose spread is below ``1e-4`` times the mean feature magnitude count as
+    constant and get an inverse scale of 0, so float rounding in a feature
+    that should be constant is not read as position.
+
+    Returns:
+        ``(mean, inverse_scale)``, two float32 vectors of length ``c``.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.probe.readout import feature_statistics
+        >>> features = np.stack([np.full((2, 2, 2), v) for v in (1.0, 3.0)])
+        >>> features[..., 1] = 7.0  # a constant channel
+        >>> mean, inverse_scale = feature_statistics(features)
+        >>> mean.tolist(), inverse_scale.tolist()
+        ([2.0, 7.0], [1.0, 0.0])
+    """
+    features = np.asarray(features, np.float32)
+    # Moments image by image in float64: a float64 copy of all features (ResNet50: 3840
+    # channels) would need gigabytes.
+    total = squares = magnitude = 0.0
+    for image in features:
+        flat = _zero_pad(image[None].astype(np.float64), padding)
+        flat = flat.reshape(-1, flat.shape[-1])
+        total = total + flat.sum(axis=0)
+        squares = squares + (flat**2).sum(axis=0)
+        magnitude += np.abs(flat).sum()
+    count = len(features) * flat.shape[0]
+    mean = total / count
+    spread = np.sqrt(np.maximum(squares / count - mean**2, 0.0))
+    varies = spread > CONSTANT_FEATURE * (magnitude / (count * flat.shape[1]) + 1e-12)
+    inverse_scale = np.where(varies, 1.0 / np.maximum(spread, 1e-30), 0.0)
+    return mean.astype(np.float32), inverse_scale.astype(np.float32)
+
+
 class LinearReadout:
     """A k x k 'valid' convolution fitted by ridge-regularised least squares.
 
@@ -221,7 +272,7 @@ class TrainedReadout:
         )
         self.model = self.posenet.readout_model()
         if learning_rate is None:
-            learning_rate = 0.1 / math.sqrt(kernel_size**2 * int(channels))
+            learning_rate = default_learning_rate(kernel_size, int(channels))
         self.learning_rate = float(learning_rate)
         self.optimizer = keras.optimizers.Adam(self.learning_rate)
         self.model.compile(optimizer=self.optimizer, loss="mse")
@@ -243,32 +294,19 @@ class TrainedReadout:
         for variable, value in zip(self.optimizer.variables, self._fresh_optimizer):
             variable.assign(value)
 
-    def _standardised(self, features: np.ndarray) -> np.ndarray:
-        padded = _zero_pad(np.asarray(features, np.float32), self.padding)
-        return (padded - self.mean) * self.inverse_scale
+    def _padded(self, features: np.ndarray) -> np.ndarray:
+        # The readout's FeatureStandardization layer standardises after this padding.
+        return _zero_pad(np.asarray(features, np.float32), self.padding)
 
     def fit(self, features: Any, seed: int = 0) -> TrainedReadout:
         """Fits fresh readout weights to ``features`` ``(n, size, size, channels)``."""
         features = np.asarray(features, np.float32)
-        # Moments image by image in float64: a float64 copy of all features (ResNet50: 3840
-        # channels) would need gigabytes.
-        total = squares = magnitude = 0.0
-        for image in features:
-            flat = _zero_pad(image[None].astype(np.float64), self.padding)
-            flat = flat.reshape(-1, flat.shape[-1])
-            total = total + flat.sum(axis=0)
-            squares = squares + (flat**2).sum(axis=0)
-            magnitude += np.abs(flat).sum()
-        count = len(features) * flat.shape[0]
-        mean = total / count
-        spread = np.sqrt(np.maximum(squares / count - mean**2, 0.0))
-        varies = spread > CONSTANT_FEATURE * (magnitude / (count * flat.shape[1]) + 1e-12)
-        self.mean = mean.astype(np.float32)
-        self.inverse_scale = np.where(varies, 1.0 / np.maximum(spread, 1e-30), 0.0).astype(
-            np.float32
+        self.mean, self.inverse_scale = feature_statistics(features, self.padding)
+        self.posenet.get_layer("feature_standardization").set_statistics(
+            self.mean, self.inverse_scale
         )
         self._initialise(seed)
-        inputs = self._standardised(features)
+        inputs = self._padded(features)
         count, size = len(inputs), self.batch_size
         target = np.broadcast_to(self._targets, (max(size, 2), *self._targets.shape[1:]))
 
@@ -290,5 +328,5 @@ class TrainedReadout:
 
     def predict(self, features: Any) -> np.ndarray:
         """The predicted maps ``(n, height, width, targets)`` in ``[0, 1]``."""
-        scaled = self._standardised(features)
+        scaled = self._padded(features)
         return np.asarray(self.model.predict(scaled, batch_size=self.batch_size, verbose=0))

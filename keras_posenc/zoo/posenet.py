@@ -104,6 +104,76 @@ def default_tap_layers(backbone: keras.Model) -> list[str]:
     )
 
 
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class FeatureStandardization(keras.layers.Layer):
+    """``(x - mean) * inverse_scale`` per channel, with frozen statistics: PosENet's input scaling.
+
+    PosENet's readout reads features of very different scales (a random VGG16's
+    first stage is ~50 x its last) that are all positive after ReLU; trained
+    on them as they are, Adam's first steps push the sigmoid into its flat
+    tails and the maps come out constant. :func:`~keras_posenc.probe.train`
+    therefore sets these statistics from the training features before it fits
+    the readout. The layer is an affine reparameterisation of the first readout
+    convolution (what it can express does not change) and acts on each
+    position alike, so it adds no position. It sits after the readout's zero
+    padding, so the padding is still zeros of the raw features. Until
+    :meth:`set_statistics` is called it is the identity.
+
+    Args:
+        **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.zoo.posenet import FeatureStandardization
+        >>> layer = FeatureStandardization()
+        >>> x = np.array([[[[1.0, 5.0], [3.0, 5.0]]]], "float32")  # (1, 1, 2, 2)
+        >>> layer.build(x.shape)
+        >>> layer.set_statistics(mean=[2.0, 5.0], inverse_scale=[1.0, 0.0])
+        >>> np.asarray(layer(x))[0, 0].tolist()
+        [[-1.0, 0.0], [1.0, 0.0]]
+    """
+
+    def build(self, input_shape: Sequence[int | None]) -> None:
+        channels = input_shape[-1]
+        if channels is None:
+            raise ValueError(
+                "FeatureStandardization: the channel axis must be known; received input "
+                f"shape {tuple(input_shape)}"
+            )
+        self.mean = self.add_weight(
+            shape=(channels,), initializer="zeros", trainable=False, name="mean"
+        )
+        self.inverse_scale = self.add_weight(
+            shape=(channels,), initializer="ones", trainable=False, name="inverse_scale"
+        )
+
+    def call(self, inputs: Any) -> Any:
+        mean = keras.ops.cast(self.mean, inputs.dtype)
+        return (inputs - mean) * keras.ops.cast(self.inverse_scale, inputs.dtype)
+
+    def set_statistics(self, mean: Any, inverse_scale: Any) -> None:
+        """Sets the per-channel ``mean`` and ``inverse_scale`` (0 silences a channel).
+
+        Raises:
+            ValueError: if the layer is not built or a vector has the wrong length.
+        """
+        if not self.built:
+            raise ValueError(f"FeatureStandardization {self.name!r}: call or build it first.")
+        channels = int(self.mean.shape[0])
+        for value, argument in ((mean, "mean"), (inverse_scale, "inverse_scale")):
+            if np.shape(value) != (channels,):
+                raise ValueError(
+                    f"FeatureStandardization: `{argument}` must have shape ({channels},); "
+                    f"received {np.shape(value)}"
+                )
+        self.mean.assign(np.asarray(mean, "float32"))
+        self.inverse_scale.assign(np.asarray(inverse_scale, "float32"))
+
+    def compute_output_shape(self, input_shape: Sequence[int | None]) -> tuple:
+        return tuple(input_shape)
+
+
 def _positive_int(value: Any, argument: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"PosENet: `{argument}` must be a positive int; received {value!r}")
@@ -249,6 +319,8 @@ class PosENet(keras.Model):
             last = index == readout_layers - 1
             if readout_padding:
                 x = SpatialPadding2D(int(readout_padding), name=f"readout_pad_{index}")(x)
+            if index == 0:
+                x = FeatureStandardization(name="feature_standardization")(x)
             x = keras.layers.Conv2D(
                 len(targets) if last else readout_filters,
                 kernel_size,
@@ -361,6 +433,8 @@ class PosENet(keras.Model):
         for index in range(self.readout_layers):
             if self.readout_padding:
                 names.append(f"readout_pad_{index}")
+            if index == 0:
+                names.append("feature_standardization")
             names.append(f"readout_conv_{index}")
         for name in (*names, "sigmoid", "position_maps"):
             x = self.get_layer(name)(x)

@@ -213,6 +213,17 @@ def test_posenet_on_vgg16():
     assert tuple(posenet.get_layer("features").output.shape) == (None, 14, 14, 1472)
     images = probe.content_free_images("noise", 2, 64, 64)
     assert_frozen_and_readout_trains(posenet, vgg, images)
+    # train set the readout's standardisation from these images' features.
+    features = np.asarray(posenet.feature_model().predict(images, verbose=0), np.float64)
+    layer = posenet.get_layer("feature_standardization")
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer.mean), features.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-6
+    )
+    spread = features.std(axis=(0, 1, 2))
+    varies = spread > 1e-3
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer.inverse_scale)[varies], 1.0 / spread[varies], rtol=1e-3
+    )
 
 
 @pytest.mark.large

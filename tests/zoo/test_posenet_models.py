@@ -11,7 +11,7 @@ import pytest
 from keras import ops
 
 from keras_posenc import probe, zoo
-from keras_posenc.zoo.posenet import PosENet, build_posenet
+from keras_posenc.zoo.posenet import FeatureStandardization, PosENet, build_posenet
 
 NAMES = ["posenet_coatnet_0", "posenet_resnet50", "posenet_vgg16"]
 
@@ -84,7 +84,10 @@ def test_builds_with_a_frozen_backbone(name):
     readout = [w for layer in posenet.layers if "readout" in layer.name for w in layer.weights]
     assert {id(w) for w in posenet.trainable_weights} == {id(w) for w in readout}
     assert count(posenet.trainable_weights) == readout_parameters(sum(channels))
-    assert count(posenet.non_trainable_weights) == posenet.backbone.count_params()
+    # Non-trainable: the backbone, and the readout's input standardisation (mean, inverse scale).
+    standardisation = posenet.get_layer("feature_standardization").count_params()
+    assert standardisation == 2 * sum(channels)
+    assert count(posenet.non_trainable_weights) == posenet.backbone.count_params() + standardisation
 
 
 @pytest.mark.parametrize(
@@ -105,6 +108,11 @@ def test_forward_pass_and_save_load(tmp_path):
     posenet = zoo.create("posenet_vgg16", **SMALL, targets=["H", "G"])
     images = keras.applications.vgg16.preprocess_input(
         probe.content_free_images("noise", 2, 32, 32, scale=255.0)
+    )
+    # Statistics as probe.train sets them must survive saving too.
+    rng = np.random.default_rng(0)
+    posenet.get_layer("feature_standardization").set_statistics(
+        rng.uniform(0, 1, 1472), rng.uniform(0, 2, 1472)
     )
     maps = ops.convert_to_numpy(posenet.predict_on_batch(images))
     assert maps.shape == (2, 32, 32, 2) and 0.0 <= maps.min() and maps.max() <= 1.0
@@ -140,6 +148,23 @@ def test_save_load_round_trip_large(name, tmp_path):
 
 
 @pytest.mark.large
+def test_probe_train_decodes_position_from_a_random_vgg16():
+    """probe.train on posenet_vgg16 (weights=None) learns the maps instead of saturating.
+
+    Raw random-VGG16 features are all positive and ~50 x apart in scale between stages;
+    before the readout standardised them, Adam drove the sigmoid into its tails and every
+    predicted map was constant (SPC 0). Large: JAX compiles VGG16 for 20 s on 2 cores.
+    """
+    keras.utils.set_random_seed(0)
+    posenet = zoo.create("posenet_vgg16", input_shape=(64, 64, 3), feature_size=14, targets="H")
+    train = probe.content_free_images("noise", 16, 64, 64)
+    test = probe.content_free_images("noise", 8, 64, 64)
+    probe.train(posenet, train, epochs=10, batch_size=8, verbose=0)
+    scores = probe.evaluate(posenet, test, verbose=0)["H"]
+    assert not scores["constant"] and scores["spc"] > 0.5, scores
+
+
+@pytest.mark.large
 def test_backbone_weights_are_loaded(tmp_path):
     """Large: writes VGG16's 14.7M weights. A user's backbone weights go in by path."""
     source = keras.applications.VGG16(include_top=False, weights=None, input_shape=(32, 32, 3))
@@ -148,6 +173,23 @@ def test_backbone_weights_are_loaded(tmp_path):
     posenet = zoo.create("posenet_vgg16", backbone_weights=path, **SMALL)
     for a, b in zip(source.get_weights(), posenet.backbone.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_feature_standardization_against_numpy_and_its_errors(rng):
+    layer = FeatureStandardization()
+    x = rng.normal(size=(2, 3, 4, 5)).astype("float32")
+    layer(x)
+    np.testing.assert_array_equal(ops.convert_to_numpy(layer(x)), x)  # identity until set
+    mean, inverse = rng.normal(size=5), np.array([1.0, 0.5, 0.0, 2.0, 3.0])
+    layer.set_statistics(mean, inverse)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer(x)), (x - mean) * inverse, rtol=1e-6, atol=1e-6
+    )
+    assert layer.trainable_weights == [] and layer.count_params() == 10
+    with pytest.raises(ValueError, match=r"`mean` must have shape \(5,\); received \(4,\)"):
+        layer.set_statistics(np.zeros(4), np.ones(5))
+    with pytest.raises(ValueError, match="call or build it first"):
+        FeatureStandardization().set_statistics(np.zeros(5), np.ones(5))
 
 
 def test_bad_arguments_raise():
