@@ -17,6 +17,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.layers._checks import check_rate, shape_of
 from keras_posenc.layers._specs import output_with_cache_spec
 from keras_posenc.layers.relative_index import _check_bool, _check_int
 
@@ -29,24 +30,12 @@ _MASK_FILL = -1e9
 _SQRT_HALF = math.sqrt(0.5)
 
 
-def _check_rate(caller: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise TypeError(f"{caller}: `{name}` must be a float in [0, 1), got {value!r}.")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{caller}: `{name}` must be in [0, 1), got {value!r}.")
-    return float(value)
-
-
 def _optional_initializer(value: Any) -> Any:
     return None if value is None else keras.initializers.get(value)
 
 
 def _serialize_initializer(value: Any) -> Any:
     return None if value is None else keras.initializers.serialize(value)
-
-
-def _shape(value: Any) -> tuple:
-    return tuple(getattr(value, "shape", np.shape(value)))
 
 
 def _as_shape(value: Any) -> tuple | None:
@@ -239,7 +228,7 @@ class GLUConv1D(keras.layers.Layer):
         self.filters = _check_int(caller, "filters", filters, minimum=1)
         self.kernel_size = _check_int(caller, "kernel_size", kernel_size, minimum=1)
         self.causal = _check_bool(caller, "causal", causal)
-        self.dropout = _check_rate(caller, "dropout", dropout)
+        self.dropout = check_rate(caller, "dropout", dropout)
         self.weight_norm = _check_bool(caller, "weight_norm", weight_norm)
         self.kernel_initializer = _optional_initializer(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -326,14 +315,14 @@ class GLUConv1D(keras.layers.Layer):
         cache: Any = None,
         cache_update_index: Any = None,
     ) -> Any:
-        self._check_input_shape(_shape(inputs))
+        self._check_input_shape(shape_of(inputs))
         x = inputs
         if mask is not None:
-            mask_shape = _shape(mask)
+            mask_shape = shape_of(mask)
             if len(mask_shape) != 2:
                 raise ValueError(
                     f"{self._describe()}: `mask` must have shape (batch, time), got shape "
-                    f"{mask_shape} for inputs of shape {_shape(inputs)}."
+                    f"{mask_shape} for inputs of shape {shape_of(inputs)}."
                 )
             x = x * ops.cast(ops.expand_dims(mask, -1), x.dtype)
         x = self.dropout_layer(x, training=training)
@@ -347,7 +336,7 @@ class GLUConv1D(keras.layers.Layer):
 
     def _decode(self, x: Any, kernel: Any, bias: Any, cache: Any) -> tuple:
         k = self.kernel_size
-        shape = _shape(cache)
+        shape = shape_of(cache)
         if not self.causal:
             raise ValueError(
                 f"{self._describe()}: a `cache` needs causal=True (decoding sees no future "
@@ -362,7 +351,7 @@ class GLUConv1D(keras.layers.Layer):
         # The buffer followed by the new inputs; its last k - 1 + length rows
         # are all a valid convolution over the new positions needs.
         window = ops.concatenate([ops.cast(cache, x.dtype), x], axis=1)
-        length = _shape(x)[1]
+        length = shape_of(x)[1]
         if length == 1:
             # One step: the buffer (shifted by one) times the kernel, one matrix product.
             channels = self._input_channels
@@ -596,7 +585,9 @@ class ConvS2SAttention(keras.layers.Layer):
         self, x: Any, target_embedding: Any, encoder_out: Any, encoder_mask: Any = None
     ) -> tuple:
         keys, values = self._unpack(encoder_out)
-        self._check_shapes(_shape(x), _shape(target_embedding), _shape(keys), _shape(values))
+        self._check_shapes(
+            shape_of(x), shape_of(target_embedding), shape_of(keys), shape_of(values)
+        )
         scale = ops.cast(_SQRT_HALF, x.dtype)
         d = (self.in_projection(x) + target_embedding) * scale
         logits = ops.cast(ops.einsum("bte,bse->bts", d, keys), "float32")
@@ -605,7 +596,7 @@ class ConvS2SAttention(keras.layers.Layer):
             real = ops.cast(ops.shape(keys)[1], "float32")  # every source position is real
             context_scale = ops.reshape(ops.sqrt(real), (1, 1, 1))
         else:
-            self._check_mask(_shape(encoder_mask), _shape(keys))
+            self._check_mask(shape_of(encoder_mask), shape_of(keys))
             encoder_mask = ops.cast(encoder_mask, "bool")
             fill = ops.cast(_MASK_FILL, "float32")
             logits = ops.where(ops.expand_dims(encoder_mask, 1), logits, fill)

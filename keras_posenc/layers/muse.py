@@ -23,10 +23,17 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.layers._checks import (
+    KerasMask,
+    SequenceChecks,
+    check_activation,
+    check_positive_number,
+    check_rate,
+    shape_of,
+)
 from keras_posenc.layers._specs import output_with_cache_spec
-from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.relative_index import _check_bool, _check_int
-from keras_posenc.layers.relative_transformer import _clone_initializer, _KerasMask
+from keras_posenc.layers.relative_transformer import _clone_initializer
 
 __all__ = ["MUSEAttention", "MUSEDecoderLayer", "MUSEEncoderLayer"]
 
@@ -35,18 +42,6 @@ __all__ = ["MUSEAttention", "MUSEDecoderLayer", "MUSEEncoderLayer"]
 _MASK_FILL = -1e9
 _CONV_MODES = ("static", "dynamic")
 _DEFAULT_KERNEL_SIZES = {"static": (1, 3, 7), "dynamic": (3, 15)}
-
-
-def _shape(value: Any) -> tuple:
-    return tuple(getattr(value, "shape", np.shape(value)))
-
-
-def _check_rate(caller: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise TypeError(f"{caller}: `{name}` must be a float in [0, 1), got {value!r}.")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{caller}: `{name}` must be in [0, 1), got {value!r}.")
-    return float(value)
 
 
 def _check_kernel_sizes(caller: str, conv: str, kernel_sizes: Any) -> tuple[int, ...]:
@@ -100,7 +95,7 @@ def _attend_heads(
     computes the same thing with the backend's fused kernel.
     Returns (batch, q_len, heads * head_dim).
     """
-    heads, head_dim = _shape(q)[2], _shape(q)[3]
+    heads, head_dim = shape_of(q)[2], shape_of(q)[3]
     scale = 1.0 / math.sqrt(head_dim)
     bias = row_valid = None
     if attention_mask is not None:
@@ -135,7 +130,7 @@ def _write_rows(cache: Any, rows: Any, index: Any) -> Any:
     offsets = ops.arange(ops.shape(cache)[1]) - ops.cast(index, "int32")
     inside = ops.logical_and(ops.greater_equal(offsets, 0), ops.less(offsets, length))
     spread = ops.take(rows, ops.clip(offsets, 0, length - 1), axis=1)  # (batch, max_len, ...)
-    inside = ops.reshape(inside, (1, -1) + (1,) * (len(_shape(cache)) - 2))
+    inside = ops.reshape(inside, (1, -1) + (1,) * (len(shape_of(cache)) - 2))
     return ops.where(inside, ops.cast(spread, cache.dtype), cache)
 
 
@@ -303,8 +298,8 @@ class MUSEAttention(keras.layers.Layer):
         self.conv = conv
         self.kernel_sizes = _check_kernel_sizes(caller, conv, kernel_sizes)
         self.causal = _check_bool(caller, "causal", causal)
-        self.dropout = _check_rate(caller, "dropout", dropout)
-        self.weight_dropout = _check_rate(caller, "weight_dropout", weight_dropout)
+        self.dropout = check_rate(caller, "dropout", dropout)
+        self.weight_dropout = check_rate(caller, "weight_dropout", weight_dropout)
         if self.weight_dropout and conv == "static":
             raise ValueError(
                 f"{caller}: `weight_dropout` drops the taps that conv='dynamic' predicts; "
@@ -411,14 +406,14 @@ class MUSEAttention(keras.layers.Layer):
         cache: Any = None,
         cache_update_index: Any = None,
     ) -> Any:
-        self._check_input_shape(_shape(inputs))
+        self._check_input_shape(shape_of(inputs))
         x = inputs
         if mask is not None:
-            mask_shape = _shape(mask)
+            mask_shape = shape_of(mask)
             if len(mask_shape) != 2:
                 raise ValueError(
                     f"{self._describe()}: `mask` must have shape (batch, time), got shape "
-                    f"{mask_shape} for inputs of shape {_shape(inputs)}."
+                    f"{mask_shape} for inputs of shape {shape_of(inputs)}."
                 )
             # A fresh tensor: the projections (which do not support masking)
             # must not receive the input's Keras mask.
@@ -560,7 +555,7 @@ class MUSEAttention(keras.layers.Layer):
                 f"{name}: a `cache` needs `cache_update_index` (the position of the inputs in "
                 f"the sequence), got None."
             )
-        shape = _shape(cache)
+        shape = shape_of(cache)
         if len(shape) != 5 or shape[1] != 2 or shape[3:] != (self.num_heads, self.key_dim):
             raise ValueError(
                 f"{name}: `cache` must have shape (batch, 2, max_len, {self.num_heads}, "
@@ -578,7 +573,7 @@ class MUSEAttention(keras.layers.Layer):
         # The convolutions' history: cached values at positions i - (K - 1) ..
         # i + length - 1; positions before 0 are the causal left padding (zeros).
         largest = max(self.kernel_sizes)
-        positions = ops.arange(_shape(x)[1] + largest - 1) + (
+        positions = ops.arange(shape_of(x)[1] + largest - 1) + (
             ops.cast(cache_update_index, "int32") - (largest - 1)
         )
         valid = ops.cast(ops.greater_equal(positions, 0), v.dtype)
@@ -707,7 +702,7 @@ class _CrossAttention(keras.layers.Layer):
         return self.output_dense(heads)
 
 
-class _MUSEBlock(keras.layers.Layer):
+class _MUSEBlock(SequenceChecks, keras.layers.Layer):
     """Arguments, validation and the sublayers the encoder and decoder blocks share."""
 
     _causal = False
@@ -741,75 +736,27 @@ class _MUSEBlock(keras.layers.Layer):
             )
         self.conv = conv
         self.kernel_sizes = _check_kernel_sizes(caller, conv, kernel_sizes)
-        self.dropout = _check_rate(caller, "dropout", dropout)
-        self.attention_dropout = _check_rate(caller, "attention_dropout", attention_dropout)
-        self.activation_dropout = _check_rate(caller, "activation_dropout", activation_dropout)
-        self.weight_dropout = _check_rate(caller, "weight_dropout", weight_dropout)
+        self.dropout = check_rate(caller, "dropout", dropout)
+        self.attention_dropout = check_rate(caller, "attention_dropout", attention_dropout)
+        self.activation_dropout = check_rate(caller, "activation_dropout", activation_dropout)
+        self.weight_dropout = check_rate(caller, "weight_dropout", weight_dropout)
         if self.weight_dropout and conv == "static":
             raise ValueError(
                 f"{caller}: `weight_dropout` drops the taps that conv='dynamic' predicts; "
                 f"conv='static' has none, so it must be 0, got {weight_dropout!r}."
             )
-        try:
-            # "gelu" is the exact GELU written with erf, so the block exports to ONNX.
-            self.activation = get_activation(activation)
-        except ValueError as error:
-            raise ValueError(
-                f"{caller}: `activation` must be a Keras activation (a name such as 'relu' or "
-                f"'gelu', or a callable), got {activation!r}."
-            ) from error
-        if (
-            isinstance(layer_norm_epsilon, bool)
-            or not isinstance(layer_norm_epsilon, int | float)
-            or layer_norm_epsilon <= 0
-        ):
-            raise ValueError(
-                f"{caller}: `layer_norm_epsilon` must be a positive number, "
-                f"got {layer_norm_epsilon!r}."
-            )
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.activation = check_activation(caller, activation)
+        self.layer_norm_epsilon = check_positive_number(
+            caller, "layer_norm_epsilon", layer_norm_epsilon
+        )
         self.use_bias = _check_bool(caller, "use_bias", use_bias)
         self.fused_attention = _check_bool(caller, "fused_attention", fused_attention)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
-        self._mask_reader = _KerasMask(dtype=self.dtype_policy, name="keras_mask")
+        self._mask_reader = KerasMask(dtype=self.dtype_policy, name="keras_mask")
 
     # ------------------------------------------------------------------ helpers
-
-    def _describe(self) -> str:
-        return f"{type(self).__name__}({self.name!r})"
-
-    def _check_sequence(self, argument: str, shape: Any) -> tuple:
-        shape = tuple(shape)
-        if len(shape) != 3:
-            raise ValueError(
-                f"{self._describe()}: `{argument}` must have rank 3 (batch, time, features), "
-                f"got shape {shape}."
-            )
-        if shape[-1] is None:
-            raise ValueError(
-                f"{self._describe()}: the last axis of `{argument}` must be known, "
-                f"got shape {shape}."
-            )
-        built = getattr(self, "_built_features", {}).get(argument)
-        if built is not None and shape[-1] != built:
-            raise ValueError(
-                f"{self._describe()}: the last axis of `{argument}` must be {built} (the size "
-                f"the layer was built with), got shape {shape}."
-            )
-        return shape
-
-    def _check_mask(self, argument: str, mask: Any, sequence_shape: tuple) -> Any:
-        if mask is None:
-            return None
-        shape = _shape(mask)
-        if len(shape) != 2:
-            raise ValueError(
-                f"{self._describe()}: `{argument}` must have shape (batch, time), got shape "
-                f"{shape} for a sequence of shape {sequence_shape}."
-            )
-        return ops.cast(mask, "bool")
 
     def _key_dim(self, hidden: int) -> int:
         if hidden % self.num_heads:
@@ -993,8 +940,8 @@ class MUSEEncoderLayer(_MUSEBlock):
         self.built = True
 
     def call(self, inputs: Any, padding_mask: Any = None, training: Any = None) -> Any:
-        shape = self._check_sequence("inputs", _shape(inputs))
-        padding_mask = self._check_mask("padding_mask", padding_mask, shape)
+        self._check_sequence("inputs", shape_of(inputs))
+        padding_mask = self._check_mask("padding_mask", padding_mask)
         if padding_mask is None:
             padding_mask = self._mask_reader(inputs)
         x = self._unmasked(inputs)
@@ -1163,7 +1110,7 @@ class MUSEDecoderLayer(_MUSEBlock):
                 "encoder sequence, or `build(decoder_shape, encoder_shape)`) before computing "
                 "a cross-attention cache."
             )
-        self._check_sequence("encoder_sequence", _shape(encoder_sequence))
+        self._check_sequence("encoder_sequence", shape_of(encoder_sequence))
         return self.cross_attention.key_values(self._unmasked(encoder_sequence))
 
     def _check_cache(
@@ -1179,7 +1126,7 @@ class MUSEDecoderLayer(_MUSEBlock):
             raise ValueError(
                 f"{name}: with a `cache` the encoder side comes from the cross-attention cache "
                 "(`cross_attention_cache(encoder_sequence)`), so `encoder_sequence` must be None; "
-                f"got a tensor of shape {_shape(encoder_sequence)}."
+                f"got a tensor of shape {shape_of(encoder_sequence)}."
             )
         if decoder_padding_mask is not None:
             raise ValueError(
@@ -1194,7 +1141,7 @@ class MUSEDecoderLayer(_MUSEBlock):
         self_cache, cross_cache = cache
         heads = (self.num_heads, self.key_dim)
         for argument, tensor in (("cache[0]", self_cache), ("cache[1]", cross_cache)):
-            shape = _shape(tensor)
+            shape = shape_of(tensor)
             if len(shape) != 5 or shape[1] != 2 or shape[3:] != heads:
                 raise ValueError(
                     f"{name}: `{argument}` must have shape (batch, 2, length, {heads[0]}, "
@@ -1212,15 +1159,13 @@ class MUSEDecoderLayer(_MUSEBlock):
         cache_update_index: Any = None,
         training: Any = None,
     ) -> Any:
-        shape = self._check_sequence("decoder_sequence", _shape(decoder_sequence))
-        decoder_padding_mask = self._check_mask("decoder_padding_mask", decoder_padding_mask, shape)
+        self._check_sequence("decoder_sequence", shape_of(decoder_sequence))
+        decoder_padding_mask = self._check_mask("decoder_padding_mask", decoder_padding_mask)
         if cache is not None:
             self_cache, key_values = self._check_cache(
                 cache, encoder_sequence, decoder_padding_mask, cache_update_index
             )
-            encoder_padding_mask = self._check_mask(
-                "encoder_padding_mask", encoder_padding_mask, _shape(key_values)
-            )
+            encoder_padding_mask = self._check_mask("encoder_padding_mask", encoder_padding_mask)
         else:
             if encoder_sequence is None:
                 raise ValueError(
@@ -1231,10 +1176,8 @@ class MUSEDecoderLayer(_MUSEBlock):
                 raise ValueError(
                     f"{self._describe()}: `cache_update_index` needs a `cache`; got cache=None."
                 )
-            encoder_shape = self._check_sequence("encoder_sequence", _shape(encoder_sequence))
-            encoder_padding_mask = self._check_mask(
-                "encoder_padding_mask", encoder_padding_mask, encoder_shape
-            )
+            self._check_sequence("encoder_sequence", shape_of(encoder_sequence))
+            encoder_padding_mask = self._check_mask("encoder_padding_mask", encoder_padding_mask)
             if decoder_padding_mask is None:
                 decoder_padding_mask = self._mask_reader(decoder_sequence)
             if encoder_padding_mask is None:

@@ -14,6 +14,7 @@ import keras
 from keras import ops
 
 from keras_posenc.layers import relative_index
+from keras_posenc.layers._checks import check_rate
 from keras_posenc.layers.relative_position import (
     RelativePositionBias,
     RelativePositionEmbedding,
@@ -57,15 +58,6 @@ def _query_rows(tensor: Any, first: int, last: int) -> Any:
     if tensor is None or _rank(tensor) < 2 or tensor.shape[-2] == 1:
         return tensor
     return tensor[..., first:last, :]
-
-
-def check_dropout(caller: str, dropout: Any) -> float:
-    """``dropout`` as a float in [0, 1); errors name ``caller``."""
-    if isinstance(dropout, bool) or not isinstance(dropout, int | float):
-        raise TypeError(f"{caller}: `dropout` must be a float in [0, 1), got {dropout!r}.")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"{caller}: `dropout` must be in [0, 1), got {dropout!r}.")
-    return float(dropout)
 
 
 def check_relative_arguments(
@@ -296,7 +288,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         self.value_dim = (
             self.key_dim if value_dim is None else check_int(caller, "value_dim", value_dim, 1)
         )
-        self.dropout = check_dropout(caller, dropout)
+        self.dropout = check_rate(caller, "dropout", dropout)
         self.use_bias = relative_index._check_bool(caller, "use_bias", use_bias)
         if isinstance(output_shape, tuple | list) and len(output_shape) == 1:
             output_shape = output_shape[0]

@@ -37,10 +37,15 @@ import keras
 from keras import ops
 
 from keras_posenc.layers import relative_index
-from keras_posenc.layers.activations import get_activation
+from keras_posenc.layers._checks import (
+    KerasMask,
+    SequenceChecks,
+    check_activation,
+    check_positive_number,
+    check_rate,
+)
 from keras_posenc.layers.relative_attention import (
     MultiHeadRelativeAttention,
-    check_dropout,
     check_relative_arguments,
 )
 
@@ -54,25 +59,7 @@ def _clone_initializer(initializer: Any) -> Any:
     return initializer.__class__.from_config(initializer.get_config())
 
 
-class _KerasMask(keras.layers.Layer):
-    """Returns the Keras mask its input carries (``None`` when it carries none).
-
-    Keras fills a layer's ``mask`` argument from its only input's mask (e.g.
-    from ``Embedding(mask_zero=True)``); this is the public way to read it.
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.supports_masking = True
-
-    def call(self, inputs: Any, mask: Any = None) -> Any:
-        return mask
-
-    def compute_mask(self, inputs: Any, previous_mask: Any = None) -> Any:
-        return None
-
-
-class _RelativeTransformerBase(keras.layers.Layer):
+class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
     """Arguments, validation and the sublayers both blocks share."""
 
     def __init__(
@@ -103,25 +90,11 @@ class _RelativeTransformerBase(keras.layers.Layer):
         self.intermediate_dim = check_int(caller, "intermediate_dim", intermediate_dim, 1)
         self.num_heads = check_int(caller, "num_heads", num_heads, 1)
         self.key_dim = None if key_dim is None else check_int(caller, "key_dim", key_dim, 1)
-        self.dropout = check_dropout(caller, dropout)
-        try:
-            # "gelu" is the exact GELU written with erf, so the block exports to ONNX.
-            self.activation = get_activation(activation)
-        except ValueError as error:
-            raise ValueError(
-                f"{caller}: `activation` must be a Keras activation (a name such as 'relu' or "
-                f"'gelu', or a callable), got {activation!r}."
-            ) from error
-        if (
-            isinstance(layer_norm_epsilon, bool)
-            or not isinstance(layer_norm_epsilon, int | float)
-            or layer_norm_epsilon <= 0
-        ):
-            raise ValueError(
-                f"{caller}: `layer_norm_epsilon` must be a positive number, "
-                f"got {layer_norm_epsilon!r}."
-            )
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.dropout = check_rate(caller, "dropout", dropout)
+        self.activation = check_activation(caller, activation)
+        self.layer_norm_epsilon = check_positive_number(
+            caller, "layer_norm_epsilon", layer_norm_epsilon
+        )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.normalize_first = check_bool(caller, "normalize_first", normalize_first)
@@ -149,56 +122,21 @@ class _RelativeTransformerBase(keras.layers.Layer):
             else check_int(caller, "query_block_size", query_block_size, 1)
         )
         self.supports_masking = True
-        self._mask_reader = _KerasMask(dtype=self.dtype_policy, name="keras_mask")
+        self._mask_reader = KerasMask(dtype=self.dtype_policy, name="keras_mask")
 
     # ------------------------------------------------------------------ helpers
-
-    def _layer_name(self) -> str:
-        return f"{type(self).__name__}({self.name!r})"
-
-    def _check_sequence(self, argument: str, shape: Any) -> tuple:
-        shape = tuple(shape)
-        if len(shape) != 3:
-            raise ValueError(
-                f"{self._layer_name()}: `{argument}` must have rank 3 (batch, length, "
-                f"features), got shape {shape}."
-            )
-        if shape[-1] is None:
-            raise ValueError(
-                f"{self._layer_name()}: the last axis of `{argument}` must be known, "
-                f"got shape {shape}."
-            )
-        built = getattr(self, "_built_features", {}).get(argument)
-        if built is not None and shape[-1] != built:
-            raise ValueError(
-                f"{self._layer_name()}: the last axis of `{argument}` must be {built} (the "
-                f"size the layer was built with), got {shape[-1]}."
-            )
-        return shape
-
-    def _check_mask(self, argument: str, mask: Any, rank: int) -> Any:
-        if mask is None:
-            return None
-        shape = tuple(mask.shape)
-        if len(shape) != rank:
-            expected = "(batch, length)" if rank == 2 else "(batch, query_length, key_length)"
-            raise ValueError(
-                f"{self._layer_name()}: `{argument}` must have rank {rank} {expected}, "
-                f"got shape {shape}."
-            )
-        return ops.cast(mask, "bool")
 
     def _head_dim(self, hidden_dim: int) -> int:
         key_dim = self.key_dim if self.key_dim is not None else hidden_dim // self.num_heads
         if key_dim == 0:
             raise ValueError(
-                f"{self._layer_name()}: the inputs' last axis ({hidden_dim}) must be at least "
+                f"{self._describe()}: the inputs' last axis ({hidden_dim}) must be at least "
                 f"`num_heads` ({self.num_heads}) when `key_dim` is None "
                 f"(key_dim = hidden // num_heads), or pass `key_dim`."
             )
         if self.rotary_max_wavelength is not None and key_dim % 2:
             raise ValueError(
-                f"{self._layer_name()}: rotary embeddings need an even `key_dim`, got "
+                f"{self._describe()}: rotary embeddings need an even `key_dim`, got "
                 f"{key_dim} (hidden {hidden_dim} // num_heads {self.num_heads})."
             )
         return key_dim
@@ -691,7 +629,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         self.built = True
 
     def _check_call(self, encoder_sequence: Any, self_cache: Any, cross_cache: Any) -> None:
-        name = self._layer_name()
+        name = self._describe()
         has_cross_attention = self.cross_attention is not None
         if encoder_sequence is not None and not has_cross_attention:
             raise ValueError(

@@ -1,0 +1,111 @@
+"""Argument and input checks shared by the layers, so they reject bad input with one wording.
+
+Every message starts with the layer (its class, and its name once it has one),
+then names the argument, what was expected and what was given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_posenc.layers.activations import get_activation
+
+
+def shape_of(value: Any) -> tuple:
+    """The shape of a tensor, a ``keras.KerasTensor`` or anything numpy can shape."""
+    return tuple(getattr(value, "shape", np.shape(value)))
+
+
+def check_rate(caller: str, name: str, value: Any) -> float:
+    """A dropout-like rate as a float in [0, 1); errors name ``caller`` and ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(f"{caller}: `{name}` must be a float in [0, 1), got {value!r}.")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{caller}: `{name}` must be in [0, 1), got {value!r}.")
+    return float(value)
+
+
+def check_activation(caller: str, activation: Any) -> Any:
+    """A Keras activation (name or callable); ``"gelu"`` is the exact, exportable GELU."""
+    try:
+        return get_activation(activation)
+    except ValueError as error:
+        raise ValueError(
+            f"{caller}: `activation` must be a Keras activation (a name such as 'relu' or "
+            f"'gelu', or a callable), got {activation!r}."
+        ) from error
+
+
+def check_positive_number(caller: str, name: str, value: Any) -> float:
+    """A positive int or float (e.g. ``layer_norm_epsilon``) as a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"{caller}: `{name}` must be a positive number, got {value!r}.")
+    return float(value)
+
+
+class KerasMask(keras.layers.Layer):
+    """Returns the Keras mask its input carries (``None`` when it carries none).
+
+    Keras fills a layer's ``mask`` argument from its only input's mask (e.g.
+    from ``Embedding(mask_zero=True)``); this is the public way to read it.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs: Any, mask: Any = None) -> Any:
+        return mask
+
+    def compute_mask(self, inputs: Any, previous_mask: Any = None) -> Any:
+        return None
+
+
+class SequenceChecks:
+    """Checks of ``(batch, length, features)`` inputs and their masks, for block layers.
+
+    A layer that records ``self._built_features = {argument: size}`` when it
+    builds gets its inputs' feature sizes checked against them afterwards.
+    """
+
+    name: str
+
+    def _describe(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def _check_sequence(self, argument: str, shape: Any) -> tuple:
+        shape = tuple(shape)
+        if len(shape) != 3:
+            raise ValueError(
+                f"{self._describe()}: `{argument}` must have rank 3 (batch, length, "
+                f"features), got shape {shape}."
+            )
+        if shape[-1] is None:
+            raise ValueError(
+                f"{self._describe()}: the last axis of `{argument}` must be known, "
+                f"got shape {shape}."
+            )
+        built = getattr(self, "_built_features", {}).get(argument)
+        if built is not None and shape[-1] != built:
+            raise ValueError(
+                f"{self._describe()}: the last axis of `{argument}` must be {built} (the "
+                f"size the layer was built with), got shape {shape}."
+            )
+        return shape
+
+    def _check_mask(self, argument: str, mask: Any, rank: int = 2) -> Any:
+        """``mask`` as booleans, after checking its rank: 2 for padding, 3 for attention."""
+        if mask is None:
+            return None
+        shape = shape_of(mask)
+        if len(shape) != rank:
+            expected = "(batch, length)" if rank == 2 else "(batch, query_length, key_length)"
+            raise ValueError(
+                f"{self._describe()}: `{argument}` must have rank {rank} {expected}, "
+                f"got shape {shape}."
+            )
+        return ops.cast(mask, "bool")
