@@ -186,6 +186,21 @@ def assert_frozen_and_readout_trains(posenet, backbone, images):
     assert all(changed), "the readout did not learn"
 
 
+def assert_standardised_from(posenet, images):
+    """probe.train set the readout's standardisation from these images' features."""
+    features = np.asarray(posenet.feature_model().predict(images, verbose=0), np.float64)
+    layer = posenet.get_layer("feature_standardization")
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer.mean), features.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-6
+    )
+    spread = features.std(axis=(0, 1, 2))
+    varies = spread > 1e-3
+    assert varies.any()
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer.inverse_scale)[varies], 1.0 / spread[varies], rtol=1e-3
+    )
+
+
 def test_posenet_on_the_probe_backbone():
     backbone = probe.probe_backbone("zeros", input_shape=(32, 32, 3), width=4)
     posenet = probe.PosENet(backbone, feature_size=12, readout_layers=2, readout_filters=8)
@@ -196,6 +211,7 @@ def test_posenet_on_the_probe_backbone():
     assert tuple(posenet.get_layer("readout_conv_1").output.shape) == (None, 8, 8, 5)
     images = probe.content_free_images("noise", 2, 32, 32)
     assert_frozen_and_readout_trains(posenet, backbone, images)
+    assert_standardised_from(posenet, images)
     results = probe.evaluate(posenet, images, verbose=0)
     maps = posenet.predict(images, verbose=0)
     assert maps.shape == (2, 32, 32, 5) and 0.0 <= maps.min() and maps.max() <= 1.0
@@ -205,7 +221,10 @@ def test_posenet_on_the_probe_backbone():
         assert -1.0 <= scores["spc"] <= 1.0 and 0.0 <= scores["mae"] <= 1.0, name
 
 
+@pytest.mark.large
 def test_posenet_on_vgg16():
+    """Large: JAX compiles VGG16's forward pass for ~20 s on 2 cores (posenet_vgg16 is built
+    at a small size in the default suite by tests/zoo/test_posenet_models.py)."""
     vgg = keras.applications.VGG16(weights=None, include_top=False, input_shape=(64, 64, 3))
     posenet = probe.PosENet(vgg, feature_size=14, targets=["H", "G"])
     assert posenet.tap_layers == probe.KNOWN_TAP_LAYERS["vgg16"]
@@ -213,17 +232,7 @@ def test_posenet_on_vgg16():
     assert tuple(posenet.get_layer("features").output.shape) == (None, 14, 14, 1472)
     images = probe.content_free_images("noise", 2, 64, 64)
     assert_frozen_and_readout_trains(posenet, vgg, images)
-    # train set the readout's standardisation from these images' features.
-    features = np.asarray(posenet.feature_model().predict(images, verbose=0), np.float64)
-    layer = posenet.get_layer("feature_standardization")
-    np.testing.assert_allclose(
-        ops.convert_to_numpy(layer.mean), features.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-6
-    )
-    spread = features.std(axis=(0, 1, 2))
-    varies = spread > 1e-3
-    np.testing.assert_allclose(
-        ops.convert_to_numpy(layer.inverse_scale)[varies], 1.0 / spread[varies], rtol=1e-3
-    )
+    assert_standardised_from(posenet, images)
 
 
 @pytest.mark.large
