@@ -9,6 +9,10 @@ docs' figures and the tests all run the same code.
 
 - :func:`length_generalization_experiment`: which position encodings keep
   working on sequences longer than those they were trained on.
+
+- :func:`~keras_posenc.experiments.coatnet_layouts.layout_experiment`:
+  CoAtNet's four stage layouts (C-C-C-C ... C-T-T-T) trained on a synthetic
+  task that needs both local texture and global layout.
 """
 
 from keras_posenc.experiments.length_generalization import length_generalization_experiment

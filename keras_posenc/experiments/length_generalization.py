@@ -68,7 +68,10 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc.experiments.padding import write_png
+from keras_posenc.experiments._raster import GLYPH_WIDTH, write_png
+from keras_posenc.experiments._raster import draw_line as _line
+from keras_posenc.experiments._raster import draw_marker as _marker
+from keras_posenc.experiments._raster import draw_text as _text
 from keras_posenc.layers.relative_position import (
     MultiScaleRelativePositionEmbedding,
     RelativePositionBias,
@@ -696,61 +699,6 @@ def write_results(
 
 # ----------------------------------------------------------------------------- the figure
 
-# A 5 x 8 bitmap font (rows top to bottom, 5 bits each, as hex bytes) for the
-# figure's labels, so the plot needs no imaging library.
-_FONT = {
-    "a": "00000e010f110f00",
-    "b": "10101e1111111e00",
-    "c": "00000e1010100e00",
-    "d": "01010f1111110f00",
-    "e": "00000e111f100e00",
-    "f": "06081e0808080800",
-    "g": "00000f11110f010e",
-    "h": "10101e1111111100",
-    "i": "04000c0404040e00",
-    "j": "020006020202120c",
-    "k": "1010121418141200",
-    "l": "0c04040404040e00",
-    "m": "00001a1515151500",
-    "n": "00001e1111111100",
-    "o": "00000e1111110e00",
-    "p": "00001e11111e1010",
-    "q": "00000f11110f0101",
-    "r": "0000161910101000",
-    "s": "00000f100e011e00",
-    "t": "08081e0808090600",
-    "u": "0000111111130d00",
-    "v": "00001111110a0400",
-    "w": "0000111515150a00",
-    "x": "0000110a040a1100",
-    "y": "00001111110f010e",
-    "z": "00001f0204081f00",
-    "0": "0e11131519110e00",
-    "1": "040c040404040e00",
-    "2": "0e11010204081f00",
-    "3": "1f02040201110e00",
-    "4": "02060a121f020200",
-    "5": "1f101e0101110e00",
-    "6": "0608101e11110e00",
-    "7": "1f01020408080800",
-    "8": "0e11110e11110e00",
-    "9": "0e11110f01020c00",
-    "_": "000000000000001f",
-    ".": "00000000000c0c00",
-    ",": "00000000000c0408",
-    "-": "0000001f00000000",
-    "+": "0004041f04040000",
-    "=": "00001f001f000000",
-    "/": "0102020408081000",
-    "(": "0204080808040200",
-    ")": "0804020202040800",
-    ":": "000c0c000c0c0000",
-    "L": "1010101010101f00",
-    "?": "0e11010204000400",
-    " ": "0000000000000000",
-}
-_GLYPH_WIDTH, _GLYPH_HEIGHT = 6, 8  # with one column of spacing
-
 # Greyscale (`write_png` writes greyscale): the relative task dark with filled
 # markers, the absolute task mid-grey with hollow markers.
 _TASK_SHADES = {"copy_back": 0, "copy_position": 140}
@@ -758,45 +706,6 @@ _GRID, _AXIS, _TEXT, _CHANCE = 232, 120, 0, 170
 _PANEL_WIDTH, _PANEL_HEIGHT = 200, 130
 _LEFT, _RIGHT, _TOP, _BOTTOM = 26, 10, 14, 16
 _COLUMNS = 4
-
-
-def _text(canvas: np.ndarray, x: int, y: int, text: str, colour: int) -> None:
-    """Draws ``text`` with its top-left corner at ``(x, y)``; unknown characters as '?'."""
-    for index, char in enumerate(text):
-        glyph = _FONT.get(char, _FONT["?"])
-        for row in range(_GLYPH_HEIGHT):
-            bits = int(glyph[2 * row : 2 * row + 2], 16)
-            for col in range(5):
-                if bits & (1 << (4 - col)):
-                    px, py = x + index * _GLYPH_WIDTH + col, y + row
-                    if 0 <= py < canvas.shape[0] and 0 <= px < canvas.shape[1]:
-                        canvas[py, px] = colour
-
-
-def _line(
-    canvas: np.ndarray, start: tuple, end: tuple, colour: int, dash: int = 0, width: int = 1
-) -> None:
-    """A straight line of ``width`` pixels; ``dash`` > 0 draws dashes of that many pixels."""
-    (x0, y0), (x1, y1) = start, end
-    steps = int(max(abs(x1 - x0), abs(y1 - y0))) + 1
-    xs = np.rint(np.linspace(x0, x1, steps)).astype(int)
-    ys = np.rint(np.linspace(y0, y1, steps)).astype(int)
-    if dash:
-        keep = (np.arange(steps) // dash) % 2 == 0
-        xs, ys = xs[keep], ys[keep]
-    for offset in range(width):
-        shift = offset - width // 2
-        vertical = abs(x1 - x0) < abs(y1 - y0)
-        px, py = (xs + shift, ys) if vertical else (xs, ys + shift)
-        inside = (py >= 0) & (py < canvas.shape[0]) & (px >= 0) & (px < canvas.shape[1])
-        canvas[py[inside], px[inside]] = colour
-
-
-def _marker(canvas: np.ndarray, x: int, y: int, shade: int, filled: bool) -> None:
-    """A 5 x 5 square, filled or hollow (white inside)."""
-    canvas[y - 2 : y + 3, x - 2 : x + 3] = shade
-    if not filled:
-        canvas[y - 1 : y + 2, x - 1 : x + 2] = 255
 
 
 def _panel(
@@ -819,7 +728,7 @@ def _panel(
         _line(canvas, (x0, height(value)), (x1, height(value)), _GRID)
         if value in (0.0, 0.5, 1.0):
             label = f"{value:g}"
-            _text(canvas, x0 - 3 - _GLYPH_WIDTH * len(label), height(value) - 3, label, _TEXT)
+            _text(canvas, x0 - 3 - GLYPH_WIDTH * len(label), height(value) - 3, label, _TEXT)
     _line(canvas, (x0, y0), (x0, y1), _AXIS)
     _line(canvas, (x0, y1), (x1, y1), _AXIS)
     if chance is not None:
@@ -832,7 +741,7 @@ def _panel(
     }
     for n, x in xs.items():
         _line(canvas, (x, y1), (x, y1 + 2), _AXIS)
-        _text(canvas, x - _GLYPH_WIDTH * len(str(n)) // 2, y1 + 5, str(n), _TEXT)
+        _text(canvas, x - GLYPH_WIDTH * len(str(n)) // 2, y1 + 5, str(n), _TEXT)
     for index, (task, rows) in enumerate(series.items()):
         shade = _TASK_SHADES.get(task, _TEXT)
         dodge = 3 * (2 * index - (len(series) - 1))  # keeps the two tasks' bars apart

@@ -37,9 +37,7 @@ import csv
 import dataclasses
 import gc
 import os
-import struct
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +45,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.experiments._raster import write_png
 from keras_posenc.layers.relative_position_2d import bilinear_matrix
 from keras_posenc.probe.backbone import BACKBONE_PADDINGS, probe_backbone
 from keras_posenc.probe.inputs import INPUT_KINDS, content_free_images
@@ -1093,21 +1092,3 @@ def _mosaic(tiles: list[list[np.ndarray]], gap: int = 2) -> np.ndarray:
             top, left = gap + r * (height + gap), gap + c * (width + gap)
             canvas[top : top + height, left : left + width] = tile
     return np.round(canvas * 255).astype(np.uint8)
-
-
-def write_png(path: str | os.PathLike, image: np.ndarray) -> None:
-    """Writes a 2D uint8 array as an 8-bit greyscale PNG (no imaging library needed)."""
-    image = np.ascontiguousarray(image, dtype=np.uint8)
-    height, width = image.shape
-    raw = b"".join(b"\x00" + image[row].tobytes() for row in range(height))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    with open(path, "wb") as handle:
-        handle.write(b"\x89PNG\r\n\x1a\n")
-        handle.write(chunk(b"IHDR", header))
-        handle.write(chunk(b"IDAT", zlib.compress(raw, 9)))
-        handle.write(chunk(b"IEND", b""))

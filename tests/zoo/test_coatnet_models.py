@@ -287,3 +287,40 @@ def test_registry_overrides_are_checked():
 def test_flags_must_be_bools():
     with pytest.raises(TypeError, match=r"build_coatnet: `features` must be a bool; received str"):
         tiny(features="yes")
+
+
+@pytest.mark.large
+def test_coatnet_0_weights_saved_at_224_load_at_384_and_run(tmp_path):
+    """The issue's full-size case: coatnet_0's weights from 224 x 224 into 384 x 384.
+
+    Every relative table (S3: 14 x 14 -> 24 x 24 grids, S4: 7 x 7 -> 12 x 12) is
+    resized bilinearly (compared with the numpy reference on the first and last
+    Transformer blocks, to keep the test's time down); every other weight loads as
+    saved; one 384 x 384 image runs to finite logits.
+    """
+    small = zoo.create("coatnet_0")
+    path = os.path.join(tmp_path, "coatnet_0_224.weights.h5")
+    small.save_weights(path)
+    large = zoo.create("coatnet_0", weights=path, input_shape=(384, 384, 3))
+    assert large.input_shape == (None, 384, 384, 3)
+    transformers = [
+        (a, b)
+        for a, b in zip(small.layers, large.layers)
+        if isinstance(a, RelativeTransformerBlock2D)
+    ]
+    assert [b.relative_bias.size for _, b in transformers] == [(24, 24)] * 5 + [(12, 12)] * 2
+    assert [a.relative_bias.size for a, _ in transformers] == [(14, 14)] * 5 + [(7, 7)] * 2
+    for layer_small, layer_large in (transformers[0], transformers[-1]):
+        table = to_numpy(layer_small.relative_bias.table)
+        resized = to_numpy(layer_large.relative_bias.table)
+        assert resized.shape[-2:] != table.shape[-2:]
+        np.testing.assert_allclose(
+            resized, resize_table_for_grid(table, *layer_large.relative_bias.size), atol=1e-5
+        )
+    # Weights that do not depend on the resolution load unchanged.
+    for name in ("stem_conv1", "stage2_block1", "predictions"):
+        for saved, loaded in zip(small.get_layer(name).weights, large.get_layer(name).weights):
+            np.testing.assert_array_equal(to_numpy(loaded), to_numpy(saved), err_msg=saved.path)
+    image = np.random.default_rng(0).uniform(-1, 1, (1, 384, 384, 3)).astype("float32")
+    out = predict(large, image)
+    assert out.shape == (1, 1000) and np.all(np.isfinite(out))

@@ -1,0 +1,649 @@
+"""Which CoAtNet layout works best on a small task that needs texture and layout?
+
+A small analogue of Dai et al. (2021)'s layout study: the same small CoAtNet,
+built with the zoo's builder, with its stages S1..S4 as convolution (``C``,
+MBConv) or relative-attention Transformer (``T``) stages in the four layouts
+the paper compares (`LAYOUTS`: C-C-C-C, C-C-C-T, C-C-T-T, C-T-T-T), trained
+with ``fit`` on one synthetic image task and tested on held-out images.
+
+**The task** (`texture_layout_data`): each image holds two square textured
+patches on a noisy background, one of horizontal stripes (texture ``A``) and
+one of vertical stripes (texture ``B``), both of period 2 pixels with a random
+phase, under the same random colour. The class says where ``A`` lies relative
+to ``B`` (`CLASSES`: left of, right of, above, below; `layout_label`). The
+label needs both kinds of information:
+
+- **texture alone does not suffice**: every image holds exactly one patch of
+  each texture, so which textures are present says nothing (chance, 0.25);
+- **layout alone does not suffice**: swapping the two textures keeps every
+  pixel position of the patches and flips the class (left <-> right, above
+  <-> below), and both orders are equally likely, so the patches' positions
+  alone give at best the axis (0.50);
+- **the textures differ only at the finest scale**: a 2 x 2 average of
+  either stripe pattern is flat, so an early stage at full resolution must
+  tell them apart, while relating the two patches needs a receptive field
+  spanning the image: local texture first, global layout later, the split
+  that CoAtNet's convolution-then-attention design is built for.
+
+**The model** (`MODEL_SETTINGS`): ``zoo.create("coatnet_0", layout=...,
+input_shape=(64, 64, 3), num_classes=4, blocks=(1, 1, 1, 2, 1),
+channels=(16, 32, 32, 64, 64), head_dim=16, pre_logits=False)``: the stem and
+stages at 32, 16, 8, 4 and 2 pixels per side. A Transformer stage of the same
+width has somewhat more parameters than an MBConv stage; the ``params``
+column reports each layout's count.
+
+**Training** (`FULL_SETTINGS`): AdamW (weight decay 0.05, gradient norm
+clipped at 1, learning rate warmed up over the first tenth of the steps,
+then cosine decay to zero), batches of 32, on a fixed training set of 2048
+images for 8 epochs (a fixed, small set, so that how well a layout
+generalises from limited data shows, as in the paper's comparison), then
+the accuracy on the training set (capacity: how well it fits) and on
+1024 held-out images (generalisation), for each seed (the seed
+sets the initial weights, the training images and their order; the test
+images are the same for every run). The seeds of a layout share one compiled
+model, reset to the seed's fresh initial weights and a zeroed optimizer
+(`train_and_evaluate`): training from scratch without compiling 12 times.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_posenc import zoo
+from keras_posenc.experiments._raster import draw_line as _line
+from keras_posenc.experiments._raster import draw_marker as _marker
+from keras_posenc.experiments._raster import draw_text as _text
+from keras_posenc.experiments._raster import write_png
+from keras_posenc.zoo.coatnet import parse_layout
+
+__all__ = [
+    "CLASSES",
+    "COLUMNS",
+    "FULL_SETTINGS",
+    "LAYOUTS",
+    "MODEL_SETTINGS",
+    "QUICK_SETTINGS",
+    "TASK_SETTINGS",
+    "build_model",
+    "layout_experiment",
+    "layout_label",
+    "markdown_table",
+    "plot",
+    "texture_layout_data",
+    "train_and_evaluate",
+    "trainable_parameters",
+    "write_results",
+]
+
+LAYOUTS = ("C-C-C-C", "C-C-C-T", "C-C-T-T", "C-T-T-T")
+CLASSES = ("A left of B", "A right of B", "A above B", "A below B")
+
+COLUMNS = (
+    "layout",
+    "params",
+    "test_accuracy",
+    "test_accuracy_std",
+    "test_accuracy_min",
+    "test_accuracy_max",
+    "train_accuracy",
+    "train_accuracy_std",
+    "seeds",
+    "train_images",
+    "epochs",
+    "seconds",
+)
+
+# The model and the task: the same for the quick and the full run.
+MODEL_SETTINGS = {
+    "image_size": 64,
+    "blocks": (1, 1, 1, 2, 1),
+    "channels": (16, 32, 32, 64, 64),
+    "head_dim": 16,
+}
+TASK_SETTINGS = {"patch_size": 12, "noise": 0.3}
+# The training budget. Full: 12 trainings (4 layouts, 3 seeds), 4 compilations.
+FULL_SETTINGS = {
+    "train_images": 2048,
+    "test_images": 1024,
+    "epochs": 8,
+    "batch_size": 32,
+    "learning_rate": 2e-3,
+}
+# Quick: one seed, one block per stage and a short training (under a minute on
+# 2 CPU cores with TensorFlow, most of it compiling the 4 models). A smoke
+# test: its numbers are not the study's.
+QUICK_SETTINGS = {
+    "blocks": (1, 1, 1, 1, 1),
+    "train_images": 128,
+    "test_images": 128,
+    "epochs": 1,
+    "batch_size": 32,
+    "learning_rate": 2e-3,
+}
+
+
+def _check_positive_int(caller: str, name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{caller}: `{name}` must be an integer >= {minimum}; got {value!r}.")
+    return int(value)
+
+
+# ----------------------------------------------------------------------------- the task
+
+
+def layout_label(first: Any, second: Any) -> np.ndarray:
+    """The class of images whose ``A`` patch is at ``first`` and ``B`` patch at ``second``.
+
+    The relation is read along the axis of the larger offset between the two
+    patches (a tie counts as vertical; `texture_layout_data` never draws one):
+    0 ``A`` left of ``B``, 1 right of, 2 above, 3 below (`CLASSES`).
+
+    Args:
+        first: ``(n, 2)`` (row, column) positions of the ``A`` patches (their
+            top-left corners, or any point at the same place in the patch).
+        second: the same for the ``B`` patches.
+
+    Returns:
+        ``(n,)`` int32 class ids.
+
+    Examples:
+
+        >>> layout_label([[10, 2], [10, 40]], [[12, 30], [12, 8]]).tolist()
+        [0, 1]
+        >>> layout_label([[2, 10], [40, 10]], [[30, 12], [8, 12]]).tolist()
+        [2, 3]
+    """
+    first, second = np.asarray(first), np.asarray(second)
+    if first.ndim != 2 or first.shape[1:] != (2,) or second.shape != first.shape:
+        raise ValueError(
+            "layout_label: `first` and `second` must both have shape (n, 2) (row, column); "
+            f"got {first.shape} and {second.shape}."
+        )
+    rows, cols = (second - first).T
+    horizontal = np.abs(cols) > np.abs(rows)
+    labels = np.where(horizontal, np.where(cols > 0, 0, 1), np.where(rows > 0, 2, 3))
+    return labels.astype("int32")
+
+
+def _stripes(size: int, horizontal: bool, phase: int) -> np.ndarray:
+    """A ``size x size`` pattern of +1/-1 stripes of period 2 (mean 0 over any 2 x 2 block)."""
+    line = (np.arange(size) + phase) % 2 * 2.0 - 1.0
+    return np.tile(
+        line[:, None] if horizontal else line[None, :], (1, size) if horizontal else (size, 1)
+    )
+
+
+def texture_layout_data(
+    num_images: int,
+    image_size: int = 64,
+    patch_size: int = 12,
+    noise: float = 0.5,
+    seed: int | Sequence[int] = 0,
+    return_positions: bool = False,
+) -> tuple[np.ndarray, ...]:
+    """Images of two textured patches whose class is where one lies relative to the other.
+
+    Each image: Gaussian noise (standard deviation ``noise``) plus two
+    ``patch_size`` squares of stripes of period 2 pixels (random phase,
+    amplitude uniform in [0.7, 1.0]), horizontal stripes (``A``) in one and
+    vertical stripes (``B``) in the other, times one random colour per image
+    (each channel uniform in [0.5, 1.0], the same for both patches). The
+    class (uniform over `CLASSES`) is ``A``'s place relative to ``B``:
+    `layout_label` of the patches' corners. The patches never overlap: their
+    offset along the class's axis is at least ``patch_size`` and across it
+    at most half of that offset, so the class is unambiguous. See the
+    module's docstring for why neither texture nor layout alone suffices.
+
+    Args:
+        num_images: number of images.
+        image_size: height and width in pixels (at least ``2 * patch_size``).
+        patch_size: side of each patch in pixels (at least 2).
+        noise: standard deviation of the background noise (>= 0).
+        seed: seed of everything random (anything ``numpy.random.default_rng`` takes).
+        return_positions: also return the patches' top-left corners.
+
+    Returns:
+        ``(images, labels)``: float32 ``(num_images, image_size, image_size, 3)``
+        and int32 ``(num_images,)``; with ``return_positions`` also ``first``
+        and ``second``, int32 ``(num_images, 2)`` (row, column) of the ``A``
+        and ``B`` patches.
+
+    Raises:
+        ValueError: for a non-positive ``num_images``, a ``patch_size`` below
+            2, an image too small for two patches or a negative ``noise``.
+
+    Examples:
+
+        >>> images, labels = texture_layout_data(8, image_size=32, patch_size=8, seed=0)
+        >>> images.shape, images.dtype.name, labels.shape, labels.dtype.name
+        ((8, 32, 32, 3), 'float32', (8,), 'int32')
+        >>> _, labels, first, second = texture_layout_data(
+        ...     8, image_size=32, patch_size=8, seed=0, return_positions=True)
+        >>> bool((layout_label(first, second) == labels).all())
+        True
+    """
+    caller = "texture_layout_data"
+    num_images = _check_positive_int(caller, "num_images", num_images)
+    patch_size = _check_positive_int(caller, "patch_size", patch_size, 2)
+    image_size = _check_positive_int(caller, "image_size", image_size)
+    if image_size < 2 * patch_size:
+        raise ValueError(
+            f"{caller}: `image_size` must be at least 2 * patch_size = {2 * patch_size} so "
+            f"that two patches fit side by side; got image_size={image_size}, "
+            f"patch_size={patch_size}."
+        )
+    if isinstance(noise, bool) or not isinstance(noise, int | float) or not noise >= 0:
+        raise ValueError(f"{caller}: `noise` must be a number >= 0; got {noise!r}.")
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, len(CLASSES), num_images).astype("int32")
+    room = image_size - patch_size  # corners lie in 0 .. room
+    # Offset along the class's axis: patch_size .. room; across it: at most half of that.
+    along = rng.integers(patch_size, room + 1, num_images)
+    across = np.rint((rng.random(num_images) * 2 - 1) * (along // 2)).astype(int)
+    horizontal = labels < 2  # 0, 1: left/right (along columns); 2, 3: above/below
+    sign = np.where(labels % 2 == 0, 1, -1)  # A before B (left of, above) or after it
+    offset = np.where(
+        horizontal[:, None],
+        np.stack([across, sign * along], 1),
+        np.stack([sign * along, across], 1),
+    )
+    # A's corner: anywhere that keeps both patches inside the image.
+    first = rng.integers(np.maximum(0, -offset), np.minimum(room, room - offset) + 1)
+    first = first.astype("int32")
+    second = (first + offset).astype("int32")
+    images = rng.standard_normal((num_images, image_size, image_size)) * noise
+    amplitudes = rng.uniform(0.7, 1.0, (num_images, 2))
+    phases = rng.integers(0, 2, (num_images, 2))
+    for n in range(num_images):
+        for k, (corner, horizontal) in enumerate(((first[n], True), (second[n], False))):
+            pattern = amplitudes[n, k] * _stripes(patch_size, horizontal, phases[n, k])
+            r, c = corner
+            images[n, r : r + patch_size, c : c + patch_size] += pattern
+    colours = rng.uniform(0.5, 1.0, (num_images, 1, 1, 3))
+    images = (images[..., None] * colours).astype("float32")
+    if return_positions:
+        return images, labels, first, second
+    return images, labels
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def build_model(layout: str, seed: int | None = None, **model_settings: Any) -> keras.Model:
+    """The study's CoAtNet for one layout, from the zoo's builder.
+
+    ``zoo.create("coatnet_0", layout=layout, input_shape=(image_size,
+    image_size, 3), num_classes=4, blocks=..., channels=..., head_dim=...,
+    pre_logits=False)`` with `MODEL_SETTINGS`; the classifier gives logits.
+
+    Args:
+        layout: one of `LAYOUTS` (or any other four of C/T joined by ``-``).
+        seed: if given, ``keras.utils.set_random_seed(seed)`` first, so the
+            initial weights are reproducible.
+        **model_settings: overrides of `MODEL_SETTINGS` (``image_size``,
+            ``blocks``, ``channels``, ``head_dim``).
+
+    Returns:
+        The ``keras.Model``.
+
+    The guide (docs/guides/coatnet.md) builds, trains and predicts with the
+    same configuration; no example runs here, as building a model costs
+    seconds on JAX (each initializer shape is compiled).
+    """
+    unknown = set(model_settings) - set(MODEL_SETTINGS)
+    if unknown:
+        raise ValueError(
+            f"build_model: unknown model settings {sorted(unknown)}; "
+            f"expected some of {sorted(MODEL_SETTINGS)}."
+        )
+    settings = {**MODEL_SETTINGS, **model_settings}
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    size = settings["image_size"]
+    return zoo.create(
+        "coatnet_0",
+        layout=layout,
+        input_shape=(size, size, 3),
+        num_classes=len(CLASSES),
+        blocks=tuple(settings["blocks"]),
+        channels=tuple(settings["channels"]),
+        head_dim=settings["head_dim"],
+        pre_logits=False,
+    )
+
+
+def trainable_parameters(model: keras.Model) -> int:
+    """Trainable parameters (the paper's count; without BatchNorm's moving statistics)."""
+    return sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _accuracy(model: keras.Model, images: np.ndarray, labels: np.ndarray, batch: int) -> float:
+    logits = model.predict(images, batch_size=batch, verbose=0)
+    return float((np.asarray(logits).argmax(-1) == labels).mean())
+
+
+def _reset_optimizer(optimizer: keras.optimizers.Optimizer) -> None:
+    """Zeroes every optimizer variable (moments and the step count): a fresh optimizer."""
+    for variable in optimizer.variables:
+        variable.assign(ops.zeros(variable.shape, variable.dtype))
+
+
+def train_and_evaluate(
+    layout: str,
+    seeds: Sequence[int] = (0,),
+    train_images: int = 2048,
+    test_images: int = 1024,
+    epochs: int = 8,
+    batch_size: int = 32,
+    learning_rate: float = 2e-3,
+    verbose: int = 0,
+    model_settings: dict[str, Any] | None = None,
+    task_settings: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Trains one layout from scratch once per seed and measures its accuracy.
+
+    Training: AdamW (weight decay 0.05, gradient norm clipped at 1; the
+    learning rate warms up linearly to ``learning_rate`` over the first
+    tenth of the steps, then decays to zero along a cosine) for ``epochs``
+    epochs over ``train_images`` images drawn with the seed, shuffled each
+    epoch in an order set by the seed, from initial weights set by the seed.
+    Testing: ``test_images`` images that are the same for every seed and
+    layout. The seeds share one compiled model (compiling takes longer than
+    training a seed): before each seed its weights are set to those of a
+    model freshly built with that seed and the optimizer's variables are
+    zeroed, which is training from scratch.
+
+    Returns:
+        One ``{"seed": int, "loss": float, "test_accuracy": float,
+        "train_accuracy": float, "params": int, "seconds": float}`` per seed
+        (``loss``: the last epoch's mean training loss); the training accuracy is
+        measured after training, in inference mode, on the training images;
+        the first seed's seconds include compiling.
+    """
+    model_settings = {**MODEL_SETTINGS, **(model_settings or {})}
+    task_settings = {**TASK_SETTINGS, **(task_settings or {})}
+    keras.backend.clear_session()  # no graph or name build-up across the layouts
+    size = model_settings["image_size"]
+    # The test images: one seed for every run, far from the training seeds.
+    test, test_labels = texture_layout_data(test_images, size, seed=[10_000, 2], **task_settings)
+    steps = epochs * math.ceil(train_images / batch_size)
+    warmup = max(1, steps // 10)
+    # Predictions in batches of up to 256 images of one shape: a single compilation.
+    evaluation_batch = min(256, test_images, train_images)
+    model = None
+    runs = []
+    for seed in seeds:
+        start = time.perf_counter()
+        images, labels = texture_layout_data(train_images, size, seed=[seed, 1], **task_settings)
+        initial = build_model(layout, seed=seed, **model_settings)
+        if model is None:
+            model = initial
+            schedule = keras.optimizers.schedules.CosineDecay(
+                0.0, max(1, steps - warmup), warmup_target=learning_rate, warmup_steps=warmup
+            )
+            model.compile(
+                optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.05, clipnorm=1.0),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"],
+                # TensorFlow: tracing the step as a tf.function compiled in less than
+                # half the time of XLA for these models and trained no slower on CPU
+                # (measured on 2 cores); the other backends keep Keras' default.
+                jit_compile=False if keras.backend.backend() == "tensorflow" else "auto",
+            )
+        else:
+            model.set_weights(initial.get_weights())
+            _reset_optimizer(model.optimizer)
+        keras.utils.set_random_seed(seed)  # the order of the training images
+        history = model.fit(images, labels, batch_size=batch_size, epochs=epochs, verbose=verbose)
+        runs.append(
+            {
+                "seed": seed,
+                "loss": float(history.history["loss"][-1]),
+                "test_accuracy": _accuracy(model, test, test_labels, evaluation_batch),
+                "train_accuracy": _accuracy(model, images, labels, evaluation_batch),
+                "params": trainable_parameters(model),
+                "seconds": time.perf_counter() - start,
+            }
+        )
+    return runs
+
+
+def layout_experiment(
+    quick: bool = True,
+    out: str | os.PathLike | None = None,
+    seeds: Sequence[int] | None = None,
+    layouts: Sequence[str] = LAYOUTS,
+    verbose: int = 1,
+    **settings: Any,
+) -> list[dict[str, Any]]:
+    """Trains the study's CoAtNet in every layout and seed and tests it.
+
+    Args:
+        quick: the quick run (one seed, one block per stage, 128 training
+            images, one epoch: under a minute on 2 CPU cores, a smoke test
+            whose numbers are not the study's) instead of the full one (seeds
+            0, 1, 2, 2048 training images, 8 epochs, 1024 test images).
+        out: a folder to write ``coatnet_layouts.csv``, ``.md`` and ``.png``
+            (accuracy per layout) into; created if missing.
+        seeds: seeds; default ``(0,)`` quick, ``(0, 1, 2)`` full.
+        layouts: a selection of layouts (default the paper's four, `LAYOUTS`).
+        verbose: 1 prints Keras' progress bar for each training and a summary
+            line per layout; 0 prints nothing.
+        **settings: overrides of `QUICK_SETTINGS` / `FULL_SETTINGS`
+            (``train_images``, ``test_images``, ``epochs``, ``batch_size``,
+            ``learning_rate``), `MODEL_SETTINGS` and `TASK_SETTINGS`.
+
+    Returns:
+        One dict per layout with the keys of ``COLUMNS``: the mean test
+        accuracy over seeds, its standard deviation, minimum and maximum,
+        the mean training accuracy and its standard deviation, the number of
+        seeds, trainable parameters, training images, epochs and the
+        seconds of all the layout's runs (compiling included).
+    """
+    caller = "layout_experiment"
+    budget = dict(QUICK_SETTINGS if quick else FULL_SETTINGS)
+    model_settings, task_settings = dict(MODEL_SETTINGS), dict(TASK_SETTINGS)
+    for key in set(budget) & set(model_settings):  # the quick run's smaller model
+        model_settings[key] = budget.pop(key)
+    for key, value in settings.items():
+        for group in (model_settings, budget, task_settings):
+            if key in group:
+                group[key] = value
+                break
+        else:
+            known = sorted({*budget, *model_settings, *task_settings})
+            raise ValueError(f"{caller}: unknown setting {key!r}; expected one of {known}.")
+    layouts = [layouts] if isinstance(layouts, str) else list(layouts)
+    for layout in layouts:
+        try:
+            parse_layout(layout)
+        except ValueError:
+            raise ValueError(
+                f"{caller}: `layouts` must be layouts of stages S1..S4 such as "
+                f"{', '.join(map(repr, LAYOUTS))} (four of C/T joined by '-'); got {layout!r}."
+            ) from None
+    if not layouts:
+        raise ValueError(f"{caller}: `layouts` must not be empty.")
+    seeds = tuple(seeds if seeds is not None else ((0,) if quick else (0, 1, 2)))
+    if not seeds:
+        raise ValueError(f"{caller}: `seeds` must not be empty.")
+
+    rows = []
+    for layout in layouts:
+        runs = train_and_evaluate(
+            layout,
+            seeds,
+            verbose=verbose,
+            model_settings=model_settings,
+            task_settings=task_settings,
+            **budget,
+        )
+        test = np.array([run["test_accuracy"] for run in runs])
+        train = np.array([run["train_accuracy"] for run in runs])
+        row = {
+            "layout": layout,
+            "params": runs[0]["params"],
+            "test_accuracy": float(test.mean()),
+            "test_accuracy_std": float(test.std()),
+            "test_accuracy_min": float(test.min()),
+            "test_accuracy_max": float(test.max()),
+            "train_accuracy": float(train.mean()),
+            "train_accuracy_std": float(train.std()),
+            "seeds": len(seeds),
+            "train_images": budget["train_images"],
+            "epochs": budget["epochs"],
+            "seconds": float(sum(run["seconds"] for run in runs)),
+        }
+        rows.append(row)
+        if verbose:
+            print(
+                f"{layout}: test accuracy {_pair(row, 'test_accuracy')}, train accuracy "
+                f"{_pair(row, 'train_accuracy')} ({row['params']:,} params, {len(seeds)} "
+                f"seed(s), {row['seconds']:.0f} s)",
+                flush=True,
+            )
+    if out is not None:
+        write_results(rows, out)
+    return rows
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def _pair(row: dict[str, Any], key: str) -> str:
+    return f"{row[key]:.3f} ± {row[key + '_std']:.3f}"
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The results as a markdown table: one row per layout, mean ± std over seeds."""
+    first = rows[0]
+    lines = [
+        f"Accuracy, mean ± std over {first['seeds']} seed(s) (lowest .. highest test seed); "
+        f"{first['train_images']} training images, {first['epochs']} epoch(s); chance "
+        f"{1 / len(CLASSES):.2f}, layout without texture at most 0.50",
+        "",
+        "| layout | params | test accuracy | lowest .. highest | train accuracy | train - test |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        gap = row["train_accuracy"] - row["test_accuracy"]
+        lines.append(
+            f"| {row['layout']} | {row['params']:,} | {_pair(row, 'test_accuracy')} | "
+            f"{row['test_accuracy_min']:.3f} .. {row['test_accuracy_max']:.3f} | "
+            f"{_pair(row, 'train_accuracy')} | {gap:+.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_results(rows: Sequence[dict[str, Any]], out: str | os.PathLike) -> list[str]:
+    """Writes ``coatnet_layouts.csv``, ``.md`` and ``.png`` into ``out``.
+
+    Returns:
+        The paths written.
+    """
+    os.makedirs(out, exist_ok=True)
+    csv_path = os.path.join(out, "coatnet_layouts.csv")
+    with open(csv_path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({key: row[key] for key in COLUMNS})
+    md_path = os.path.join(out, "coatnet_layouts.md")
+    with open(md_path, "w") as handle:
+        handle.write(markdown_table(rows))
+    png_path = os.path.join(out, "coatnet_layouts.png")
+    write_png(png_path, plot(rows))
+    return [csv_path, md_path, png_path]
+
+
+_WIDTH, _HEIGHT = 330, 200
+_LEFT, _RIGHT, _TOP, _BOTTOM = 34, 120, 16, 38
+_TEST_SHADE, _TRAIN_SHADE, _TEXT_SHADE = 0, 140, 0
+_GRID, _AXIS, _CHANCE = 232, 120, 170
+
+
+# Capitals for the layout names (the shared 5 x 8 font has lower case only), same encoding.
+_CAPITALS = {"C": "0e11101010110e00", "T": "1f04040404040400"}
+
+
+def _label(canvas: np.ndarray, x: int, y: int, text: str, colour: int) -> None:
+    """Draws ``text`` like the shared ``_text``, with capital C and T."""
+    for index, char in enumerate(text):
+        left = x + 6 * index
+        if char not in _CAPITALS:
+            _text(canvas, left, y, char, colour)
+            continue
+        glyph = _CAPITALS[char]
+        for row in range(8):
+            bits = int(glyph[2 * row : 2 * row + 2], 16)
+            for col in range(5):
+                if bits & (1 << (4 - col)):
+                    canvas[y + row, left + col] = colour
+
+
+def plot(rows: Sequence[dict[str, Any]], scale: int = 2) -> np.ndarray:
+    """Accuracy per layout as a greyscale image.
+
+    For each layout: the mean test accuracy (black filled square, a bar
+    from the lowest to the highest seed) and the mean training accuracy
+    (grey hollow square); dashed lines at chance (0.25) and at 0.50, the
+    best a model that sees the layout but not the textures can do.
+
+    Args:
+        rows: the rows of `layout_experiment`.
+        scale: each pixel is drawn as ``scale x scale`` pixels.
+
+    Returns:
+        A ``(height, width)`` uint8 array (0 black, 255 white).
+    """
+    canvas = np.full((_HEIGHT, _WIDTH), 255, np.uint8)
+    x0, x1 = _LEFT, _WIDTH - _RIGHT
+    y0, y1 = _TOP, _HEIGHT - _BOTTOM  # y0: accuracy 1, y1: accuracy 0
+
+    def height(value: float) -> int:
+        return round(y1 - value * (y1 - y0))
+
+    _text(canvas, x0, 3, "coatnet layouts: accuracy", _TEXT_SHADE)
+    for value in (0.0, 0.25, 0.5, 0.75, 1.0):
+        _line(canvas, (x0, height(value)), (x1, height(value)), _GRID)
+        label = f"{value:g}"
+        _text(canvas, x0 - 3 - 6 * len(label), height(value) - 3, label, _TEXT_SHADE)
+    _line(canvas, (x0, y0), (x0, y1), _AXIS)
+    _line(canvas, (x0, y1), (x1, y1), _AXIS)
+    for level in (0.25, 0.5):
+        _line(canvas, (x0, height(level)), (x1, height(level)), _CHANCE, dash=3)
+    step = (x1 - x0) / len(rows)
+    for index, row in enumerate(rows):
+        x = round(x0 + step * (index + 0.5))
+        name = row["layout"]
+        _label(canvas, x - 3 * len(name), y1 + 6 + 10 * (index % 2), name, _TEXT_SHADE)
+        low, high = height(row["test_accuracy_min"]), height(row["test_accuracy_max"])
+        _line(canvas, (x - 4, low), (x - 4, high), _TEST_SHADE)
+        _marker(canvas, x - 4, height(row["test_accuracy"]), _TEST_SHADE, filled=True)
+        _marker(canvas, x + 4, height(row["train_accuracy"]), _TRAIN_SHADE, filled=False)
+    x, y = x1 + 10, y0 + 4
+    _marker(canvas, x + 3, y + 3, _TEST_SHADE, filled=True)
+    _text(canvas, x + 10, y, "test (mean,", _TEXT_SHADE)
+    _text(canvas, x + 10, y + 10, "bar: seeds)", _TEXT_SHADE)
+    _marker(canvas, x + 3, y + 27, _TRAIN_SHADE, filled=False)
+    _text(canvas, x + 10, y + 24, "train (mean)", _TRAIN_SHADE)
+    _line(canvas, (x, y + 45), (x + 6, y + 45), _CHANCE, dash=3)
+    _text(canvas, x + 10, y + 42, "0.25: chance", _TEXT_SHADE)
+    _text(canvas, x + 10, y + 52, "0.5: layout", _TEXT_SHADE)
+    _text(canvas, x + 10, y + 62, "without texture", _TEXT_SHADE)
+    seeds, images = rows[0]["seeds"], rows[0]["train_images"]
+    _text(canvas, x, y + 82, f"{seeds} seed(s)", _TEXT_SHADE)
+    _text(canvas, x, y + 92, f"{images} train images", _TEXT_SHADE)
+    return np.repeat(np.repeat(canvas, scale, axis=0), scale, axis=1)
