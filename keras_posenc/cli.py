@@ -244,6 +244,20 @@ def _experiment_layouts(args: argparse.Namespace) -> int:
     return 0
 
 
+def _convert_fairseq(args: argparse.Namespace) -> int:
+    from keras_posenc.convert import from_fairseq_fconv
+
+    if not args.out.endswith(".keras"):
+        raise ValueError(f"posenc convert fairseq: --out must end in .keras, got {args.out!r}.")
+    model = from_fairseq_fconv(args.src, weight_norm=args.weight_norm)
+    model.save(args.out)
+    print(
+        f"converted {args.src} ({model.count_params():,} parameters, vocabularies "
+        f"{model.source_vocab_size} / {model.target_vocab_size}) to {args.out}"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``posenc``; each subcommand sets ``handler``."""
     parser = argparse.ArgumentParser(
@@ -364,6 +378,24 @@ def build_parser() -> argparse.ArgumentParser:
     layouts.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the mode's own)")
     layouts.add_argument("--layouts", nargs="+", help="a selection of layouts (default: all four)")
     layouts.set_defaults(handler=_experiment_layouts)
+
+    convert = commands.add_parser("convert", help="convert checkpoints of other libraries")
+    converters = convert.add_subparsers(title="sources", dest="source", required=True)
+    fairseq = converters.add_parser(
+        "fairseq",
+        help="a fairseq fconv (ConvS2S) checkpoint -> a ConvS2S .keras file",
+        description="Read a fairseq fconv checkpoint (.pt, loaded with weights_only=True: no "
+        "pickled code runs), fold its weight norm and save the matching ConvS2S. Token ids "
+        "0 and 1 are swapped (fairseq's <s>/<pad> -> our pad 0, bos 1); see the convert guide.",
+    )
+    fairseq.add_argument("src", help="the fairseq checkpoint (e.g. model.pt)")
+    fairseq.add_argument("--out", required=True, help="the .keras file to write")
+    fairseq.add_argument(
+        "--weight-norm",
+        action="store_true",
+        help="keep weight-normalised convolutions (for fine-tuning); default: plain kernels",
+    )
+    fairseq.set_defaults(handler=_convert_fairseq)
     return parser
 
 
