@@ -17,6 +17,7 @@ from keras_posenc.zoo import (
     muse,  # noqa: F401  (registers muse_*)
     posenet,  # noqa: F401  (registers posenet_*)
 )
+from keras_posenc.zoo.distribution import layout_map
 from keras_posenc.zoo.registry import (
     ModelSpec,
     create,
@@ -30,6 +31,7 @@ __all__ = [
     "ModelSpec",
     "create",
     "get_spec",
+    "layout_map",
     "list_models",
     "register_model",
     "unregister_model",
