@@ -79,3 +79,38 @@ def test_export_seq2seq_needs_a_seq2seq_model(tmp_path):
     inputs = keras.Input((3,))
     with pytest.raises(TypeError, match="must be a keras_posenc.zoo.seq2seq.Seq2SeqModel"):
         export_seq2seq(keras.Model(inputs, inputs), tmp_path)
+
+
+def test_graphs_are_verified_on_real_decoding_inputs(tmp_path, monkeypatch):
+    """The step graph is verified on a cache that decoding produces, not on random states.
+
+    export_model is replaced by a recorder, so no conversion runs (fast on every backend).
+    """
+    from keras_posenc import export
+
+    recorded = {}
+
+    def record(graph, path, **kwargs):
+        recorded[graph.name] = kwargs["verify_inputs"]
+
+    monkeypatch.setattr(export, "export_model", record)
+    model = small_convs2s()
+    export_seq2seq(model, tmp_path, format="onnx")
+    sources, steps = recorded["encoder"], recorded["decoder_step"]
+    assert [s.shape for s in sources] == [(2, 7), (2, 11)]
+    for source, (token, index, *cache) in zip(sources, steps, strict=True):
+        # Real tokens, the second row ending in padding.
+        assert source.dtype == np.int32 and (source[0] > model.eos_id).all()
+        assert (source[1, -2:] == model.pad_id).all() and (source[1, :-2] > model.eos_id).all()
+        assert index.tolist() == [1] and token.shape == (2,) and (token > model.eos_id).all()
+        # The cache is what encoding the source and decoding bos at index 0 leaves.
+        state = model.encode(source, training=False)
+        bos = np.full((2,), model.bos_id, "int32")
+        _, expected = model.decode_step(bos, model.init_cache(state, max_length=4), 0)
+        assert len(cache) == len(expected)
+        for given, want in zip(cache, expected, strict=True):
+            np.testing.assert_allclose(given, keras.ops.convert_to_numpy(want), atol=1e-6)
+    # verify=False builds no inputs.
+    recorded.clear()
+    export_seq2seq(model, tmp_path, format="onnx", verify=False)
+    assert recorded == {"encoder": None, "decoder_step": None}
