@@ -21,20 +21,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
 
-
-def _median_seconds(run, repeats: int) -> float:
-    run()  # warm-up: tracing, compilation, allocation
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from _timing import median_seconds  # benchmarks/_timing.py, next to this script
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,11 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{model.count_params() / 1e6:.2f}M parameters, {os.cpu_count()} CPU cores"
     )
     rows = []
-    seconds = _median_seconds(
+    seconds = median_seconds(
         lambda: keras.ops.convert_to_numpy(model(x, training=False)), args.repeats
     )
     rows.append(("eager", "model(x)", seconds))
-    seconds = _median_seconds(lambda: model.predict_on_batch(x), args.repeats)
+    seconds = median_seconds(lambda: model.predict_on_batch(x), args.repeats)
     rows.append(("compiled", f"predict_on_batch, jit_compile={model.jit_compile}", seconds))
 
     if args.onnx:
@@ -84,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
         name = session.get_inputs()[0].name
-        seconds = _median_seconds(lambda: session.run(None, {name: x}), args.repeats)
+        seconds = median_seconds(lambda: session.run(None, {name: x}), args.repeats)
         rows.append(("onnxruntime", f"CPUExecutionProvider, opset {report.opset}", seconds))
 
     print(f"{'mode':<12}{'setting':<46}{'s/batch':>9}{'images/s':>10}")

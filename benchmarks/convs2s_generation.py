@@ -20,19 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
-
-def _median_seconds(run, repeats: int) -> float:
-    run()  # warm-up: tracing, compilation, allocation
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from _timing import median_seconds  # benchmarks/_timing.py, next to this script
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                 model, source, max_length=args.tokens, min_length=args.tokens, use_cache=use_cache
             )
 
-        seconds = _median_seconds(run, args.repeats)
+        seconds = median_seconds(run, args.repeats)
         results[name] = args.batch * args.tokens / seconds
         print(f"  {name:<10} {results[name]:10.1f} tokens/s  ({seconds:.2f} s per batch)")
     same = bool(np.array_equal(outputs["cached"], outputs["recompute"]))

@@ -31,20 +31,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
 
+from _timing import median_seconds  # benchmarks/_timing.py, next to this script
+
 
 def _median_ms(run, repeats: int) -> float:
-    run()  # warm-up: tracing, compilation, allocation
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    return 1000 * median_seconds(run, repeats)
 
 
 def _weights(model, path: str) -> str:

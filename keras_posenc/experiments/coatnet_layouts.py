@@ -63,6 +63,7 @@ from keras_posenc.experiments._raster import draw_line as _line
 from keras_posenc.experiments._raster import draw_marker as _marker
 from keras_posenc.experiments._raster import draw_text as _text
 from keras_posenc.experiments._raster import write_png
+from keras_posenc.experiments._settings import merge_settings
 from keras_posenc.zoo.coatnet import parse_layout
 
 __all__ = [
@@ -453,18 +454,9 @@ def layout_experiment(
         seconds of all the layout's runs (compiling included).
     """
     caller = "layout_experiment"
-    budget = dict(QUICK_SETTINGS if quick else FULL_SETTINGS)
-    model_settings, task_settings = dict(MODEL_SETTINGS), dict(TASK_SETTINGS)
-    for key in set(budget) & set(model_settings):  # the quick run's smaller model
-        model_settings[key] = budget.pop(key)
-    for key, value in settings.items():
-        for group in (model_settings, budget, task_settings):
-            if key in group:
-                group[key] = value
-                break
-        else:
-            known = sorted({*budget, *model_settings, *task_settings})
-            raise ValueError(f"{caller}: unknown setting {key!r}; expected one of {known}.")
+    model_settings, budget, task_settings = merge_settings(
+        caller, quick, settings, QUICK_SETTINGS, FULL_SETTINGS, MODEL_SETTINGS, TASK_SETTINGS
+    )
     layouts = [layouts] if isinstance(layouts, str) else list(layouts)
     for layout in layouts:
         try:

@@ -1,0 +1,22 @@
+"""Timing shared by the benchmark scripts (run as ``python benchmarks/NAME.py``, so this
+module is importable as ``_timing`` from the scripts' folder)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def median_seconds(run: Callable[[], object], repeats: int) -> float:
+    """The median wall time of ``repeats`` calls of ``run``, after one warm-up call.
+
+    The warm-up takes tracing, compilation and first allocations out of the figure.
+    """
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
