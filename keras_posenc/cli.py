@@ -214,31 +214,25 @@ def _experiment_length(args: argparse.Namespace) -> int:
     )
 
     choices = {"encodings": args.encodings, "tasks": args.tasks}
-    rows = length_generalization_experiment(
-        quick=args.quick,
-        out=args.out,
-        seeds=args.seeds or None,
-        **{key: value for key, value in choices.items() if value},
-    )
-    print()
-    print(markdown_table(rows))
-    if args.out:
-        print(f"wrote the tables (CSV, markdown) and the plot (PNG) to {args.out}")
-    return 0
+    return _run_study(length_generalization_experiment, markdown_table, args, choices)
 
 
 def _experiment_layouts(args: argparse.Namespace) -> int:
     from keras_posenc.experiments.coatnet_layouts import layout_experiment, markdown_table
 
-    choices = {"layouts": args.layouts}
-    rows = layout_experiment(
+    return _run_study(layout_experiment, markdown_table, args, {"layouts": args.layouts})
+
+
+def _run_study(study: Any, table: Any, args: argparse.Namespace, choices: dict) -> int:
+    """Runs an experiment with the CLI's common arguments and prints its markdown table."""
+    rows = study(
         quick=args.quick,
         out=args.out,
         seeds=args.seeds or None,
         **{key: value for key, value in choices.items() if value},
     )
     print()
-    print(markdown_table(rows))
+    print(table(rows))
     if args.out:
         print(f"wrote the table (CSV, markdown) and the plot (PNG) to {args.out}")
     return 0
