@@ -33,7 +33,7 @@ from keras_posenc.layers._checks import (
 )
 from keras_posenc.layers._specs import output_with_cache_spec
 from keras_posenc.layers.relative_index import _check_bool, _check_int
-from keras_posenc.layers.relative_transformer import _clone_initializer
+from keras_posenc.layers.relative_transformer import _clone_initializer, feedforward_denses
 
 __all__ = ["MUSEAttention", "MUSEDecoderLayer", "MUSEEncoderLayer"]
 
@@ -788,23 +788,9 @@ class _MUSEBlock(SequenceChecks, keras.layers.Layer):
         )
         self.self_attention.build(shape)
 
-        def dense(units: int, activation: Any, name: str) -> keras.layers.Dense:
-            return keras.layers.Dense(
-                units,
-                activation=activation,
-                use_bias=self.use_bias,
-                kernel_initializer=_clone_initializer(self.kernel_initializer),
-                bias_initializer=_clone_initializer(self.bias_initializer),
-                dtype=self.dtype_policy,
-                name=name,
-            )
-
-        self.feedforward_intermediate_dense = dense(
-            self.intermediate_dim, self.activation, "feedforward_intermediate_dense"
+        self.feedforward_intermediate_dense, self.feedforward_output_dense = feedforward_denses(
+            self, shape
         )
-        self.feedforward_intermediate_dense.build(shape)
-        self.feedforward_output_dense = dense(hidden, None, "feedforward_output_dense")
-        self.feedforward_output_dense.build(shape[:-1] + (self.intermediate_dim,))
         self.activation_dropout_layer = keras.layers.Dropout(
             self.activation_dropout, dtype=self.dtype_policy, name="activation_dropout"
         )

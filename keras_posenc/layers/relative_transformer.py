@@ -59,6 +59,31 @@ def _clone_initializer(initializer: Any) -> Any:
     return initializer.__class__.from_config(initializer.get_config())
 
 
+def feedforward_denses(layer: Any, shape: tuple) -> tuple[Any, Any]:
+    """A block's two feed-forward ``Dense`` layers, built: width -> ``intermediate_dim`` -> width.
+
+    ``layer`` gives ``intermediate_dim``, ``activation``, ``use_bias``, the
+    initializers (cloned per sublayer) and the dtype policy.
+    """
+
+    def dense(units: int, activation: Any, name: str) -> keras.layers.Dense:
+        return keras.layers.Dense(
+            units,
+            activation=activation,
+            use_bias=layer.use_bias,
+            kernel_initializer=_clone_initializer(layer.kernel_initializer),
+            bias_initializer=_clone_initializer(layer.bias_initializer),
+            dtype=layer.dtype_policy,
+            name=name,
+        )
+
+    intermediate = dense(layer.intermediate_dim, layer.activation, "feedforward_intermediate_dense")
+    intermediate.build(shape)
+    output = dense(shape[-1], None, "feedforward_output_dense")
+    output.build(shape[:-1] + (layer.intermediate_dim,))
+    return intermediate, output
+
+
 class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
     """Arguments, validation and the sublayers both blocks share."""
 
@@ -171,24 +196,10 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
         return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
 
     def _build_feedforward(self, shape: tuple) -> None:
-        def dense(units: int, activation: Any, name: str) -> keras.layers.Dense:
-            return keras.layers.Dense(
-                units,
-                activation=activation,
-                use_bias=self.use_bias,
-                kernel_initializer=_clone_initializer(self.kernel_initializer),
-                bias_initializer=_clone_initializer(self.bias_initializer),
-                dtype=self.dtype_policy,
-                name=name,
-            )
-
         self.feedforward_layer_norm = self._layer_norm("feedforward_layer_norm", shape)
-        self.feedforward_intermediate_dense = dense(
-            self.intermediate_dim, self.activation, "feedforward_intermediate_dense"
+        self.feedforward_intermediate_dense, self.feedforward_output_dense = feedforward_denses(
+            self, shape
         )
-        self.feedforward_intermediate_dense.build(shape)
-        self.feedforward_output_dense = dense(shape[-1], None, "feedforward_output_dense")
-        self.feedforward_output_dense.build(shape[:-1] + (self.intermediate_dim,))
         self.feedforward_dropout = self._dropout_layer("feedforward_dropout")
 
     def _residual_block(self, x: Any, norm: Any, sublayer: Any, dropout: Any, training: Any) -> Any:
