@@ -252,6 +252,35 @@ def _convert_fairseq(args: argparse.Namespace) -> int:
     return 0
 
 
+def _convert_timm(args: argparse.Namespace) -> int:
+    import json
+
+    from keras_posenc.convert import config_from_timm, from_timm_coatnet
+
+    if not args.out.endswith(".keras"):
+        raise ValueError(f"posenc convert timm: --out must end in .keras, got {args.out!r}.")
+    config = None
+    if args.timm_config:
+        with open(args.timm_config, encoding="utf-8") as handle:
+            described = json.load(handle)
+        cfg = described.get("cfg", described)
+        image = args.image_size or described.get("img_size") or 224
+        config = config_from_timm(cfg, img_size=tuple(image) if isinstance(image, list) else image)
+    image = tuple(args.image_size) if args.image_size else None
+    model = from_timm_coatnet(
+        args.src,
+        args.name,
+        config=config,
+        input_shape=(*image, 3) if image else None,
+    )
+    model.save(args.out)
+    print(
+        f"converted {args.src} ({model.name}, {model.count_params():,} parameters, "
+        f"{model.output_shape[-1]} classes, input {model.input_shape[1:]}) to {args.out}"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``posenc``; each subcommand sets ``handler``."""
     parser = argparse.ArgumentParser(
@@ -390,6 +419,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep weight-normalised convolutions (for fine-tuning); default: plain kernels",
     )
     fairseq.set_defaults(handler=_convert_fairseq)
+    timm = converters.add_parser(
+        "timm",
+        help="a timm CoAtNet checkpoint (coatnet_*_rw_*) -> a CoAtNet .keras file",
+        description="Read a timm CoAtNet state dict (.safetensors, or .pth/.bin loaded with "
+        "weights_only=True: no pickled code runs), build the matching zoo model (the variant "
+        "is inferred from the tensors, or given with --name) and copy every tensor in; see "
+        "the convert guide.",
+    )
+    timm.add_argument("src", help="the checkpoint (e.g. model.safetensors, pytorch_model.bin)")
+    timm.add_argument("--out", required=True, help="the .keras file to write")
+    timm.add_argument("--name", help="the timm variant, e.g. coatnet_0_rw_224 (default: inferred)")
+    timm.add_argument(
+        "--timm-config",
+        help="a JSON file with a custom timm MaxxVitCfg (dataclasses.asdict), or an object "
+        "with it under 'cfg' and the image size under 'img_size'",
+    )
+    timm.add_argument(
+        "--image-size",
+        type=int,
+        nargs=2,
+        metavar=("HEIGHT", "WIDTH"),
+        help="build for this input size (sides divisible by 32; the relative position "
+        "tables are resized bilinearly); default the checkpoint's configuration's",
+    )
+    timm.set_defaults(handler=_convert_timm)
     return parser
 
 

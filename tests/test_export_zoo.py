@@ -38,6 +38,8 @@ SMALL_MUSE_ENCODER = {"vocab_size": 50, "hidden_dim": 32, "intermediate_dim": 64
 # while keeping its family's structure.
 SMALL_VARIANTS = {
     **{f"coatnet_{n}": SMALL_COATNET for n in range(5)},
+    **{f"coatnet_{n}_rw_224": {**SMALL_COATNET, "blocks": (2, 1, 1, 1, 1), "stem_channels": (8, 16)}
+       for n in ("nano", 0, 1, 2, 3)},
     "convs2s_small": {"src_vocab_size": 50, "tgt_vocab_size": 60},
     "convs2s_iwslt_de_en": SMALL_CONVS2S,
     "convs2s_wmt_en_ro": {**SMALL_CONVS2S, "encoder_layers": [(32, 3)] * 3,

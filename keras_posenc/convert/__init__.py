@@ -2,6 +2,8 @@
 
 - :func:`from_fairseq_fconv`: fairseq ``fconv`` (ConvS2S) checkpoints ->
   :class:`~keras_posenc.zoo.convs2s.ConvS2S` (PyTorch needed only to read ``.pt`` files).
+- :func:`from_timm_coatnet`: timm CoAtNet checkpoints (its ``coatnet_*_rw_*`` variants,
+  ``.safetensors`` or PyTorch files) -> the zoo's CoAtNet with timm's options.
 """
 
 from keras_posenc.convert.fairseq import (
@@ -12,11 +14,15 @@ from keras_posenc.convert.fairseq import (
     posenc_to_fairseq_ids,
     read_fairseq_dictionary,
 )
+from keras_posenc.convert.timm import config_from_timm, from_timm_coatnet, load_timm_state_dict
 
 __all__ = [
+    "config_from_timm",
     "fairseq_to_posenc_ids",
     "from_fairseq_fconv",
+    "from_timm_coatnet",
     "load_fairseq_checkpoint",
+    "load_timm_state_dict",
     "parse_fairseq_layers",
     "posenc_to_fairseq_ids",
     "read_fairseq_dictionary",

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from keras_posenc.convert._io import to_numpy, torch_load
 from keras_posenc.zoo.convs2s import ConvS2S
 
 __all__ = [
@@ -135,17 +136,6 @@ def read_fairseq_dictionary(source: str | os.PathLike | Sequence[str]) -> list[s
 # --------------------------------------------------------------------------- loading
 
 
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError as error:
-        raise ImportError(
-            "keras_posenc.convert: reading a fairseq checkpoint file needs PyTorch; "
-            'install it with `pip install "keras-posenc[torch]"`.'
-        ) from error
-    return torch
-
-
 def load_fairseq_checkpoint(path: str | os.PathLike) -> dict:
     """Reads a fairseq checkpoint without executing pickled code.
 
@@ -163,21 +153,7 @@ def load_fairseq_checkpoint(path: str | os.PathLike) -> dict:
         ImportError: PyTorch is not installed.
         ValueError: the file holds objects other than the allowed ones.
     """
-    torch = _torch()
-    try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            checkpoint = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises UnpicklingError or RuntimeError, by version
-        text = str(error)
-        if "weights_only" not in text and "Unsupported global" not in text:
-            raise
-        raise ValueError(
-            f"load_fairseq_checkpoint: {os.fspath(path)!r} holds pickled objects other than "
-            "tensors, plain containers and argparse.Namespace, so it is not read (loading "
-            "it would run code from the file). If the file is trusted, keep only what the "
-            "converter needs, e.g. torch.save({'args': ckpt['args'], 'model': ckpt['model']}, "
-            f"'clean.pt'). torch said: {text.splitlines()[0] if text else error!r}"
-        ) from error
+    checkpoint = torch_load(path, "load_fairseq_checkpoint", allowed=[argparse.Namespace])
     if not isinstance(checkpoint, Mapping):
         raise ValueError(
             f"load_fairseq_checkpoint: {os.fspath(path)!r} must hold a dict, "
@@ -302,14 +278,6 @@ def _arguments(checkpoint: Mapping, args: Any) -> dict:
 
 
 # --------------------------------------------------------------------------- tensors
-
-
-def _numpy(value: Any) -> np.ndarray:
-    if hasattr(value, "detach"):  # a torch tensor; float() also covers half checkpoints
-        value = value.detach().cpu()
-        value = value.float() if value.is_floating_point() else value
-        return value.numpy()
-    return np.asarray(value)
 
 
 def _fold(v: np.ndarray, g: np.ndarray, dim: int) -> np.ndarray:
@@ -522,7 +490,7 @@ def from_fairseq_fconv(
                 f"reserves them), got {arch[key]}."
             )
     version = (
-        float(_numpy(state["decoder.version"]).reshape(-1)[0])
+        float(to_numpy(state["decoder.version"]).reshape(-1)[0])
         if ("decoder.version" in state)
         else 1.0
     )
@@ -575,7 +543,7 @@ def _assign(
     version: float,
 ) -> None:
     def tensor(key: str) -> np.ndarray:
-        return _numpy(state[key]).astype(np.float64)
+        return to_numpy(state[key]).astype(np.float64)
 
     def set_variable(variable: Any, value: np.ndarray) -> None:
         variable.assign(value.astype(variable.dtype))

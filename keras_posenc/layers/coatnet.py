@@ -17,10 +17,17 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.layers._checks import check_positive_number
 from keras_posenc.layers.activations import exact_gelu, get_activation
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 
-STRIDE_ON = ("expand", "depthwise")
+STRIDE_ON = ("expand", "depthwise", "pool")
+POOLS = ("max", "avg")
+PADDINGS = ("same", "symmetric")
+EXPAND_FROM = ("output", "input")
+SE_FROM = ("output", "hidden")
+SE_POSITIONS = ("after_activation", "before_norm")
+ATTENTION_WIDTHS = ("output", "input")
 
 # timm's MBConv initialisation (EfficientNet's): normal, variance 2 / fan_out, untruncated.
 _CONV_INITIALIZER = {
@@ -67,6 +74,52 @@ def _check_feature_map(input_shape: Any, who: str) -> tuple:
     return shape
 
 
+def _choice(value: Any, choices: tuple, who: str, argument: str) -> Any:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(
+            f"{who}: `{argument}` must be one of {choices}; received {argument}={value!r}"
+        )
+    return value
+
+
+def _flag(value: Any, who: str, argument: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{who}: `{argument}` must be a bool; received {type(value).__name__}")
+    return value
+
+
+def _activation(value: Any, who: str, argument: str) -> Any:
+    try:
+        # "gelu" is the exact (erf) GELU, written to export to ONNX.
+        return get_activation(value)
+    except Exception as error:
+        raise ValueError(
+            f"{who}: `{argument}` must be an activation name or callable; "
+            f"received {argument}={value!r}"
+        ) from error
+
+
+def _serialize_activation(value: Any) -> Any:
+    return value if isinstance(value, str) else keras.activations.serialize(value)
+
+
+def make_pool(kind: str, policy: Any, name: str) -> keras.layers.Layer:
+    """A 2 x 2, stride-2 ``"max"`` or ``"avg"`` pool, "same" padding (ceil for odd sizes)."""
+    pool = keras.layers.MaxPooling2D if kind == "max" else keras.layers.AveragePooling2D
+    return pool(2, 2, padding="same", dtype=policy, name=name)
+
+
+def symmetric_pad(x: Any, kernel_size: int, strides: int) -> Any:
+    """Zero-pads height and width by ``((strides - 1) + (kernel_size - 1)) // 2`` on each side.
+
+    PyTorch's (and timm's) padding for a strided convolution, which differs from
+    Keras' "same" (TensorFlow's rule puts the extra cell after, none before): with
+    it, a "valid" convolution samples the same pixels as the PyTorch model.
+    """
+    pad = ((strides - 1) + (kernel_size - 1)) // 2
+    return ops.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
+
+
 def _downsampled(size: int | None, strides: int) -> int | None:
     return None if size is None else -(-size // strides)
 
@@ -102,15 +155,17 @@ class _PooledProjection:
     """Builds the ``Proj(Pool(x))`` shortcut: each part only where needed."""
 
     @staticmethod
-    def make(layer: keras.layers.Layer, channels: int, filters: int) -> None:
+    def make(
+        layer: keras.layers.Layer, channels: int, filters: int, pool: str, use_bias: bool
+    ) -> None:
         policy = layer.dtype_policy
         layer.shortcut_pool = (
-            keras.layers.MaxPooling2D(2, 2, padding="same", dtype=policy, name="shortcut_pool")
-            if layer.strides == 2
-            else None
+            make_pool(pool, policy, "shortcut_pool") if layer.strides == 2 else None
         )
         layer.shortcut_projection = (
-            keras.layers.Conv2D(filters, 1, dtype=policy, name="shortcut_projection")
+            keras.layers.Conv2D(
+                filters, 1, use_bias=use_bias, dtype=policy, name="shortcut_projection"
+            )
             if channels != filters
             else None
         )
@@ -176,14 +231,7 @@ class SqueezeExcite(keras.layers.Layer):
         who = f"SqueezeExcite '{self.name}'"
         self.squeeze_filters = _positive_int(squeeze_filters, who, "squeeze_filters")
         self.activation = activation
-        try:
-            # "gelu" is the exact (erf) GELU, written to export to ONNX.
-            squeeze_activation = get_activation(activation)
-        except Exception as error:
-            raise ValueError(
-                f"{who}: `activation` must be an activation name or callable; "
-                f"received activation={activation!r}"
-            ) from error
+        squeeze_activation = _activation(activation, who, "activation")
         self.squeeze = keras.layers.Dense(
             self.squeeze_filters,
             activation=squeeze_activation,
@@ -211,10 +259,10 @@ class SqueezeExcite(keras.layers.Layer):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        activation = self.activation
-        if not isinstance(activation, str):
-            activation = keras.activations.serialize(activation)
-        config.update(squeeze_filters=self.squeeze_filters, activation=activation)
+        config.update(
+            squeeze_filters=self.squeeze_filters,
+            activation=_serialize_activation(self.activation),
+        )
         return config
 
 
@@ -227,21 +275,31 @@ class MBConv(keras.layers.Layer):
 
     ``x <- Shortcut(x) + DropPath(Conv1x1(SE(DWConv3x3(Conv1x1(BN(x))))))``, where the
     expansion 1 x 1 conv and the depthwise conv are each followed by BatchNorm and
-    GELU, the expansion width is ``expansion_rate * filters`` (from the output
-    width, as the paper's tables and timm), the final 1 x 1 conv has a bias and the
-    two inner convs do not. ``Shortcut`` is the identity, or ``Proj(Pool(x))``
-    (2 x 2 stride-2 max pool, then a 1 x 1 conv with bias) when the block
-    downsamples or changes the width, each part only where needed.
+    the activation (GELU), the expansion width is ``expansion_rate * filters`` (from
+    the output width, as the paper's tables), the final 1 x 1 conv has a bias and
+    the two inner convs do not. ``Shortcut`` is the identity, or ``Proj(Pool(x))``
+    (2 x 2 stride-2 pool, then a 1 x 1 conv) when the block downsamples or changes
+    the width, each part only where needed.
+
+    The defaults are the paper's block. The other options describe the variants of
+    timm's ``coatnet_*_rw`` models (``keras_posenc.convert.from_timm_coatnet`` loads
+    their weights): an activation after the pre-norm, SiLU, average pooling, the
+    stride on a pool before the expansion, the expansion sized from the input, the
+    squeeze-excitation sized from the hidden width and placed before the depthwise
+    BatchNorm, no output bias, and PyTorch's padding for the strided conv.
 
     Args:
         filters: output channels, a positive int.
         strides: 1, or 2 to halve height and width (``ceil(size / 2)``).
-        expansion_rate: the inner width is ``expansion_rate * filters``; a positive int.
-        se_ratio: squeeze-excitation bottleneck as a fraction of ``filters``
-            (``max(1, int(se_ratio * filters))``); 0 disables squeeze-excitation.
+        expansion_rate: the hidden width is ``expansion_rate`` times the output
+            width (``expand_from="output"``) or the input width (``"input"``).
+        se_ratio: squeeze-excitation bottleneck as a fraction of the output width
+            (``se_from="output"``) or the hidden width (``"hidden"``), rounded
+            down, at least 1; 0 disables squeeze-excitation.
         stride_on: where a stride of 2 sits: ``"expand"`` (the first 1 x 1 conv,
-            the paper's default) or ``"depthwise"`` (the 3 x 3 depthwise conv, the
-            paper's variant and timm's default: slightly better, slower).
+            the paper's default), ``"depthwise"`` (the 3 x 3 depthwise conv, the
+            paper's variant: slightly better, slower) or ``"pool"`` (a 2 x 2 pool
+            of the normalised input before the expansion, timm's ``coatnet_0_rw``).
         drop_path_rate: stochastic depth, the probability of dropping the residual
             branch of a sample during training; in [0, 1).
         synchronized: BatchNorm statistics synchronised across replicas
@@ -252,6 +310,24 @@ class MBConv(keras.layers.Layer):
         norm_epsilon: BatchNorm epsilon (default 1e-3, as the official TF code).
         norm_momentum: BatchNorm moving-average momentum (default 0.99).
         seed: optional int seed of the stochastic depth noise.
+        activation: activation after the BatchNorms, a name or callable (default
+            ``"gelu"``, exact; timm's ``_rw`` models use ``"silu"``).
+        pre_activation: apply ``activation`` after the pre-norm too (timm ``_rw``).
+        pool: the 2 x 2 pool of the shortcut (and of ``stride_on="pool"``):
+            ``"max"`` (default) or ``"avg"``.
+        expand_from: ``"output"`` (default) or ``"input"``; see ``expansion_rate``.
+        se_from: ``"output"`` (default) or ``"hidden"``; see ``se_ratio``.
+        se_activation: the squeeze-excitation bottleneck's activation (default
+            ``"gelu"``).
+        se_position: ``"after_activation"`` (default: SE after the depthwise
+            BatchNorm and activation) or ``"before_norm"`` (between the depthwise
+            conv and its BatchNorm).
+        output_bias: biases on the final 1 x 1 conv and the shortcut projection
+            (default True).
+        padding: ``"same"`` (Keras/TensorFlow's, default) or ``"symmetric"``
+            (PyTorch's: ``(kernel_size - 1) // 2`` zeros on each side, which
+            samples other pixels when the depthwise conv is strided; needs an odd
+            ``kernel_size``).
         **kwargs: base layer arguments (``name``, ``dtype``, ``trainable``).
 
     Call arguments:
@@ -271,6 +347,11 @@ class MBConv(keras.layers.Layer):
         (2, 8, 8, 16)
         >>> tuple(MBConv(32, strides=2, stride_on="depthwise")(images).shape)
         (2, 4, 4, 32)
+        >>> rw = MBConv(32, strides=2, stride_on="pool", pool="avg", activation="silu",
+        ...             pre_activation=True, expand_from="input", se_from="hidden",
+        ...             se_activation="relu", se_position="before_norm", output_bias=False)
+        >>> tuple(rw(images).shape), rw.hidden_filters, rw.squeeze_filters
+        ((2, 4, 4, 32), 64, 16)
 
     Reference:
         - [Dai et al., 2021. CoAtNet: Marrying Convolution and Attention for All
@@ -292,6 +373,15 @@ class MBConv(keras.layers.Layer):
         norm_epsilon: float = 1e-3,
         norm_momentum: float = 0.99,
         seed: int | None = None,
+        activation: str | Any = "gelu",
+        pre_activation: bool = False,
+        pool: str = "max",
+        expand_from: str = "output",
+        se_from: str = "output",
+        se_activation: str | Any = "gelu",
+        se_position: str = "after_activation",
+        output_bias: bool = True,
+        padding: str = "same",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -300,68 +390,51 @@ class MBConv(keras.layers.Layer):
         self.strides = _strides(strides, who)
         self.expansion_rate = _positive_int(expansion_rate, who, "expansion_rate")
         self.se_ratio = _rate(se_ratio, who, "se_ratio", allow_one=True)
-        if stride_on not in STRIDE_ON:
-            raise ValueError(
-                f"{who}: `stride_on` must be one of {STRIDE_ON}; received stride_on={stride_on!r}"
-            )
-        self.stride_on = stride_on
+        self.stride_on = _choice(stride_on, STRIDE_ON, who, "stride_on")
         self.drop_path_rate = _rate(drop_path_rate, who, "drop_path_rate")
-        if not isinstance(synchronized, bool):
-            raise TypeError(
-                f"{who}: `synchronized` must be a bool; received {type(synchronized).__name__}"
-            )
+        self.synchronized = _flag(synchronized, who, "synchronized")
         if synchronized and keras.backend.backend() != "tensorflow":
             raise ValueError(
                 f"{who}: `synchronized=True` needs the TensorFlow backend (Keras' "
                 "BatchNormalization synchronises replicas only there); received "
                 f"synchronized=True on the {keras.backend.backend()} backend"
             )
-        self.synchronized = synchronized
         self.kernel_size = _positive_int(kernel_size, who, "kernel_size")
         self.norm_epsilon = _rate(norm_epsilon, who, "norm_epsilon")
         self.norm_momentum = _rate(norm_momentum, who, "norm_momentum")
         self.seed = seed
+        self.activation = activation
+        self._activation_fn = _activation(activation, who, "activation")
+        self.pre_activation = _flag(pre_activation, who, "pre_activation")
+        self.pool = _choice(pool, POOLS, who, "pool")
+        self.expand_from = _choice(expand_from, EXPAND_FROM, who, "expand_from")
+        self.se_from = _choice(se_from, SE_FROM, who, "se_from")
+        self.se_activation = se_activation
+        _activation(se_activation, who, "se_activation")
+        self.se_position = _choice(se_position, SE_POSITIONS, who, "se_position")
+        self.output_bias = _flag(output_bias, who, "output_bias")
+        self.padding = _choice(padding, PADDINGS, who, "padding")
+        if self.padding == "symmetric" and self.kernel_size % 2 == 0:
+            raise ValueError(
+                f"{who}: `padding='symmetric'` needs an odd `kernel_size` (PyTorch pads "
+                f"odd kernels evenly); received kernel_size={kernel_size}"
+            )
         self.seed_generator = keras.random.SeedGenerator(seed) if self.drop_path_rate > 0 else None
-        self.hidden_filters = self.expansion_rate * self.filters
-        self.squeeze_filters = max(1, int(self.se_ratio * self.filters)) if self.se_ratio else 0
-
-        policy = self.dtype_policy
-        expand_strides = self.strides if stride_on == "expand" else 1
-        depthwise_strides = self.strides if stride_on == "depthwise" else 1
+        # The widths that depend on the input are set in build().
+        self.hidden_filters = None
+        self.squeeze_filters = None
         self.pre_norm = self._batch_norm("pre_norm")
-        self.expand_conv = keras.layers.Conv2D(
-            self.hidden_filters,
-            1,
-            strides=expand_strides,
-            padding="same",
-            use_bias=False,
-            kernel_initializer=_CONV_INITIALIZER,
-            dtype=policy,
-            name="expand_conv",
-        )
-        self.expand_norm = self._batch_norm("expand_norm")
-        self.depthwise_conv = keras.layers.DepthwiseConv2D(
-            self.kernel_size,
-            strides=depthwise_strides,
-            padding="same",
-            use_bias=False,
-            depthwise_initializer=_CONV_INITIALIZER,
-            dtype=policy,
-            name="depthwise_conv",
-        )
-        self.depthwise_norm = self._batch_norm("depthwise_norm")
-        self.squeeze_excite = (
-            SqueezeExcite(self.squeeze_filters, dtype=policy, name="squeeze_excite")
-            if self.squeeze_filters
+        self.down_pool = (
+            make_pool(self.pool, self.dtype_policy, "down_pool")
+            if self.stride_on == "pool" and self.strides == 2
             else None
         )
-        self.project_conv = keras.layers.Conv2D(
-            self.filters,
-            1,
-            kernel_initializer=_CONV_INITIALIZER,
-            dtype=policy,
-            name="project_conv",
-        )
+        self.expand_norm = self._batch_norm("expand_norm")
+        self.depthwise_norm = self._batch_norm("depthwise_norm")
+        self.expand_conv = None
+        self.depthwise_conv = None
+        self.squeeze_excite = None
+        self.project_conv = None
         self.shortcut_pool = None
         self.shortcut_projection = None
 
@@ -377,27 +450,97 @@ class MBConv(keras.layers.Layer):
             name=name,
         )
 
+    def _make_convs(self, channels: int) -> None:
+        policy = self.dtype_policy
+        width = self.filters if self.expand_from == "output" else channels
+        self.hidden_filters = self.expansion_rate * width
+        se_width = self.filters if self.se_from == "output" else self.hidden_filters
+        self.squeeze_filters = max(1, int(self.se_ratio * se_width)) if self.se_ratio else 0
+        self.expand_conv = keras.layers.Conv2D(
+            self.hidden_filters,
+            1,
+            strides=self.strides if self.stride_on == "expand" else 1,
+            padding="same",
+            use_bias=False,
+            kernel_initializer=_CONV_INITIALIZER,
+            dtype=policy,
+            name="expand_conv",
+        )
+        depthwise_strides = self.strides if self.stride_on == "depthwise" else 1
+        self.depthwise_conv = keras.layers.DepthwiseConv2D(
+            self.kernel_size,
+            strides=depthwise_strides,
+            padding="valid" if self.padding == "symmetric" else "same",
+            use_bias=False,
+            depthwise_initializer=_CONV_INITIALIZER,
+            dtype=policy,
+            name="depthwise_conv",
+        )
+        self.squeeze_excite = (
+            SqueezeExcite(
+                self.squeeze_filters,
+                activation=self.se_activation,
+                dtype=policy,
+                name="squeeze_excite",
+            )
+            if self.squeeze_filters
+            else None
+        )
+        self.project_conv = keras.layers.Conv2D(
+            self.filters,
+            1,
+            use_bias=self.output_bias,
+            kernel_initializer=_CONV_INITIALIZER,
+            dtype=policy,
+            name="project_conv",
+        )
+
     def build(self, input_shape: Any) -> None:
         shape = _check_feature_map(input_shape, self._who())
-        _PooledProjection.make(self, int(shape[-1]), self.filters)
+        channels = int(shape[-1])
+        self._make_convs(channels)
+        _PooledProjection.make(self, channels, self.filters, self.pool, self.output_bias)
         _PooledProjection.build(self, shape)
         self.pre_norm.build(shape)
+        if self.down_pool is not None:
+            self.down_pool.build(shape)
+            shape = self.down_pool.compute_output_shape(shape)
         self.expand_conv.build(shape)
         shape = self.expand_conv.compute_output_shape(shape)
         self.expand_norm.build(shape)
         self.depthwise_conv.build(shape)
-        shape = self.depthwise_conv.compute_output_shape(shape)
+        batch, height, width, _ = shape
+        depthwise_strides = self.depthwise_conv.strides[0]
+        shape = (
+            batch,
+            _downsampled(height, depthwise_strides),
+            _downsampled(width, depthwise_strides),
+            self.hidden_filters,
+        )
         self.depthwise_norm.build(shape)
         if self.squeeze_excite is not None:
             self.squeeze_excite.build(shape)
         self.project_conv.build(shape)
 
+    def _depthwise(self, x: Any) -> Any:
+        if self.padding == "symmetric":
+            x = symmetric_pad(x, self.kernel_size, self.depthwise_conv.strides[0])
+        return self.depthwise_conv(x)
+
     def call(self, inputs: Any, training: bool | None = None) -> Any:
+        activation = self._activation_fn
         shortcut = _PooledProjection.call(self, inputs)
         x = self.pre_norm(inputs, training=training)
-        x = _gelu(self.expand_norm(self.expand_conv(x), training=training))
-        x = _gelu(self.depthwise_norm(self.depthwise_conv(x), training=training))
-        if self.squeeze_excite is not None:
+        if self.pre_activation:
+            x = activation(x)
+        if self.down_pool is not None:
+            x = self.down_pool(x)
+        x = activation(self.expand_norm(self.expand_conv(x), training=training))
+        x = self._depthwise(x)
+        if self.squeeze_excite is not None and self.se_position == "before_norm":
+            x = self.squeeze_excite(x)
+        x = activation(self.depthwise_norm(x, training=training))
+        if self.squeeze_excite is not None and self.se_position == "after_activation":
             x = self.squeeze_excite(x)
         x = self.project_conv(x)
         return shortcut + drop_path(x, self.drop_path_rate, self.seed_generator, training)
@@ -419,6 +562,15 @@ class MBConv(keras.layers.Layer):
             norm_epsilon=self.norm_epsilon,
             norm_momentum=self.norm_momentum,
             seed=self.seed,
+            activation=_serialize_activation(self.activation),
+            pre_activation=self.pre_activation,
+            pool=self.pool,
+            expand_from=self.expand_from,
+            se_from=self.se_from,
+            se_activation=_serialize_activation(self.se_activation),
+            se_position=self.se_position,
+            output_bias=self.output_bias,
+            padding=self.padding,
         )
         return config
 
@@ -441,9 +593,15 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
     each ``(heads, head_dim)``), followed by an output projection. The FFN is
     ``Dense(expansion_rate * filters)``, exact GELU, ``Dense(filters)``.
 
-    With ``strides=2`` both branches are downsampled by a 2 x 2 stride-2 max pool:
-    ``Shortcut = Proj(Pool(x))`` (1 x 1 projection only when the width changes)
-    and the attention sees ``Pool(LayerNorm(x))``.
+    With ``strides=2`` both branches are downsampled by a 2 x 2 stride-2 pool
+    (max by default): ``Shortcut = Proj(Pool(x))`` (1 x 1 projection only when the
+    width changes) and the attention sees ``Pool(LayerNorm(x))``.
+
+    The defaults are the paper's block. timm's ``coatnet_*_rw`` models differ in
+    options described here as configuration: average pooling, the attention at
+    the input width (the output projection then widens it), no bias on the
+    shortcut projection, LayerNorm epsilon 1e-6 and, for ``coatnet_3_rw``, layer
+    scale (a learned per-channel factor on each residual branch).
 
     The bias table is sized at build time for the (pooled) map,
     ``(heads, 2h - 1, 2w - 1)``; weights saved from a block built at another size
@@ -460,6 +618,15 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         drop_path_rate: stochastic depth on both residual branches; in [0, 1).
         norm_epsilon: LayerNorm epsilon (default 1e-5, as the official TF code).
         seed: optional int seed of the stochastic depth noise.
+        pool: the 2 x 2 downsampling pool, ``"max"`` (default) or ``"avg"``.
+        attention_width: ``"output"`` (default: queries, keys and values are
+            ``filters`` wide) or ``"input"`` (as wide as the input, so
+            ``input channels // head_dim`` heads, and the output projection maps
+            to ``filters``: timm's ``_rw`` models).
+        shortcut_bias: a bias on the shortcut projection (default True).
+        layer_scale: None (default), or the initial value of the layer-scale
+            factors, one per channel and branch, multiplying each residual
+            branch before it is added (timm's ``init_values``).
         **kwargs: base layer arguments (``name``, ``dtype``, ``trainable``).
 
     Call arguments:
@@ -493,6 +660,10 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         drop_path_rate: float = 0.0,
         norm_epsilon: float = 1e-5,
         seed: int | None = None,
+        pool: str = "max",
+        attention_width: str = "output",
+        shortcut_bias: bool = True,
+        layer_scale: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -504,7 +675,15 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
                 f"{who}: `filters` must be a multiple of `head_dim`; received "
                 f"filters={filters}, head_dim={head_dim}"
             )
+        self.pool = _choice(pool, POOLS, who, "pool")
+        self.attention_width = _choice(attention_width, ATTENTION_WIDTHS, who, "attention_width")
+        self.shortcut_bias = _flag(shortcut_bias, who, "shortcut_bias")
+        if layer_scale is not None:
+            layer_scale = check_positive_number(who, "layer_scale", layer_scale)
+        self.layer_scale = layer_scale
+        # With attention_width="input" the heads follow the input width (set in build).
         self.num_heads = self.filters // self.head_dim
+        self.attention_dim = self.filters
         self.strides = _strides(strides, who)
         self.expansion_rate = _positive_int(expansion_rate, who, "expansion_rate")
         self.drop_path_rate = _rate(drop_path_rate, who, "drop_path_rate")
@@ -517,11 +696,9 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             epsilon=self.norm_epsilon, dtype=policy, name="attention_norm"
         )
         self.attention_pool = (
-            keras.layers.MaxPooling2D(2, 2, padding="same", dtype=policy, name="attention_pool")
-            if self.strides == 2
-            else None
+            make_pool(self.pool, policy, "attention_pool") if self.strides == 2 else None
         )
-        self.qkv_dense = keras.layers.Dense(3 * self.filters, dtype=policy, name="qkv")
+        self.qkv_dense = None
         self.output_dense = keras.layers.Dense(self.filters, dtype=policy, name="attention_output")
         self.ffn_norm = keras.layers.LayerNormalization(
             epsilon=self.norm_epsilon, dtype=policy, name="ffn_norm"
@@ -533,6 +710,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         self.relative_bias = None
         self.shortcut_pool = None
         self.shortcut_projection = None
+        self.attention_scale = None
+        self.ffn_scale = None
 
     def _who(self) -> str:
         return f"RelativeTransformerBlock2D '{self.name}'"
@@ -546,7 +725,18 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
                 f"(it sizes the relative position table); received input shape {shape}"
             )
         channels = int(channels)
-        _PooledProjection.make(self, channels, self.filters)
+        if self.attention_width == "input":
+            if channels % self.head_dim:
+                raise ValueError(
+                    f"{self._who()}: with attention_width='input' the input channels must "
+                    f"be a multiple of head_dim={self.head_dim}; received input shape {shape}"
+                )
+            self.attention_dim = channels
+            self.num_heads = channels // self.head_dim
+        self.qkv_dense = keras.layers.Dense(
+            3 * self.attention_dim, dtype=self.dtype_policy, name="qkv"
+        )
+        _PooledProjection.make(self, channels, self.filters, self.pool, self.shortcut_bias)
         _PooledProjection.build(self, shape)
         self.attention_norm.build(shape)
         if self.attention_pool is not None:
@@ -556,7 +746,18 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             self.num_heads, size=grid, dtype=self.dtype_policy, name="relative_bias"
         )
         self.qkv_dense.build((batch, None, channels))
-        self.output_dense.build((batch, None, self.filters))
+        self.output_dense.build((batch, None, self.attention_dim))
+        if self.layer_scale is not None:
+            for branch in ("attention_scale", "ffn_scale"):
+                setattr(
+                    self,
+                    branch,
+                    self.add_weight(
+                        shape=(self.filters,),
+                        initializer=keras.initializers.Constant(self.layer_scale),
+                        name=branch,
+                    ),
+                )
         self.ffn_norm.build((batch, *grid, self.filters))
         self.ffn_hidden.build((batch, *grid, self.filters))
         self.ffn_output.build((batch, *grid, self.expansion_rate * self.filters))
@@ -574,17 +775,21 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         logits = ops.cast(logits, "float32") + ops.cast(self.relative_bias(size=size), "float32")
         weights = ops.cast(ops.softmax(logits, axis=-1), value.dtype)
         attended = ops.einsum("bhqk,bkhd->bqhd", weights, value)
-        attended = ops.reshape(attended, (-1, height, width, self.filters))
+        attended = ops.reshape(attended, (-1, height, width, self.attention_dim))
         return self.output_dense(attended)
+
+    def _scaled(self, x: Any, scale: Any) -> Any:
+        return x if scale is None else x * ops.cast(scale, x.dtype)
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
         shortcut = _PooledProjection.call(self, inputs)
         x = self.attention_norm(inputs)
         if self.attention_pool is not None:
             x = self.attention_pool(x)
-        x = self._attention(x)
+        x = self._scaled(self._attention(x), self.attention_scale)
         x = shortcut + drop_path(x, self.drop_path_rate, self.seed_generator, training)
         y = self.ffn_output(_gelu(self.ffn_hidden(self.ffn_norm(x))))
+        y = self._scaled(y, self.ffn_scale)
         return x + drop_path(y, self.drop_path_rate, self.seed_generator, training)
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
@@ -600,5 +805,9 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             drop_path_rate=self.drop_path_rate,
             norm_epsilon=self.norm_epsilon,
             seed=self.seed,
+            pool=self.pool,
+            attention_width=self.attention_width,
+            shortcut_bias=self.shortcut_bias,
+            layer_scale=self.layer_scale,
         )
         return config

@@ -24,13 +24,14 @@ The model card (zoo/coatnet/README.md in the repository) has the details.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
 import numpy as np
 
-from keras_posenc.layers.activations import exact_gelu
+from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.zoo.registry import register_model
 
@@ -38,6 +39,12 @@ _WHO = "build_coatnet"
 NUM_STAGES = 5
 LAYOUTS = ("C-C-C-C", "C-C-C-T", "C-C-T-T", "C-T-T-T")
 POOLINGS = ("avg", "max", None)
+HEADS = ("pool_norm", "norm_pool")
+# Block arguments build_coatnet sets itself (not allowed in conv/transformer_options).
+_SET_BY_BUILDER = frozenset(
+    {"self", "kwargs", "filters", "strides", "drop_path_rate", "name", "stride_on",
+     "synchronized", "head_dim", "seed", "dtype"}
+)  # fmt: skip
 REFERENCE = (
     "Dai et al. 2021, CoAtNet: Marrying Convolution and Attention for All Data Sizes "
     "(arXiv:2106.04803)"
@@ -51,11 +58,92 @@ CONFIGS = {
     "coatnet_4": ((2, 2, 12, 28, 2), (192, 192, 384, 768, 1536), 275_000_000),
 }
 
+# timm's CoAtNet variants (Wightman, timm's maxxvit.py), trained before the official code was
+# out and differing from the paper in the ways its `_rw_coat_cfg` / `_rw_max_cfg` list. Each
+# entry: blocks, channels, stem widths, and what differs from the shared `_rw` options below;
+# the counts are timm's `sum(p.numel() for p in model.parameters())` with 1000 classes.
+_RW_CONV = {
+    "activation": "silu",
+    "pre_activation": True,
+    "pool": "avg",
+    "expand_from": "input",
+    "se_from": "hidden",
+    "se_activation": "relu",
+    "se_position": "before_norm",
+    "output_bias": False,
+    "padding": "symmetric",
+    "norm_epsilon": 1e-5,
+    "norm_momentum": 0.9,
+}
+_RW_TRANSFORMER = {
+    "pool": "avg",
+    "attention_width": "input",
+    "shortcut_bias": False,
+    "norm_epsilon": 1e-6,
+}
+RW_CONFIGS = {
+    "coatnet_nano_rw_224": (
+        (2, 3, 4, 6, 3), (64, 64, 128, 256, 512), (32, 64), 15_141_244, "pool",
+        {"pre_activation": False, "se_activation": "silu", "se_position": "after_activation",
+         "output_bias": True},
+        {"shortcut_bias": True},
+    ),
+    "coatnet_0_rw_224": (
+        (2, 2, 3, 7, 2), (64, 96, 192, 384, 768), (32, 64), 27_435_562, "pool", {}, {},
+    ),
+    "coatnet_1_rw_224": (
+        (2, 2, 6, 14, 2), (64, 96, 192, 384, 768), (32, 64), 41_721_502, "depthwise", {}, {},
+    ),
+    "coatnet_2_rw_224": (
+        (2, 2, 6, 14, 2), (128, 128, 256, 512, 1024), (64, 128), 73_868_400, "depthwise",
+        {"se_activation": "silu", "se_position": "after_activation"},
+        {"shortcut_bias": True},
+    ),
+    "coatnet_3_rw_224": (
+        (2, 2, 6, 14, 2), (192, 192, 384, 768, 1536), (96, 192), 165_173_428, "depthwise",
+        {"se_activation": "silu", "se_position": "after_activation"},
+        {"shortcut_bias": True, "layer_scale": 1e-6},
+    ),
+}  # fmt: skip
+TIMM_REFERENCE = "Wightman, timm (PyTorch Image Models), maxxvit.py, after Dai et al. 2021"
+
+
+def rw_config(name: str) -> dict[str, Any]:
+    """The :func:`build_coatnet` arguments of timm's CoAtNet variant ``name``.
+
+    Raises:
+        ValueError: for a name that is not one of :data:`RW_CONFIGS`.
+
+    Examples:
+
+        >>> from keras_posenc.zoo.coatnet import rw_config
+        >>> config = rw_config("coatnet_0_rw_224")
+        >>> config["blocks"], config["stem_channels"], config["stride_on"]
+        ((2, 2, 3, 7, 2), (32, 64), 'pool')
+    """
+    if name not in RW_CONFIGS:
+        raise ValueError(
+            f"rw_config: unknown timm CoAtNet variant {name!r}; expected one of "
+            f"{sorted(RW_CONFIGS)}"
+        )
+    blocks, channels, stem, _, stride_on, conv, transformer = RW_CONFIGS[name]
+    return {
+        "blocks": blocks,
+        "channels": channels,
+        "stem_channels": stem,
+        "stride_on": stride_on,
+        "conv_options": {**_RW_CONV, **conv},
+        "transformer_options": {**_RW_TRANSFORMER, **transformer},
+        "head": "norm_pool",
+        "head_norm_epsilon": 1e-6,
+        "name": name,
+    }
+
 
 # --------------------------------------------------------------------------- validation
 
 
-def _positive_ints(value: Any, argument: str) -> tuple[int, ...]:
+def _positive_ints_of(value: Any, argument: str, count: int, what: str = "") -> tuple[int, ...]:
     try:
         items = tuple(value)
     except TypeError:
@@ -65,15 +153,19 @@ def _positive_ints(value: Any, argument: str) -> tuple[int, ...]:
     )
     if not valid:
         raise ValueError(
-            f"{_WHO}: `{argument}` must be a sequence of {NUM_STAGES} positive ints "
-            f"(stages S0..S4); received {argument}={value!r}"
+            f"{_WHO}: `{argument}` must be a sequence of {count} positive ints{what}; "
+            f"received {argument}={value!r}"
         )
-    if len(items) != NUM_STAGES:
+    if len(items) != count:
         raise ValueError(
-            f"{_WHO}: `{argument}` must have {NUM_STAGES} entries, one per stage S0..S4; "
+            f"{_WHO}: `{argument}` must have {count} entries{what}; "
             f"received {len(items)}: {argument}={value!r}"
         )
     return tuple(int(v) for v in items)
+
+
+def _positive_ints(value: Any, argument: str) -> tuple[int, ...]:
+    return _positive_ints_of(value, argument, NUM_STAGES, ", one per stage S0..S4")
 
 
 def _positive_int(value: Any, argument: str) -> int:
@@ -120,22 +212,68 @@ def _input_shape(value: Any) -> tuple[int, int, int]:
     return tuple(int(v) for v in shape)
 
 
+def _stem_widths(value: Any, blocks: int, last: int) -> tuple[int, ...]:
+    if value is None:
+        return (last,) * blocks
+    widths = _positive_ints_of(value, "stem_channels", blocks)
+    if widths[-1] != last:
+        raise ValueError(
+            f"{_WHO}: the last of `stem_channels` is the stem's output and must equal "
+            f"channels[0]={last}; received stem_channels={value!r}"
+        )
+    return widths
+
+
+def _block_options(value: Any, argument: str, layer: type) -> dict:
+    """``value`` as a dict of extra keyword arguments of ``layer``, checked by name."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"{_WHO}: `{argument}` must be a dict of {layer.__name__} arguments; "
+            f"received {type(value).__name__}"
+        )
+    allowed = set(inspect.signature(layer.__init__).parameters) - _SET_BY_BUILDER
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise ValueError(
+            f"{_WHO}: `{argument}` has keys that are not {layer.__name__} options: "
+            f"{unknown}; expected some of {sorted(allowed)}"
+        )
+    return dict(value)
+
+
 # --------------------------------------------------------------------------- the model
 
 
-def _stem(x: Any, blocks: int, filters: int, synchronized: bool) -> Any:
-    """S0: ``blocks`` 3 x 3 convs, the first with stride 2, BatchNorm + GELU between them."""
-    for index in range(blocks):
+def _stem(x: Any, widths: Sequence[int], synchronized: bool, conv_options: Mapping) -> Any:
+    """S0: 3 x 3 convs of ``widths``, the first with stride 2, BatchNorm + activation between.
+
+    The BatchNorm epsilon/momentum, the activation and the padding are the MBConv
+    blocks' (``conv_options``), as in timm.
+    """
+    activation = get_activation(conv_options.get("activation", "gelu"))
+    symmetric = conv_options.get("padding", "same") == "symmetric"
+    norm = {
+        key: conv_options[option]
+        for key, option in (("epsilon", "norm_epsilon"), ("momentum", "norm_momentum"))
+        if option in conv_options
+    }
+    for index, filters in enumerate(widths):
         if index:
             x = keras.layers.BatchNormalization(
-                synchronized=synchronized, name=f"stem_norm{index}"
+                synchronized=synchronized, name=f"stem_norm{index}", **norm
             )(x)
-            x = keras.layers.Activation(exact_gelu, name=f"stem_gelu{index}")(x)
+            x = keras.layers.Activation(activation, name=f"stem_activation{index}")(x)
+        strided_symmetric = symmetric and index == 0
+        if strided_symmetric:
+            # PyTorch's padding of the strided conv (see layers.coatnet.symmetric_pad).
+            x = keras.layers.ZeroPadding2D(1, name="stem_pad1")(x)
         x = keras.layers.Conv2D(
             filters,
             3,
             strides=2 if index == 0 else 1,
-            padding="same",
+            padding="valid" if strided_symmetric else "same",
             use_bias=False,
             kernel_initializer={
                 "class_name": "VarianceScaling",
@@ -162,6 +300,11 @@ def build_coatnet(
     synchronized: bool = False,
     classifier_activation: str | None = None,
     name: str = "coatnet",
+    stem_channels: Sequence[int] | None = None,
+    conv_options: Mapping[str, Any] | None = None,
+    transformer_options: Mapping[str, Any] | None = None,
+    head: str = "pool_norm",
+    head_norm_epsilon: float = 1e-5,
 ) -> keras.Model:
     """Builds a CoAtNet as a functional ``keras.Model``.
 
@@ -194,6 +337,22 @@ def build_coatnet(
         synchronized: synchronised BatchNorm across replicas (TensorFlow backend).
         classifier_activation: activation of the classifier, None for logits.
         name: the model's name.
+        stem_channels: widths of the S0 convs, one per S0 block, the last equal to
+            ``channels[0]``; default all ``channels[0]`` (timm's ``_rw`` stems
+            are ``(32, 64)`` and the like).
+        conv_options: more keyword arguments of every :class:`MBConv` (e.g.
+            ``activation``, ``pre_activation``, ``pool``, ``expand_from``,
+            ``se_from``, ``se_activation``, ``se_position``, ``output_bias``,
+            ``padding``, ``norm_epsilon``). The stem uses the same activation,
+            BatchNorm epsilon/momentum and padding.
+        transformer_options: more keyword arguments of every
+            :class:`RelativeTransformerBlock2D` (e.g. ``pool``,
+            ``attention_width``, ``shortcut_bias``, ``layer_scale``,
+            ``norm_epsilon``).
+        head: ``"pool_norm"`` (default: global pool, then LayerNorm, the
+            official code's head) or ``"norm_pool"`` (LayerNorm at every
+            position of the S4 map, then the global pool: timm's ``_rw`` models).
+        head_norm_epsilon: the head LayerNorm's epsilon (default 1e-5).
 
     Returns:
         The ``keras.Model``.
@@ -255,6 +414,22 @@ def build_coatnet(
         raise ValueError(
             f"{_WHO}: `drop_path_rate` must be a float in [0, 1); received {drop_path_rate!r}"
         )
+    widths = _stem_widths(stem_channels, blocks[0], channels[0])
+    conv_options = _block_options(conv_options, "conv_options", MBConv)
+    transformer_options = _block_options(
+        transformer_options, "transformer_options", RelativeTransformerBlock2D
+    )
+    if head not in HEADS:
+        raise ValueError(f"{_WHO}: `head` must be one of {HEADS}; received head={head!r}")
+    if (
+        isinstance(head_norm_epsilon, bool)
+        or not isinstance(head_norm_epsilon, int | float)
+        or head_norm_epsilon <= 0
+    ):
+        raise ValueError(
+            f"{_WHO}: `head_norm_epsilon` must be a positive number; "
+            f"received {head_norm_epsilon!r}"
+        )
     for stage, (kind, width) in enumerate(zip(stages, channels[1:]), start=1):
         if kind == "T" and width % head_dim:
             raise ValueError(
@@ -265,7 +440,7 @@ def build_coatnet(
     total_blocks = sum(blocks[1:])
     rates = np.linspace(0.0, float(drop_path_rate), total_blocks).tolist()
     inputs = keras.Input(shape, name="images")
-    x = _stem(inputs, blocks[0], channels[0], synchronized)
+    x = _stem(inputs, widths, synchronized, conv_options)
     outputs = [x]
     index = 0
     for stage, kind in enumerate(stages, start=1):
@@ -277,22 +452,32 @@ def build_coatnet(
             )
             if kind == "C":
                 layer = MBConv(
-                    channels[stage], stride_on=stride_on, synchronized=synchronized, **common
+                    channels[stage],
+                    stride_on=stride_on,
+                    synchronized=synchronized,
+                    **conv_options,
+                    **common,
                 )
             else:
-                layer = RelativeTransformerBlock2D(channels[stage], head_dim=head_dim, **common)
+                layer = RelativeTransformerBlock2D(
+                    channels[stage], head_dim=head_dim, **transformer_options, **common
+                )
             x = layer(x)
             index += 1
         outputs.append(x)
 
     if features:
         return keras.Model(inputs, outputs, name=name)
+    norm_first = include_top and head == "norm_pool"
+    if norm_first:
+        x = keras.layers.LayerNormalization(epsilon=head_norm_epsilon, name="head_norm")(x)
     if pooling == "avg":
         x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     elif pooling == "max":
         x = keras.layers.GlobalMaxPooling2D(name="pool")(x)
     if include_top:
-        x = keras.layers.LayerNormalization(epsilon=1e-5, name="head_norm")(x)
+        if not norm_first:
+            x = keras.layers.LayerNormalization(epsilon=head_norm_epsilon, name="head_norm")(x)
         if pre_logits:
             x = keras.layers.Dense(channels[-1], activation="tanh", name="pre_logits")(x)
         x = keras.layers.Dense(num_classes, activation=classifier_activation, name="predictions")(x)
@@ -316,4 +501,19 @@ for _name, (_blocks, _channels, _paper) in CONFIGS.items():
         ),
         paper_parameters=_paper,
         reference=REFERENCE,
+    )
+
+
+for _name, (*_, _timm_count, _stride_on, _conv, _transformer) in RW_CONFIGS.items():
+    register_model(
+        _name,
+        build_coatnet,
+        family="coatnet",
+        config=rw_config(_name),
+        description=(
+            f"timm's {_name} (C-C-T-T, {_timm_count / 1e6:.1f}M parameters in timm), "
+            "224 x 224, 1000 classes; loads timm's weights (convert.from_timm_coatnet)"
+        ),
+        paper_parameters=None,
+        reference=TIMM_REFERENCE,
     )

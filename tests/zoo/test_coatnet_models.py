@@ -69,8 +69,20 @@ def blocks_of(model, stage):
 # --------------------------------------------------------------------------- registry
 
 
+# timm's own counts, sum(p.numel() for p in timm.create_model(name, num_classes=1000)
+# .parameters()) with timm 1.0.31 (coatnet_3_rw_224's default head has 11821 classes).
+TIMM_RW = {
+    "coatnet_nano_rw_224": 15_141_244,
+    "coatnet_0_rw_224": 27_435_562,
+    "coatnet_1_rw_224": 41_721_502,
+    "coatnet_2_rw_224": 73_868_400,
+    "coatnet_3_rw_224": 165_173_428,
+}
+
+
 def test_registered_configurations():
-    assert zoo.list_models(family="coatnet") == [f"coatnet_{n}" for n in range(5)]
+    assert zoo.list_models(family="coatnet") == sorted([f"coatnet_{n}" for n in range(5)] +
+                                                       list(TIMM_RW))  # fmt: skip
     for name, paper in PAPER.items():
         spec = zoo.get_spec(name)
         assert spec.builder is build_coatnet and spec.paper_parameters == paper
@@ -107,6 +119,14 @@ def check_parameters(name, model):
 @pytest.mark.parametrize("name", list(PAPER))
 def test_parameters(name):
     check_parameters(name, shape_only(name))
+
+
+@pytest.mark.parametrize("name", list(TIMM_RW))
+def test_timm_variants_have_timms_parameter_counts(name):
+    model = shape_only(name)
+    assert model.input_shape == (None, 224, 224, 3) and model.output_shape == (None, 1000)
+    assert trainable_parameters(model) == TIMM_RW[name]
+    assert zoo.get_spec(name).paper_parameters is None  # timm's variants, not the paper's
 
 
 @pytest.mark.large
@@ -269,7 +289,7 @@ def test_unknown_layout(layout):
         ({"pooling": None}, r"`pooling` must be 'avg' or 'max' when include_top=True"),
         ({"num_classes": 0}, r"`num_classes` must be a positive int"),
         ({"drop_path_rate": 1.0}, r"`drop_path_rate` must be a float in \[0, 1\)"),
-        ({"stride_on": "pool"}, r"`stride_on` must be one of"),
+        ({"stride_on": "conv"}, r"`stride_on` must be one of"),
     ],
 )
 def test_inconsistent_overrides(overrides, pattern):
