@@ -42,7 +42,8 @@ def check_activation(caller: str, activation: Any) -> Any:
 
 def check_positive_number(caller: str, name: str, value: Any) -> float:
     """A positive int or float (e.g. ``layer_norm_epsilon``) as a float."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    number = int | float | np.integer | np.floating  # numpy scalars too (e.g. np.float32(0.5))
+    if isinstance(value, bool | np.bool_) or not isinstance(value, number) or value <= 0:
         raise ValueError(f"{caller}: `{name}` must be a positive number, got {value!r}.")
     return float(value)
 

@@ -19,6 +19,11 @@ BatchNorm's moving statistics), against timm's ``coatnet_N_224`` and the paper:
     coatnet_3  2, 2, 6, 14, 2   192, 192, 384, 768, 1536  166,966,264   166.97M  168M
     coatnet_4  2, 2, 12, 28, 2  192, 192, 384, 768, 1536  275,425,288   275.43M  275M
 
+timm's own variants, the only CoAtNets with public trained weights, are registered too
+(``coatnet_nano_rw_224``, ``coatnet_0_rw_224`` .. ``coatnet_3_rw_224``): the same builder
+with the options they need (:data:`RW_CONFIGS`, :func:`rw_config`), parameter counts equal
+to timm's; ``keras_posenc.convert.from_timm_coatnet`` loads their checkpoints.
+
 The model card (zoo/coatnet/README.md in the repository) has the details.
 """
 

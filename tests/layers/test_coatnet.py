@@ -39,6 +39,11 @@ def images(rng, shape):
     return rng.standard_normal(shape).astype("float32")
 
 
+def optional(tensor):
+    """A weight that an option may remove (a bias, a layer scale): None when absent."""
+    return None if tensor is None else to_numpy(tensor)
+
+
 def dense(layer):
     return to_numpy(layer.kernel), to_numpy(layer.bias)
 
@@ -55,7 +60,7 @@ def shortcut_weights(layer):
         return {"shortcut_kernel": None, "shortcut_bias": None}
     return {
         "shortcut_kernel": to_numpy(projection.kernel),
-        "shortcut_bias": to_numpy(projection.bias),
+        "shortcut_bias": optional(projection.bias),
     }
 
 
@@ -74,7 +79,7 @@ def mbconv_weights(layer):
         "depthwise_kernel": to_numpy(layer.depthwise_conv.kernel),
         "se": se_weights(layer.squeeze_excite),
         "project_kernel": to_numpy(layer.project_conv.kernel),
-        "project_bias": to_numpy(layer.project_conv.bias),
+        "project_bias": optional(layer.project_conv.bias),
         **shortcut_weights(layer),
     }
 
@@ -91,6 +96,8 @@ def transformer_weights(layer):
         "ffn_hidden": dense(layer.ffn_hidden),
         "ffn_output": dense(layer.ffn_output),
         "table": to_numpy(layer.relative_bias.table),
+        "attention_scale": optional(layer.attention_scale),
+        "ffn_scale": optional(layer.ffn_scale),
         **shortcut_weights(layer),
     }
 
@@ -146,9 +153,92 @@ def test_mbconv_widths_and_parameters():
     assert sum(int(np.prod(w.shape)) for w in layer.trainable_weights) == expected
 
 
+# timm's coatnet_*_rw MBConv: every option away from the paper's default at once.
+RW_MBCONV = dict(
+    stride_on="pool",
+    pool="avg",
+    activation="silu",
+    pre_activation=True,
+    expand_from="input",
+    se_from="hidden",
+    se_activation="relu",
+    se_position="before_norm",
+    output_bias=False,
+)
+# The reference's keyword arguments among the options (the widths and biases show in the
+# weights' shapes and presence instead).
+REFERENCE_OPTIONS = ("activation", "pre_activation", "pool", "se_activation", "se_position")
+
+MBCONV_OPTION_CASES = [
+    # (input shape, filters, options); all at strides=2, shapes of the cases above
+    # odd sizes: the average pools see padded cells (excluded), Proj(Pool(x)) without bias
+    pytest.param((2, 5, 7, 8), 12, RW_MBCONV, id="rw"),
+    # PyTorch's padding; at odd sizes it equals "same", so this one pins the output size
+    pytest.param(
+        (2, 5, 7, 8),
+        12,
+        dict(stride_on="depthwise", padding="symmetric", activation="silu", pool="avg"),
+        id="symmetric-odd",
+    ),
+    # at even sizes "symmetric" pads one zero before, "same" one after: other pixels
+    pytest.param(
+        (2, 6, 6, 8),
+        8,
+        dict(stride_on="depthwise", padding="symmetric", se_position="after_activation"),
+        id="symmetric-even",
+    ),
+]
+
+
+@pytest.mark.parametrize("shape, filters, options", MBCONV_OPTION_CASES)
+def test_mbconv_options_match_reference(rng, shape, filters, options):
+    x = images(rng, shape)
+    layer = MBConv(filters, strides=2, se_ratio=0.25, **options)
+    layer(x)
+    randomize(layer)
+    weights = mbconv_weights(layer)
+    kwargs = {key: options[key] for key in REFERENCE_OPTIONS if key in options}
+    padding = options.get("padding", "same")
+    stride_on = options["stride_on"]
+    expected = ref.mbconv(x.astype("float64"), weights, 2, stride_on, padding=padding, **kwargs)
+    actual = to_numpy(layer(x, training=False))
+    assert actual.shape == expected.shape == layer.compute_output_shape(shape)
+    np.testing.assert_allclose(actual, expected, atol=ATOL, rtol=0)
+    if padding == "symmetric" and shape[1] % 2 == 0:
+        # The test can fail: with the option ignored ("same" padding) the outputs differ.
+        same = ref.mbconv(x.astype("float64"), weights, 2, stride_on, padding="same", **kwargs)
+        assert np.abs(same - expected).max() > 1e-2
+        other = MBConv(filters, strides=2, se_ratio=0.25, **{**options, "padding": "same"})
+        other(x)
+        other.set_weights(layer.get_weights())
+        assert np.abs(to_numpy(other(x, training=False)) - actual).max() > 1e-2
+
+
+def test_mbconv_rw_widths_and_parameters():
+    layer = MBConv(12, strides=2, expansion_rate=4, se_ratio=0.25, **RW_MBCONV)
+    layer.build((None, 5, 7, 8))
+    # expand_from="input": 4 * 8 input channels; se_from="hidden": int(0.25 * 32)
+    assert layer.hidden_filters == 32 and layer.squeeze_filters == 8
+    assert layer.squeeze_excite.squeeze_filters == 8
+    assert tuple(layer.expand_conv.kernel.shape) == (1, 1, 8, 32)
+    assert layer.project_conv.bias is None and layer.shortcut_projection.bias is None
+    assert layer.expand_conv.strides == (1, 1) and layer.depthwise_conv.strides == (1, 1)
+    # pre BN 2*8 + 1x1 8*32 + BN 2*32 + dw 9*32 + SE (32*8+8 + 8*32+32) + BN 2*32
+    # + 1x1 32*12 (no bias) + shortcut 8*12 (no bias); trainable only
+    expected = 16 + 256 + 64 + 288 + 552 + 64 + 384 + 96
+    assert sum(int(np.prod(w.shape)) for w in layer.trainable_weights) == expected == 1720
+
+
 def test_mbconv_standard_checks(rng):
     layer_checks.run_standard_checks(
         lambda: MBConv(8, strides=2, stride_on="depthwise"), images(rng, (2, 4, 4, 4))
+    )
+
+
+@pytest.mark.large
+def test_mbconv_rw_standard_checks(rng):
+    layer_checks.run_standard_checks(
+        lambda: MBConv(8, strides=2, **RW_MBCONV), images(rng, (2, 4, 4, 4))
     )
 
 
@@ -188,6 +278,61 @@ def test_transformer_matches_reference(rng, shape, filters, head_dim, strides):
     actual = to_numpy(layer(x))
     assert actual.shape == expected.shape == layer.compute_output_shape(shape)
     np.testing.assert_allclose(actual, expected, atol=ATOL, rtol=0)
+
+
+TRANSFORMER_OPTION_CASES = [
+    # (input shape, filters, head_dim, strides, options); shapes of the cases above
+    # timm's _rw: average pool (odd sizes: padded cells excluded), attention at the input
+    # width (2 heads of 4, projected 8 -> 16), shortcut without bias, layer scale
+    pytest.param(
+        (2, 5, 3, 8),
+        16,
+        4,
+        2,
+        dict(pool="avg", attention_width="input", shortcut_bias=False, layer_scale=0.5),
+        id="rw-stride2",
+    ),
+    # at stride 1: the shortcut is a projection without bias, no pool
+    pytest.param(
+        (2, 3, 4, 8),
+        16,
+        4,
+        1,
+        dict(attention_width="input", shortcut_bias=False, layer_scale=1e-5),
+        id="input-width-stride1",
+    ),
+]
+
+
+@pytest.mark.parametrize("shape, filters, head_dim, strides, options", TRANSFORMER_OPTION_CASES)
+def test_transformer_options_match_reference(rng, shape, filters, head_dim, strides, options):
+    x = images(rng, shape)
+    layer = RelativeTransformerBlock2D(filters, head_dim=head_dim, strides=strides, **options)
+    layer(x)
+    np.testing.assert_array_equal(to_numpy(layer.ffn_scale), np.float32(options["layer_scale"]))
+    randomize(layer)  # the layer scales too: one factor per channel, not one for all
+    weights = transformer_weights(layer)
+    assert weights["shortcut_bias"] is None and weights["attention_scale"].shape == (filters,)
+    heads = shape[-1] // head_dim  # attention_width="input"
+    expected = ref.relative_transformer_block(
+        x.astype("float64"), weights, heads, strides, pool=options.get("pool", "max")
+    )
+    actual = to_numpy(layer(x))
+    assert actual.shape == expected.shape == layer.compute_output_shape(shape)
+    np.testing.assert_allclose(actual, expected, atol=ATOL, rtol=0)
+
+
+def test_transformer_input_width_sizes():
+    block = RelativeTransformerBlock2D(16, head_dim=4, strides=2, attention_width="input")
+    block.build((None, 5, 3, 8))  # shapes of a case above
+    assert block.num_heads == 2 and block.attention_dim == 8
+    assert tuple(block.qkv_dense.kernel.shape) == (8, 24)
+    assert tuple(block.output_dense.kernel.shape) == (8, 16)
+    assert tuple(block.relative_bias.table.shape) == (2, 5, 3)
+    assert block.attention_scale is None and block.ffn_scale is None
+    default = RelativeTransformerBlock2D(16, head_dim=4, strides=2)
+    default.build((None, 5, 3, 8))
+    assert default.num_heads == 4 and tuple(default.qkv_dense.kernel.shape) == (8, 48)
 
 
 def test_transformer_table_follows_pooled_size():
@@ -243,6 +388,22 @@ def test_transformer_standard_checks(rng):
     layer_checks.run_standard_checks(
         lambda: RelativeTransformerBlock2D(8, head_dim=4, strides=2), images(rng, (2, 4, 4, 4))
     )
+
+
+@pytest.mark.large
+def test_transformer_rw_standard_checks(rng):
+    def make():
+        return RelativeTransformerBlock2D(
+            8,
+            head_dim=2,
+            strides=2,
+            pool="avg",
+            attention_width="input",
+            shortcut_bias=False,
+            layer_scale=0.5,
+        )
+
+    layer_checks.run_standard_checks(make, images(rng, (2, 4, 4, 4)))
 
 
 # --------------------------------------------------------------------------- stochastic depth
@@ -305,6 +466,23 @@ def test_configs_hold_every_argument():
         16, head_dim=8, strides=2, expansion_rate=2, drop_path_rate=0.2, norm_epsilon=1e-6, seed=1
     )
     layer_checks.check_config_roundtrip(block)
+
+
+def test_configs_hold_the_rw_options(rng):
+    layer = MBConv(8, strides=2, kernel_size=5, padding="symmetric", **RW_MBCONV)
+    restored = layer_checks.check_config_roundtrip(layer)
+    for key, value in {**RW_MBCONV, "padding": "symmetric"}.items():
+        assert getattr(restored, key) == value, key
+    block = RelativeTransformerBlock2D(
+        16, head_dim=4, pool="avg", attention_width="input", shortcut_bias=False, layer_scale=0.5
+    )
+    restored = layer_checks.check_config_roundtrip(block)
+    assert (restored.pool, restored.attention_width) == ("avg", "input")
+    assert (restored.shortcut_bias, restored.layer_scale) == (False, 0.5)
+    # A callable activation round-trips through its registered name.
+    se = MBConv(8, activation=keras.activations.silu, se_activation=keras.activations.relu)
+    restored = layer_checks.check_config_roundtrip(se)
+    assert restored.get_config()["activation"] == se.get_config()["activation"]
     layer_checks.check_config_roundtrip(SqueezeExcite(4, activation="relu"))
 
 
@@ -320,9 +498,18 @@ def test_configs_hold_every_argument():
         ({"filters": 8, "strides": 3}, "strides"),
         ({"filters": 8, "expansion_rate": 0}, "expansion_rate"),
         ({"filters": 8, "se_ratio": 1.5}, "se_ratio"),
-        ({"filters": 8, "stride_on": "pool"}, "stride_on"),
+        ({"filters": 8, "stride_on": "conv"}, "stride_on"),
         ({"filters": 8, "drop_path_rate": 1.0}, "drop_path_rate"),
         ({"filters": 8, "kernel_size": 0}, "kernel_size"),
+        ({"filters": 8, "pool": "min"}, "pool"),
+        ({"filters": 8, "pool": None}, "pool"),
+        ({"filters": 8, "stride_on": "Pool"}, "stride_on"),
+        ({"filters": 8, "expand_from": "hidden"}, "expand_from"),
+        ({"filters": 8, "se_from": "input"}, "se_from"),
+        ({"filters": 8, "se_position": "after_norm"}, "se_position"),
+        ({"filters": 8, "padding": "valid"}, "padding"),
+        ({"filters": 8, "activation": "no_such_activation"}, "activation"),
+        ({"filters": 8, "se_activation": "no_such_activation"}, "se_activation"),
     ],
 )
 def test_mbconv_bad_arguments(kwargs, argument):
@@ -330,11 +517,18 @@ def test_mbconv_bad_arguments(kwargs, argument):
         MBConv(**kwargs)
 
 
-def test_mbconv_synchronized_must_be_bool():
+@pytest.mark.parametrize("argument", ["synchronized", "pre_activation", "output_bias"])
+def test_mbconv_flags_must_be_bools(argument):
+    with pytest.raises(TypeError, match=rf"MBConv '.*': `{argument}` must be a bool; received str"):
+        MBConv(8, **{argument: "yes"})
+
+
+def test_mbconv_symmetric_padding_needs_an_odd_kernel():
     with pytest.raises(
-        TypeError, match=r"MBConv '.*': `synchronized` must be a bool; received str"
+        ValueError,
+        match=r"MBConv '.*': `padding='symmetric'` needs an odd `kernel_size`.*kernel_size=4",
     ):
-        MBConv(8, synchronized="yes")
+        MBConv(8, kernel_size=4, padding="symmetric")
 
 
 @pytest.mark.parametrize(
@@ -345,12 +539,41 @@ def test_mbconv_synchronized_must_be_bool():
         ({"filters": 8, "head_dim": 4, "strides": 0}, "strides"),
         ({"filters": 8, "head_dim": 4, "drop_path_rate": -0.1}, "drop_path_rate"),
         ({"filters": 8, "head_dim": 4, "expansion_rate": 1.5}, "expansion_rate"),
+        ({"filters": 8, "head_dim": 4, "pool": "min"}, "pool"),
+        ({"filters": 8, "head_dim": 4, "attention_width": "both"}, "attention_width"),
     ],
 )
 def test_transformer_bad_arguments(kwargs, argument):
     pattern = rf"RelativeTransformerBlock2D '.*': `{argument}` must be .*received"
     with pytest.raises(ValueError, match=pattern):
         RelativeTransformerBlock2D(**kwargs)
+
+
+@pytest.mark.parametrize("value", [0, -0.5, True, "0.5"])
+def test_transformer_layer_scale_must_be_positive(value):
+    given = re.escape(repr(value))
+    pattern = (
+        rf"RelativeTransformerBlock2D '.*': `layer_scale` must be a positive number, got {given}"
+    )
+    with pytest.raises(ValueError, match=pattern):
+        RelativeTransformerBlock2D(8, head_dim=4, layer_scale=value)
+
+
+def test_transformer_shortcut_bias_must_be_bool():
+    with pytest.raises(
+        TypeError, match=r"RelativeTransformerBlock2D '.*': `shortcut_bias` must be a bool"
+    ):
+        RelativeTransformerBlock2D(8, head_dim=4, shortcut_bias="no")
+
+
+def test_transformer_input_width_needs_channels_a_multiple_of_head_dim():
+    block = RelativeTransformerBlock2D(8, head_dim=4, attention_width="input")
+    with pytest.raises(
+        ValueError,
+        match=r"attention_width='input' the input channels must be a multiple of head_dim=4"
+        r".*\(None, 3, 3, 6\)",
+    ):
+        block.build((None, 3, 3, 6))
 
 
 def test_transformer_filters_must_be_a_multiple_of_head_dim():
@@ -382,3 +605,10 @@ def test_transformer_needs_a_known_spatial_size():
     block = RelativeTransformerBlock2D(8, head_dim=4)
     with pytest.raises(ValueError, match=r"spatial size must be known .*\(None, None, None, 8\)"):
         block.build((None, None, None, 8))
+
+
+def test_layer_scale_accepts_numpy_scalars():
+    block = RelativeTransformerBlock2D(16, head_dim=8, layer_scale=np.float32(0.5))
+    assert block.layer_scale == 0.5 and type(block.layer_scale) is float
+    with pytest.raises(ValueError, match="`layer_scale` must be a positive number"):
+        RelativeTransformerBlock2D(16, head_dim=8, layer_scale=np.bool_(True))

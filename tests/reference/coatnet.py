@@ -4,12 +4,18 @@ Written from the paper's formulas with explicit loops over kernel offsets, in fl
 
 - MBConv: x <- Shortcut(x) + Conv1x1(SE(GELU(BN(DWConv(GELU(BN(Conv1x1(BN(x))))))))),
   Shortcut = Proj(Pool(x)) when downsampling / changing width, else identity;
-  BatchNorm in inference mode (moving statistics).
-- Transformer: x <- Shortcut(x) + Attention(Pool(LN(x))); x <- x + FFN(LN(x)), with
-  Attention = softmax(Q K^T / sqrt(d) + bias) V per head and the 2D relative bias of
-  reference.relative_position_2d.
+  BatchNorm in inference mode (moving statistics). Keyword options describe timm's
+  ``coatnet_*_rw`` variant: SiLU, an activation after the pre-norm, the stride on a
+  2 x 2 pool before the expansion, average pooling, SE (with its own activation)
+  between the depthwise conv and its BatchNorm, no output bias, PyTorch's padding.
+- Transformer: x <- Shortcut(x) + g1 * Attention(Pool(LN(x))); x <- x + g2 * FFN(LN(x)),
+  with Attention = softmax(Q K^T / sqrt(d) + bias) V per head, the 2D relative bias of
+  reference.relative_position_2d and optional per-channel layer scales g1, g2.
 - "same" padding and pooling follow TensorFlow's convention (output ceil(n / stride),
-  padding split with the extra cell after), which is what Keras uses on every backend.
+  padding split with the extra cell after), which is what Keras uses on every backend;
+  an average pool divides by the number of real (unpadded) cells in its window.
+- "symmetric" padding is PyTorch's: p = (k - 1) // 2 zeros on each side, output
+  floor((n + 2p - k) / stride) + 1; for an even n at stride 2 it samples other pixels.
 """
 
 from __future__ import annotations
@@ -29,6 +35,18 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """SiLU (swish): x * sigmoid(x)."""
+    return x * sigmoid(x)
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0)
+
+
+ACTIVATIONS = {"gelu": gelu, "silu": silu, "relu": relu}
 
 
 def _same_padding(size: int, kernel: int, stride: int) -> tuple[int, int, int]:
@@ -59,10 +77,22 @@ def conv2d(x, kernel, bias=None, stride=1):
     return out if bias is None else out + bias
 
 
-def depthwise_conv2d(x, kernel, stride=1):
-    """Depthwise 2D convolution, "same" padding; kernel (k, k, C, 1), no bias."""
+def _symmetric_pad(x: np.ndarray, kernel: int, stride: int) -> tuple[np.ndarray, int, int]:
+    """x (B, H, W, C) zero-padded as PyTorch's Conv2d(padding=(k - 1) // 2) for odd k."""
+    assert kernel % 2 == 1, kernel
+    p = (kernel - 1) // 2
+    out_h = (x.shape[1] + 2 * p - kernel) // stride + 1
+    out_w = (x.shape[2] + 2 * p - kernel) // stride + 1
+    return np.pad(x, ((0, 0), (p, p), (p, p), (0, 0))), out_h, out_w
+
+
+def depthwise_conv2d(x, kernel, stride=1, padding="same"):
+    """Depthwise 2D convolution, "same" or "symmetric" padding; kernel (k, k, C, 1), no bias."""
     k = kernel.shape[0]
-    padded, out_h, out_w = _pad(x, k, stride, 0.0)
+    if padding == "symmetric":
+        padded, out_h, out_w = _symmetric_pad(x, k, stride)
+    else:
+        padded, out_h, out_w = _pad(x, k, stride, 0.0)
     out = np.zeros((x.shape[0], out_h, out_w, x.shape[-1]))
     for i in range(k):
         for j in range(k):
@@ -81,6 +111,23 @@ def max_pool_2x2(x):
     return out
 
 
+def avg_pool_2x2(x):
+    """2 x 2 average pool with stride 2, "same" padding: padded cells do not count."""
+    padded, out_h, out_w = _pad(x, 2, 2, 0.0)
+    real, _, _ = _pad(np.ones_like(x[..., :1]), 2, 2, 0.0)
+    total = np.zeros((x.shape[0], out_h, out_w, x.shape[-1]))
+    count = np.zeros((x.shape[0], out_h, out_w, 1))
+    for i in range(2):
+        for j in range(2):
+            total += padded[:, i : i + 2 * out_h : 2, j : j + 2 * out_w : 2]
+            count += real[:, i : i + 2 * out_h : 2, j : j + 2 * out_w : 2]
+    return total / count
+
+
+def pool_2x2(x, pool="max"):
+    return {"max": max_pool_2x2, "avg": avg_pool_2x2}[pool](x)
+
+
 def batch_norm(x, gamma, beta, mean, variance, epsilon):
     return gamma * (x - mean) / np.sqrt(variance + epsilon) + beta
 
@@ -91,37 +138,65 @@ def layer_norm(x, gamma, beta, epsilon):
     return gamma * (x - mean) / np.sqrt(variance + epsilon) + beta
 
 
-def squeeze_excite(x, w1, b1, w2, b2):
-    """x * sigmoid(W2 GELU(W1 mean_hw(x) + b1) + b2), one gate per sample and channel."""
+def squeeze_excite(x, w1, b1, w2, b2, activation="gelu"):
+    """x * sigmoid(W2 act(W1 mean_hw(x) + b1) + b2), one gate per sample and channel."""
     context = x.mean(axis=(1, 2))
-    gate = sigmoid(gelu(context @ w1 + b1) @ w2 + b2)
+    gate = sigmoid(ACTIVATIONS[activation](context @ w1 + b1) @ w2 + b2)
     return x * gate[:, None, None, :]
 
 
-def pooled_projection(x, strides, kernel=None, bias=None):
-    """The shortcut Proj(Pool(x)): pool when strides is 2, project when a kernel is given."""
+def pooled_projection(x, strides, kernel=None, bias=None, pool="max"):
+    """The shortcut Proj(Pool(x)): pool when strides is 2, project when a kernel is given
+    (``bias`` None: a projection without bias)."""
     if strides == 2:
-        x = max_pool_2x2(x)
+        x = pool_2x2(x, pool)
     if kernel is not None:
         x = conv2d(x, kernel, bias)
     return x
 
 
-def mbconv(x, w, strides=1, stride_on="expand", epsilon=1e-3):
+def mbconv(
+    x,
+    w,
+    strides=1,
+    stride_on="expand",
+    epsilon=1e-3,
+    *,
+    activation="gelu",
+    pre_activation=False,
+    pool="max",
+    se_activation="gelu",
+    se_position="after_activation",
+    padding="same",
+):
     """MBConv in inference mode; ``w`` maps names to float arrays (see the test's extraction).
 
     Keys: pre_norm, expand_norm, depthwise_norm (each a tuple gamma, beta, mean,
     variance), expand_kernel, depthwise_kernel, se (w1, b1, w2, b2) or None,
-    project_kernel, project_bias, shortcut_kernel / shortcut_bias (or None).
+    project_kernel, project_bias (or None), shortcut_kernel / shortcut_bias (or None).
+    The widths (hidden, SE bottleneck) are those of the kernels given. ``stride_on``:
+    "expand", "depthwise" or "pool" (a 2 x 2 ``pool`` of the normalised, activated
+    input before the expansion); ``se_position``: "after_activation" (SE after the
+    depthwise BatchNorm and activation) or "before_norm" (between the depthwise conv
+    and its BatchNorm); ``padding`` of the depthwise conv: "same" or "symmetric".
     """
-    shortcut = pooled_projection(x, strides, w["shortcut_kernel"], w["shortcut_bias"])
+    act = ACTIVATIONS[activation]
+    se = w["se"]
+    shortcut = pooled_projection(x, strides, w["shortcut_kernel"], w["shortcut_bias"], pool)
     y = batch_norm(x, *w["pre_norm"], epsilon)
+    if pre_activation:
+        y = act(y)
+    if stride_on == "pool" and strides == 2:
+        y = pool_2x2(y, pool)
     y = conv2d(y, w["expand_kernel"], stride=strides if stride_on == "expand" else 1)
-    y = gelu(batch_norm(y, *w["expand_norm"], epsilon))
-    y = depthwise_conv2d(y, w["depthwise_kernel"], stride=strides if stride_on != "expand" else 1)
-    y = gelu(batch_norm(y, *w["depthwise_norm"], epsilon))
-    if w["se"] is not None:
-        y = squeeze_excite(y, *w["se"])
+    y = act(batch_norm(y, *w["expand_norm"], epsilon))
+    depthwise_stride = strides if stride_on == "depthwise" else 1
+    y = depthwise_conv2d(y, w["depthwise_kernel"], stride=depthwise_stride, padding=padding)
+    if se is not None and se_position == "before_norm":
+        y = squeeze_excite(y, *se, activation=se_activation)
+    y = act(batch_norm(y, *w["depthwise_norm"], epsilon))
+    if se is not None and se_position == "after_activation":
+        y = squeeze_excite(y, *se, activation=se_activation)
     y = conv2d(y, w["project_kernel"], w["project_bias"])
     return shortcut + y
 
@@ -130,7 +205,9 @@ def relative_attention_2d(x, w, num_heads, table):
     """Multi-head self-attention over the positions of x (B, h, w, C) with a 2D relative bias.
 
     ``w["qkv"]`` = (kernel (C, 3 * D), bias) with columns laid out [q | k | v], each
-    (heads, head_dim); ``table`` (heads, 2h - 1, 2w - 1).
+    (heads, head_dim); ``table`` (heads, 2h - 1, 2w - 1). The output projection
+    ``w["attention_output"]`` maps D to its own width (D, or another when the
+    attention runs at the input width).
     """
     batch, height, width, _ = x.shape
     positions = height * width
@@ -151,20 +228,28 @@ def relative_attention_2d(x, w, num_heads, table):
             out[b, :, h] = weights @ v
     out_kernel, out_bias = w["attention_output"]
     return (out.reshape(batch, positions, model_dim) @ out_kernel + out_bias).reshape(
-        batch, height, width, model_dim
+        batch, height, width, out_kernel.shape[-1]
     )
 
 
-def relative_transformer_block(x, w, num_heads, strides=1, epsilon=1e-5):
+def relative_transformer_block(x, w, num_heads, strides=1, epsilon=1e-5, *, pool="max"):
     """The pre-norm Transformer block; ``w`` keys: attention_norm, ffn_norm (gamma, beta),
     qkv, attention_output, ffn_hidden, ffn_output (kernel, bias), table,
-    shortcut_kernel / shortcut_bias (or None)."""
-    shortcut = pooled_projection(x, strides, w["shortcut_kernel"], w["shortcut_bias"])
+    shortcut_kernel / shortcut_bias (or None), and optionally attention_scale /
+    ffn_scale (per-channel layer scales, or None). ``num_heads`` splits the width of
+    the qkv projection (the output or the input width)."""
+    shortcut = pooled_projection(x, strides, w["shortcut_kernel"], w["shortcut_bias"], pool)
     y = layer_norm(x, *w["attention_norm"], epsilon)
     if strides == 2:
-        y = max_pool_2x2(y)
-    x = shortcut + relative_attention_2d(y, w, num_heads, w["table"])
+        y = pool_2x2(y, pool)
+    y = relative_attention_2d(y, w, num_heads, w["table"])
+    if w.get("attention_scale") is not None:
+        y = y * w["attention_scale"]
+    x = shortcut + y
     hidden_kernel, hidden_bias = w["ffn_hidden"]
     output_kernel, output_bias = w["ffn_output"]
     y = layer_norm(x, *w["ffn_norm"], epsilon)
-    return x + gelu(y @ hidden_kernel + hidden_bias) @ output_kernel + output_bias
+    y = gelu(y @ hidden_kernel + hidden_bias) @ output_kernel + output_bias
+    if w.get("ffn_scale") is not None:
+        y = y * w["ffn_scale"]
+    return x + y
