@@ -9,6 +9,7 @@ the comparison.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import struct
@@ -21,7 +22,12 @@ import pytest
 from keras import ops
 
 from keras_posenc import cli, zoo
-from keras_posenc.convert import config_from_timm, from_timm_coatnet, load_timm_state_dict
+from keras_posenc.convert import (
+    config_from_timm,
+    from_timm_coatnet,
+    load_timm_state_dict,
+    to_timm_state_dict,
+)
 from keras_posenc.convert.timm import _infer_name
 from keras_posenc.zoo.coatnet import RW_CONFIGS, rw_config
 
@@ -39,6 +45,7 @@ def fixture(name):
     return state, described, arrays["input"].transpose(0, 2, 3, 1), arrays["logits"]
 
 
+@functools.cache  # the converted models are only read: convert each fixture once
 def convert(name):
     state, described, images, logits = fixture(name)
     config = config_from_timm(described["cfg"], img_size=tuple(described["img_size"]))
@@ -77,6 +84,24 @@ def test_logits_match_timm(name):
     model, images, logits = convert(name)
     assert model.output_shape == (None, 10)
     np.testing.assert_allclose(predict(model, images), logits, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_back_to_timm_gives_the_checkpoint(name):
+    """to_timm_state_dict inverts the conversion exactly: every key, shape and value."""
+    state = fixture(name)[0]
+    model, _, _ = convert(name)
+    back = to_timm_state_dict(model)
+    assert sorted(back) == sorted(state)
+    for key, value in state.items():
+        assert back[key].dtype == np.float32 and back[key].shape == value.shape, key
+        np.testing.assert_array_equal(back[key], value, err_msg=key)
+
+
+def test_back_to_timm_needs_a_coatnet():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="predictions")])
+    with pytest.raises(ValueError, match="to_timm_state_dict: expected a CoAtNet"):
+        to_timm_state_dict(model)
 
 
 def test_fixtures_cover_the_rw_options():

@@ -3,7 +3,8 @@
 - :func:`from_fairseq_fconv`: fairseq ``fconv`` (ConvS2S) checkpoints ->
   :class:`~keras_posenc.zoo.convs2s.ConvS2S` (PyTorch needed only to read ``.pt`` files).
 - :func:`from_timm_coatnet`: timm CoAtNet checkpoints (its ``coatnet_*_rw_*`` variants,
-  ``.safetensors`` or PyTorch files) -> the zoo's CoAtNet with timm's options.
+  ``.safetensors`` or PyTorch files) -> the zoo's CoAtNet with timm's options;
+  :func:`to_timm_state_dict` goes back (e.g. after fine-tuning in Keras).
 """
 
 from keras_posenc.convert.fairseq import (
@@ -14,7 +15,12 @@ from keras_posenc.convert.fairseq import (
     posenc_to_fairseq_ids,
     read_fairseq_dictionary,
 )
-from keras_posenc.convert.timm import config_from_timm, from_timm_coatnet, load_timm_state_dict
+from keras_posenc.convert.timm import (
+    config_from_timm,
+    from_timm_coatnet,
+    load_timm_state_dict,
+    to_timm_state_dict,
+)
 
 __all__ = [
     "config_from_timm",
@@ -26,4 +32,5 @@ __all__ = [
     "parse_fairseq_layers",
     "posenc_to_fairseq_ids",
     "read_fairseq_dictionary",
+    "to_timm_state_dict",
 ]

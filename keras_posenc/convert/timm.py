@@ -36,13 +36,14 @@ from typing import Any
 
 import keras
 import numpy as np
+from keras import ops
 
 from keras_posenc.convert._io import read_safetensors, to_numpy, torch_load
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 from keras_posenc.zoo.coatnet import RW_CONFIGS, build_coatnet, rw_config
 
-__all__ = ["config_from_timm", "from_timm_coatnet", "load_timm_state_dict"]
+__all__ = ["config_from_timm", "from_timm_coatnet", "load_timm_state_dict", "to_timm_state_dict"]
 
 _OWNER = "from_timm_coatnet"
 # Buffers timm's state dicts may hold that the Keras model does not need.
@@ -303,17 +304,35 @@ def config_from_timm(
 # --------------------------------------------------------------------------- the mapping
 
 
+def _same(weight: np.ndarray) -> np.ndarray:
+    return weight
+
+
 def _conv(weight: np.ndarray) -> np.ndarray:
     return weight.transpose(2, 3, 1, 0)
 
 
+def _conv_back(kernel: np.ndarray) -> np.ndarray:
+    return kernel.transpose(3, 2, 0, 1)
+
+
 def _depthwise(weight: np.ndarray) -> np.ndarray:
+    """``(C, 1, kh, kw)`` <-> ``(kh, kw, C, 1)``: the same permutation both ways."""
     return weight.transpose(2, 3, 0, 1)
 
 
 def _dense(weight: np.ndarray) -> np.ndarray:
     """A Linear ``(out, in)`` or 1 x 1 conv ``(out, in, 1, 1)`` weight as a Keras kernel."""
     return weight.reshape(weight.shape[0], -1).T
+
+
+def _dense_back(kernel: np.ndarray) -> np.ndarray:
+    """A Keras kernel as timm's 1 x 1 conv weight ``(out, in, 1, 1)``."""
+    return kernel.T[:, :, None, None]
+
+
+def _linear_back(kernel: np.ndarray) -> np.ndarray:
+    return kernel.T
 
 
 def _head_first_order(heads: int, head_dim: int) -> np.ndarray:
@@ -325,21 +344,28 @@ def _head_first_order(heads: int, head_dim: int) -> np.ndarray:
 
 
 class _Plan:
-    """The (variable, timm key, transform) triples of a model, built by walking its layers."""
+    """The (variable, timm key, transform, inverse) entries of a model, built by walking
+    its layers: ``transform`` turns timm's tensor into the variable's value, ``inverse``
+    the variable's value back into timm's tensor."""
 
     def __init__(self) -> None:
-        self.entries: list[tuple[Any, str, Callable[[np.ndarray], np.ndarray]]] = []
+        self.entries: list[tuple[Any, str, Callable, Callable]] = []
 
-    def add(self, variable: Any, key: str, transform: Callable = lambda w: w) -> None:
-        self.entries.append((variable, key, transform))
+    def add(
+        self, variable: Any, key: str, transform: Callable = _same, inverse: Callable = _same
+    ) -> None:
+        self.entries.append((variable, key, transform, inverse))
 
-    def conv(self, layer: Any, prefix: str, transform: Callable = _conv) -> None:
-        self.add(layer.kernel, f"{prefix}.weight", transform)
+    def conv(
+        self, layer: Any, prefix: str, transform: Callable = _conv, inverse: Callable = _conv_back
+    ) -> None:
+        self.add(layer.kernel, f"{prefix}.weight", transform, inverse)
         if layer.use_bias:
             self.add(layer.bias, f"{prefix}.bias")
 
-    def dense(self, layer: Any, prefix: str) -> None:
-        self.conv(layer, prefix, _dense)
+    def dense(self, layer: Any, prefix: str, linear: bool = False) -> None:
+        """A Keras Dense layer that is a 1 x 1 conv in timm, or a Linear (``linear``)."""
+        self.conv(layer, prefix, _dense, _linear_back if linear else _dense_back)
 
     def batch_norm(self, layer: Any, prefix: str) -> None:
         for variable, name in (
@@ -363,7 +389,7 @@ class _Plan:
         self.batch_norm(block.pre_norm, f"{prefix}.pre_norm")
         self.conv(block.expand_conv, f"{prefix}.conv1_1x1")
         self.batch_norm(block.expand_norm, f"{prefix}.norm1")
-        self.conv(block.depthwise_conv, f"{prefix}.conv2_kxk", _depthwise)
+        self.conv(block.depthwise_conv, f"{prefix}.conv2_kxk", _depthwise, _depthwise)
         self.batch_norm(block.depthwise_norm, f"{prefix}.norm2")
         if block.squeeze_excite is not None:
             se = "se_early" if block.se_position == "before_norm" else "se"
@@ -376,13 +402,25 @@ class _Plan:
         norm = f"{prefix}.norm1.norm" if block.strides == 2 else f"{prefix}.norm1"
         self.layer_norm(block.attention_norm, norm)
         order = _head_first_order(block.num_heads, block.head_dim)
-        self.add(block.qkv_dense.kernel, f"{prefix}.attn.qkv.weight", lambda w: _dense(w)[:, order])
-        self.add(block.qkv_dense.bias, f"{prefix}.attn.qkv.bias", lambda b: b[order])
+        back = np.argsort(order)  # our column of each of timm's rows
+        self.add(
+            block.qkv_dense.kernel,
+            f"{prefix}.attn.qkv.weight",
+            lambda w: _dense(w)[:, order],
+            lambda kernel: _dense_back(kernel[:, back]),
+        )
+        self.add(
+            block.qkv_dense.bias,
+            f"{prefix}.attn.qkv.bias",
+            lambda b: b[order],
+            lambda b: b[back],
+        )
         bias = block.relative_bias
         self.add(
             bias.table,
             f"{prefix}.attn.rel_pos.relative_position_bias_table",
             lambda table: _relative_table(table, bias, f"{prefix}.attn.rel_pos"),
+            lambda table: table.reshape(table.shape[0], -1).T,
         )
         self.dense(block.output_dense, f"{prefix}.attn.proj")
         if block.layer_scale is not None:
@@ -431,11 +469,11 @@ def _plan(model: keras.Model, stem_convs: int) -> _Plan:
     names = {layer.name for layer in model.layers}
     if "pre_logits" in names:  # timm's NormMlpClassifierHead (its paper configurations)
         plan.layer_norm(model.get_layer("head_norm"), "head.norm")
-        plan.dense(model.get_layer("pre_logits"), "head.pre_logits.fc")
+        plan.dense(model.get_layer("pre_logits"), "head.pre_logits.fc", linear=True)
     elif "head_norm" in names:
         plan.layer_norm(model.get_layer("head_norm"), "norm")
     if "predictions" in names:
-        plan.dense(model.get_layer("predictions"), "head.fc")
+        plan.dense(model.get_layer("predictions"), "head.fc", linear=True)
     return plan
 
 
@@ -507,7 +545,7 @@ def from_timm_coatnet(
     model = build_coatnet(**config)
     plan = _plan(model, blocks[0])
 
-    expected = {key for _, key, _ in plan.entries}
+    expected = {key for _, key, _, _ in plan.entries}
     missing = sorted(expected - set(state))
     unexpected = sorted(set(state) - expected)
     if missing or unexpected:
@@ -516,7 +554,7 @@ def from_timm_coatnet(
             f"architecture; missing keys: {missing}; unexpected keys: {unexpected}."
         )
     values = []
-    for variable, key, transform in plan.entries:
+    for variable, key, transform, _ in plan.entries:
         value = np.asarray(transform(np.asarray(state[key], dtype=np.float32)))
         if tuple(value.shape) != tuple(variable.shape):
             raise ValueError(
@@ -525,6 +563,52 @@ def from_timm_coatnet(
                 "layout)."
             )
         values.append(value)
-    for (variable, _, _), value in zip(plan.entries, values):
+    for (variable, *_), value in zip(plan.entries, values):
         variable.assign(value.astype(variable.dtype))
     return model
+
+
+def to_timm_state_dict(model: keras.Model) -> dict[str, np.ndarray]:
+    """A keras-posenc CoAtNet's weights as a timm state dict (the converter's inverse).
+
+    For a model built with timm's options (a ``coatnet_*_rw_224`` zoo model, or one
+    built from :func:`config_from_timm`), e.g. after fine-tuning it with Keras: the
+    result loads into the matching timm model with
+    ``timm_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})``
+    (timm regenerates its ``relative_position_index`` buffers itself).
+
+    Args:
+        model: a CoAtNet from :func:`~keras_posenc.zoo.coatnet.build_coatnet` with a
+            two-convolution stem and its classifier (``include_top=True``).
+
+    Returns:
+        timm's tensor names mapped to float32 numpy arrays in timm's layouts.
+
+    Raises:
+        ValueError: a model that is not such a CoAtNet.
+
+    Examples:
+
+        >>> from keras_posenc import zoo
+        >>> from keras_posenc.convert import from_timm_coatnet, to_timm_state_dict
+        >>> model = zoo.create("coatnet_0_rw_224", input_shape=(64, 64, 3), num_classes=10,
+        ...                    blocks=(2, 1, 1, 1, 1), channels=(16, 16, 32, 64, 64),
+        ...                    stem_channels=(8, 16))
+        >>> state = to_timm_state_dict(model)
+        >>> state["stages.2.blocks.0.attn.qkv.weight"].shape  # timm's 1 x 1 conv layout
+        (96, 32, 1, 1)
+    """
+    who = "to_timm_state_dict"
+    names = {layer.name for layer in getattr(model, "layers", ())}
+    stem_convs = sum(1 for name in names if name.startswith("stem_conv"))
+    if stem_convs != 2 or "predictions" not in names:
+        raise ValueError(
+            f"{who}: expected a CoAtNet built by build_coatnet with a two-convolution stem "
+            f"and its classifier; received {getattr(model, 'name', model)!r} with "
+            f"{stem_convs} stem convolutions and "
+            f"{'a' if 'predictions' in names else 'no'} classifier."
+        )
+    return {
+        key: np.ascontiguousarray(inverse(np.asarray(ops.convert_to_numpy(variable), np.float32)))
+        for variable, key, _, inverse in _plan(model, stem_convs).entries
+    }
