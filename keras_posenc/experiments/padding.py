@@ -45,7 +45,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc.experiments._raster import write_png
+from keras_posenc.experiments._raster import GLYPH_HEIGHT, GLYPH_WIDTH, draw_text, write_png
 from keras_posenc.layers.relative_position_2d import bilinear_matrix
 from keras_posenc.probe.backbone import BACKBONE_PADDINGS, probe_backbone
 from keras_posenc.probe.inputs import INPUT_KINDS, content_free_images
@@ -1051,10 +1051,11 @@ def write_results(
     paths = [csv_path, md_path, summary_path]
     listing = [
         "# Figures\n",
-        "Each PNG has one row per setting; in a row, for each target ("
+        "Each PNG has one row per setting, named on its left; in a row, for each target ("
         + ", ".join(targets)
-        + "), the target map and then the predicted map (the first test image of the first "
-        "seed; noise input unless named). Greyscale 0 (black) to 1 (white).\n",
+        + "), the target map and then the predicted map (headed `H` and `H pred`, ...; the "
+        "first test image of the first seed; noise input unless named). Greyscale 0 (black) "
+        "to 1 (white).\n",
     ]
     for stem, maps_by_label in (figures or {}).items():
         size = next(iter(maps_by_label.values())).shape[0]
@@ -1065,8 +1066,9 @@ def write_results(
             for channel, name in enumerate(targets):
                 row += [expected[name], np.clip(maps[..., channel], 0.0, 1.0)]
             tiles.append(row)
+        headers = [text for name in targets for text in (name, f"{name} pred")]
         png_path = os.path.join(out, f"{stem}.png")
-        write_png(png_path, _mosaic(tiles))
+        write_png(png_path, _mosaic(tiles, row_labels=list(maps_by_label), column_labels=headers))
         paths.append(png_path)
         description = _FIGURE_ROWS.get(stem, stem)
         listing.append(
@@ -1082,13 +1084,36 @@ def write_results(
     return paths
 
 
-def _mosaic(tiles: list[list[np.ndarray]], gap: int = 2) -> np.ndarray:
-    """A grid of equally sized [0, 1] maps separated by white lines, as uint8."""
+def _label_margins(row_labels: Sequence[str] | None) -> tuple[int, int]:
+    """(top, left): the pixels :func:`_mosaic` reserves for column and row labels."""
+    if row_labels is None:
+        return 0, 0
+    return GLYPH_HEIGHT + 4, max(len(label) for label in row_labels) * GLYPH_WIDTH + 6
+
+
+def _mosaic(
+    tiles: list[list[np.ndarray]],
+    gap: int = 2,
+    row_labels: Sequence[str] | None = None,
+    column_labels: Sequence[str] | None = None,
+) -> np.ndarray:
+    """A grid of equally sized [0, 1] maps separated by white lines, as uint8.
+
+    With labels, a band above the grid names each column and a margin on its left
+    names each row (black text on white), so the figure reads without its caption.
+    """
     height, width = tiles[0][0].shape
     rows, cols = len(tiles), len(tiles[0])
-    canvas = np.ones((rows * (height + gap) + gap, cols * (width + gap) + gap))
+    top, left = _label_margins(row_labels)
+    canvas = np.ones((top + rows * (height + gap) + gap, left + cols * (width + gap) + gap))
     for r, row in enumerate(tiles):
         for c, tile in enumerate(row):
-            top, left = gap + r * (height + gap), gap + c * (width + gap)
-            canvas[top : top + height, left : left + width] = tile
-    return np.round(canvas * 255).astype(np.uint8)
+            y, x = top + gap + r * (height + gap), left + gap + c * (width + gap)
+            canvas[y : y + height, x : x + width] = tile
+    image = np.round(canvas * 255).astype(np.uint8)
+    for r, label in enumerate(row_labels or ()):
+        y = top + gap + r * (height + gap) + (height - GLYPH_HEIGHT) // 2
+        draw_text(image, 2, y, label, 0)
+    for c, label in enumerate(column_labels or ()):
+        draw_text(image, left + gap + c * (width + gap), 2, label, 0)
+    return image

@@ -56,19 +56,32 @@ def test_outputs_are_written(tmp_path):
     png = open(os.path.join(tmp_path, "padding_maps.png"), "rb").read()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     width, height = struct.unpack(">II", png[16:24])
-    assert (height, width) == (1 * (32 + 2) + 2, 4 * (32 + 2) + 2)  # 1 padding x 2 targets
+    # 1 padding x 2 targets, below a 12-pixel band of column labels and right of the row
+    # label "valid" (5 glyphs of 6 pixels, plus 6).
+    assert (height, width) == (12 + 1 * (32 + 2) + 2, 36 + 4 * (32 + 2) + 2)
+    image = read_png(os.path.join(tmp_path, "padding_maps.png"))
+    assert image[:12, 36:].min() == 0  # the column labels (H, H pred, HS, HS pred)
+    assert image[12:, :36].min() == 0  # the row label
+    assert image[:12, :36].min() == 255  # the corner stays white
+
+
+def read_png(path):
+    """The pixels of a PNG as write_png writes it: one IDAT chunk, 8-bit grey, filter 0."""
+    data = open(path, "rb").read()
+    width, height = struct.unpack(">II", data[16:24])
+    length = struct.unpack(">I", data[33:37])[0]
+    assert data[37:41] == b"IDAT"
+    raw = np.frombuffer(zlib.decompress(data[41 : 41 + length]), np.uint8)
+    raw = raw.reshape(height, width + 1)
+    assert not raw[:, 0].any()  # filter type 0 on every row
+    return raw[:, 1:]
 
 
 def test_write_png_round_trip(tmp_path):
     image = (np.arange(12 * 7) % 256).astype(np.uint8).reshape(12, 7)
     path = os.path.join(tmp_path, "map.png")
     write_png(path, image)
-    data = open(path, "rb").read()
-    length = struct.unpack(">I", data[33:37])[0]
-    assert data[37:41] == b"IDAT"
-    raw = np.frombuffer(zlib.decompress(data[41 : 41 + length]), np.uint8).reshape(12, 8)
-    assert not raw[:, 0].any()  # filter type 0 on every row
-    np.testing.assert_array_equal(raw[:, 1:], image)
+    np.testing.assert_array_equal(read_png(path), image)
 
 
 def test_linear_readout_recovers_a_valid_convolution(rng):
@@ -235,7 +248,8 @@ def test_every_output_of_a_multi_part_run_is_written(tmp_path):
     assert "Rows, top to bottom: grey input, readout padding 0; grey input, readout" in figures
     png = open(os.path.join(tmp_path, "readout_alone_maps.png"), "rb").read()
     width, height = struct.unpack(">II", png[16:24])
-    assert (height, width) == (3 * (24 + 2) + 2, 2 * (24 + 2) + 2)  # 3 paddings x 1 target
+    left = len("grey input, readout padding 0") * 6 + 6  # the longest row label
+    assert (height, width) == (12 + 3 * (24 + 2) + 2, left + 2 * (24 + 2) + 2)  # 3 x 1 target
 
 
 def test_summary_cells_follow_the_paper():
