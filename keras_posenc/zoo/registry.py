@@ -239,7 +239,9 @@ def _load_weights(model: keras.Model, name: str, weights: str | os.PathLike) -> 
     if not path.endswith(_WEIGHT_SUFFIXES):
         raise ValueError(
             f"zoo.create({name!r}): `weights` must be a path ending in "
-            f"{' or '.join(_WEIGHT_SUFFIXES)}; got {path!r}."
+            f"{' or '.join(_WEIGHT_SUFFIXES)}; got {path!r}. Checkpoints of other libraries "
+            "(timm .safetensors/.pth, fairseq .pt) convert with keras_posenc.convert "
+            "(`posenc convert timm|fairseq SRC --out FILE.keras`)."
         )
     if not os.path.exists(path):
         raise FileNotFoundError(f"zoo.create({name!r}): weights file {path!r} does not exist.")

@@ -86,6 +86,8 @@ def test_bad_weights_paths(registered, tmp_path):
     expected = r"`weights` must be a path ending in \.weights\.h5 or \.keras"
     with pytest.raises(ValueError, match=expected):
         zoo.create("test_mlp_small", weights=str(tmp_path / "weights.npz"))
+    with pytest.raises(ValueError, match=r"posenc convert timm\|fairseq SRC"):
+        zoo.create("test_mlp_small", weights=str(tmp_path / "model.safetensors"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         zoo.create("test_mlp_small", weights=str(tmp_path / "missing.weights.h5"))
 
