@@ -221,6 +221,12 @@ def test_missing_unexpected_and_misshaped_keys():
     with pytest.raises(ValueError, match=r"missing keys: \['stages.1.blocks.0.conv1_1x1.weight'\]"
                        r"; unexpected keys: \['stages.2.blocks.0.attn.rel_pos.mlp"):  # fmt: skip
         from_timm_coatnet(broken, config=config)
+    with pytest.raises(ValueError, match=r"coatnet_rmlp_\* variants"):
+        from_timm_coatnet(broken, config=config)
+    broken = dict(state)
+    broken["stages.3.blocks.1.norm1.running_mean"] = np.zeros(24, "float32")
+    with pytest.raises(ValueError, match=r"BatchNorm in its Transformer blocks"):
+        from_timm_coatnet(broken, config=config)
     broken = dict(state, **{"head.fc.bias": np.zeros(11, "float32")})
     with pytest.raises(ValueError, match=r"'head.fc.bias' of shape \(11,\) does not fit"):
         from_timm_coatnet(broken, config=config)

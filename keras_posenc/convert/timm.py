@@ -48,6 +48,19 @@ __all__ = ["config_from_timm", "from_timm_coatnet", "load_timm_state_dict", "to_
 _OWNER = "from_timm_coatnet"
 # Buffers timm's state dicts may hold that the Keras model does not need.
 _IGNORED_SUFFIXES = ("num_batches_tracked", "relative_position_index")
+# Keys of timm variants keras-posenc does not implement, and what to tell the user.
+_UNSUPPORTED_MARKERS = (
+    (
+        "rel_pos.mlp",
+        "The checkpoint computes its relative position bias with an MLP (timm's "
+        "coatnet_rmlp_* variants), which keras-posenc does not implement.",
+    ),
+    (
+        ".running_mean",
+        "The checkpoint has BatchNorm in its Transformer blocks (timm's coatnet_bn_* "
+        "variants), which keras-posenc does not implement.",
+    ),
+)
 # Keys under which training checkpoints nest the weights (timm's train.py writes
 # "state_dict" and "state_dict_ema"; others use "model").
 _NESTED = ("state_dict_ema", "state_dict", "model")
@@ -549,9 +562,16 @@ def from_timm_coatnet(
     missing = sorted(expected - set(state))
     unexpected = sorted(set(state) - expected)
     if missing or unexpected:
+        # Variants with the shapes of a supported one but other layers, named for the user.
+        hints = [
+            hint
+            for marker, hint in _UNSUPPORTED_MARKERS
+            if any(marker in key for key in unexpected)
+        ]
         raise ValueError(
             f"{_OWNER}: the state dict does not match the {config.get('name', 'CoAtNet')} "
             f"architecture; missing keys: {missing}; unexpected keys: {unexpected}."
+            + "".join(f" {hint}" for hint in hints)
         )
     values = []
     for variable, key, transform, _ in plan.entries:
