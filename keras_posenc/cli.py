@@ -263,16 +263,12 @@ def _convert_timm(args: argparse.Namespace) -> int:
     if args.timm_config:
         with open(args.timm_config, encoding="utf-8") as handle:
             described = json.load(handle)
-        cfg = described.get("cfg", described)
-        image = args.image_size or described.get("img_size") or 224
-        config = config_from_timm(cfg, img_size=tuple(image) if isinstance(image, list) else image)
-    image = tuple(args.image_size) if args.image_size else None
-    model = from_timm_coatnet(
-        args.src,
-        args.name,
-        config=config,
-        input_shape=(*image, 3) if image else None,
-    )
+        image = described.get("img_size", 224)
+        image = tuple(image) if isinstance(image, list) else image
+        config = config_from_timm(described.get("cfg", described), img_size=image)
+    # --image-size overrides the size of the configuration either way.
+    input_shape = (*args.image_size, 3) if args.image_size else None
+    model = from_timm_coatnet(args.src, args.name, config=config, input_shape=input_shape)
     model.save(args.out)
     print(
         f"converted {args.src} ({model.name}, {model.count_params():,} parameters, "

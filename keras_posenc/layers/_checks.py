@@ -29,13 +29,16 @@ def check_rate(caller: str, name: str, value: Any) -> float:
     return float(value)
 
 
-def check_activation(caller: str, activation: Any) -> Any:
-    """A Keras activation (name or callable); ``"gelu"`` is the exact, exportable GELU."""
+def check_activation(caller: str, activation: Any, name: str = "activation") -> Any:
+    """A Keras activation (name or callable); ``"gelu"`` is the exact, exportable GELU.
+
+    ``name`` is the argument named in the error (``"se_activation"``, ...).
+    """
     try:
         return get_activation(activation)
-    except ValueError as error:
+    except (ValueError, TypeError) as error:
         raise ValueError(
-            f"{caller}: `activation` must be a Keras activation (a name such as 'relu' or "
+            f"{caller}: `{name}` must be a Keras activation (a name such as 'relu' or "
             f"'gelu', or a callable), got {activation!r}."
         ) from error
 

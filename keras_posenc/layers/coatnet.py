@@ -17,8 +17,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc.layers._checks import check_positive_number
-from keras_posenc.layers.activations import exact_gelu, get_activation
+from keras_posenc.layers._checks import check_activation, check_positive_number
+from keras_posenc.layers.activations import exact_gelu
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 
 STRIDE_ON = ("expand", "depthwise", "pool")
@@ -86,17 +86,6 @@ def _flag(value: Any, who: str, argument: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{who}: `{argument}` must be a bool; received {type(value).__name__}")
     return value
-
-
-def _activation(value: Any, who: str, argument: str) -> Any:
-    try:
-        # "gelu" is the exact (erf) GELU, written to export to ONNX.
-        return get_activation(value)
-    except Exception as error:
-        raise ValueError(
-            f"{who}: `{argument}` must be an activation name or callable; "
-            f"received {argument}={value!r}"
-        ) from error
 
 
 def _serialize_activation(value: Any) -> Any:
@@ -231,7 +220,7 @@ class SqueezeExcite(keras.layers.Layer):
         who = f"SqueezeExcite '{self.name}'"
         self.squeeze_filters = _positive_int(squeeze_filters, who, "squeeze_filters")
         self.activation = activation
-        squeeze_activation = _activation(activation, who, "activation")
+        squeeze_activation = check_activation(who, activation)
         self.squeeze = keras.layers.Dense(
             self.squeeze_filters,
             activation=squeeze_activation,
@@ -404,13 +393,13 @@ class MBConv(keras.layers.Layer):
         self.norm_momentum = _rate(norm_momentum, who, "norm_momentum")
         self.seed = seed
         self.activation = activation
-        self._activation_fn = _activation(activation, who, "activation")
+        self._activation_fn = check_activation(who, activation)
         self.pre_activation = _flag(pre_activation, who, "pre_activation")
         self.pool = _choice(pool, POOLS, who, "pool")
         self.expand_from = _choice(expand_from, EXPAND_FROM, who, "expand_from")
         self.se_from = _choice(se_from, SE_FROM, who, "se_from")
         self.se_activation = se_activation
-        _activation(se_activation, who, "se_activation")
+        check_activation(who, se_activation, "se_activation")
         self.se_position = _choice(se_position, SE_POSITIONS, who, "se_position")
         self.output_bias = _flag(output_bias, who, "output_bias")
         self.padding = _choice(padding, PADDINGS, who, "padding")
@@ -509,6 +498,8 @@ class MBConv(keras.layers.Layer):
         shape = self.expand_conv.compute_output_shape(shape)
         self.expand_norm.build(shape)
         self.depthwise_conv.build(shape)
+        # ceil(size / strides) for either padding (the conv's own shape rule would read
+        # the unpadded input of padding="symmetric" as "valid").
         batch, height, width, _ = shape
         depthwise_strides = self.depthwise_conv.strides[0]
         shape = (

@@ -36,6 +36,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_posenc.layers._checks import check_positive_number
 from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.zoo.registry import register_model
@@ -426,15 +427,7 @@ def build_coatnet(
     )
     if head not in HEADS:
         raise ValueError(f"{_WHO}: `head` must be one of {HEADS}; received head={head!r}")
-    if (
-        isinstance(head_norm_epsilon, bool)
-        or not isinstance(head_norm_epsilon, int | float)
-        or head_norm_epsilon <= 0
-    ):
-        raise ValueError(
-            f"{_WHO}: `head_norm_epsilon` must be a positive number; "
-            f"received {head_norm_epsilon!r}"
-        )
+    head_norm_epsilon = check_positive_number(_WHO, "head_norm_epsilon", head_norm_epsilon)
     for stage, (kind, width) in enumerate(zip(stages, channels[1:]), start=1):
         if kind == "T" and width % head_dim:
             raise ValueError(

@@ -508,13 +508,19 @@ def test_configs_hold_the_rw_options(rng):
         ({"filters": 8, "se_from": "input"}, "se_from"),
         ({"filters": 8, "se_position": "after_norm"}, "se_position"),
         ({"filters": 8, "padding": "valid"}, "padding"),
-        ({"filters": 8, "activation": "no_such_activation"}, "activation"),
-        ({"filters": 8, "se_activation": "no_such_activation"}, "se_activation"),
     ],
 )
 def test_mbconv_bad_arguments(kwargs, argument):
     with pytest.raises(ValueError, match=rf"MBConv '.*': `{argument}` must be .*received"):
         MBConv(**kwargs)
+
+
+@pytest.mark.parametrize("argument", ["activation", "se_activation"])
+def test_mbconv_bad_activations(argument):
+    # The shared activation check (layers._checks) names the argument and the value given.
+    expected = rf"MBConv '.*': `{argument}` must be a Keras activation.*got 'no_such_activation'"
+    with pytest.raises(ValueError, match=expected):
+        MBConv(8, **{argument: "no_such_activation"})
 
 
 @pytest.mark.parametrize("argument", ["synchronized", "pre_activation", "output_bias"])
