@@ -256,6 +256,33 @@ def check_training_step(
     assert not unchanged, f"{name}: one training step left these weights unchanged: {unchanged}"
 
 
+def assert_distinct_initial_weights(layer: keras.layers.Layer | keras.Model) -> None:
+    """No two trainable weights of the same shape start element-for-element equal.
+
+    Constant-initialised weights (every element the same value: zero biases, unit
+    norm scales, layer scales) are exempt, since they are meant to start alike. A
+    layer that hands one unseeded Keras initializer instance to two sublayers fails
+    this: the instance fixes its seed once and draws the same values twice. The layer
+    (or model) must be built.
+    """
+    name = _layer_name(layer)
+    assert layer.built, f"{name}: build the layer before checking its initial weights"
+    by_shape: dict[tuple, list] = {}
+    for weight in layer.trainable_weights:
+        value = ops.convert_to_numpy(ops.cast(weight, "float32"))
+        if value.size < 2 or np.all(value == value.flat[0]):
+            continue
+        by_shape.setdefault(tuple(value.shape), []).append((weight.path, value))
+    equal = [
+        (first, second)
+        for group in by_shape.values()
+        for index, (first, a) in enumerate(group)
+        for second, b in group[index + 1 :]
+        if np.array_equal(a, b)
+    ]
+    assert not equal, f"{name}: these trainable weights start identical: {equal}"
+
+
 def check_mixed_precision(
     layer: keras.layers.Layer,
     inputs: Any,

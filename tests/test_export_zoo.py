@@ -1,12 +1,14 @@
 """Every registered zoo model, in a small variant, exported to both formats on TensorFlow
-and verified (large: CI runs it on TensorFlow only). A model registered without a small
-variant here fails the coverage test, so the list grows with the zoo."""
+and verified, and checked for distinct initial weights (large: CI runs it on TensorFlow
+only). A model registered without a small variant here fails the coverage test, so the
+list grows with the zoo."""
 
 from __future__ import annotations
 
 import keras
 import pytest
 
+import layer_checks
 from keras_posenc import zoo
 from keras_posenc.export import FORMATS, export_model, export_seq2seq
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
@@ -74,6 +76,13 @@ FIXED_BACKBONES = {"posenet_vgg16", "posenet_resnet50", "posenet_coatnet_0"}
 def test_every_registered_model_has_a_small_variant():
     missing = sorted(set(zoo.list_models()) - set(SMALL_VARIANTS))
     assert not missing, f"add a small variant for {missing} to SMALL_VARIANTS"
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("name", sorted(SMALL_VARIANTS))
+def test_small_variant_weights_start_distinct(name):
+    model = zoo.create(name, **SMALL_VARIANTS[name])
+    layer_checks.assert_distinct_initial_weights(model)
 
 
 @pytest.mark.large

@@ -113,6 +113,29 @@ class SeesTheFuture(CausalMixer):
         return outputs + ops.mean(ops.matmul(inputs, self.mix_kernel), axis=1, keepdims=True)
 
 
+class SharesInitializer(CausalMixer):
+    """Hands one initializer instance to both kernels, which then start equal."""
+
+    def build(self, input_shape):
+        channels = input_shape[-1]
+        shared = keras.initializers.GlorotUniform()
+        self.self_kernel = self.add_weight(
+            name="self_kernel", shape=(channels, self.units), initializer=shared
+        )
+        self.mix_kernel = self.add_weight(
+            name="mix_kernel", shape=(channels, self.units), initializer=shared
+        )
+        self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="ones")
+
+
+class TwoBiases(CausalMixer):
+    """A second constant-initialised bias, equal to the first: allowed."""
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self.second_bias = self.add_weight(name="second_bias", shape=(4,), initializer="ones")
+
+
 @pytest.fixture
 def sequence():
     rng = np.random.default_rng(0)
@@ -215,3 +238,18 @@ def test_padding_check_refuses_a_mask_without_padding(sequence):
     inputs, _ = sequence
     with pytest.raises(AssertionError, match="at least one padded position"):
         layer_checks.check_padding_invariance(CausalMixer(4), inputs, np.ones((2, 6), bool))
+
+
+def test_initial_weights_check_catches_a_shared_initializer(sequence):
+    inputs, _ = sequence
+    layer = SharesInitializer(4)
+    layer(inputs)
+    with pytest.raises(AssertionError, match="start identical.*self_kernel.*mix_kernel"):
+        layer_checks.assert_distinct_initial_weights(layer)
+
+
+def test_initial_weights_check_passes_distinct_kernels_and_constant_biases(sequence):
+    inputs, _ = sequence
+    layer = TwoBiases(4)
+    layer(inputs)
+    layer_checks.assert_distinct_initial_weights(layer)

@@ -18,6 +18,7 @@ import numpy as np
 from keras import ops
 
 from keras_posenc.layers._checks import check_rate, shape_of
+from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._specs import output_with_cache_spec
 from keras_posenc.layers.relative_index import _check_bool, _check_int
 
@@ -444,7 +445,8 @@ class ConvS2SAttention(keras.layers.Layer):
             and values.
         kernel_initializer: ``None`` (default) for the reference
             initialisation ``N(0, sqrt(1 / fan_in))`` of each projection, or
-            any Keras initializer.
+            any Keras initializer (each projection draws from its own copy, with a
+            seed derived per projection when it is seeded).
         bias_initializer: initializer of the projection biases (reference: zeros).
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
@@ -502,13 +504,13 @@ class ConvS2SAttention(keras.layers.Layer):
         return f"{type(self).__name__}({self.name!r})"
 
     def _projection(self, units: int, fan_in: int, name: str) -> keras.layers.Dense:
-        initializer = self.kernel_initializer
+        initializer = sublayer_initializer(self.kernel_initializer, name)
         if initializer is None:
             initializer = keras.initializers.RandomNormal(mean=0.0, stddev=math.sqrt(1.0 / fan_in))
         return keras.layers.Dense(
             units,
             kernel_initializer=initializer,
-            bias_initializer=self.bias_initializer,
+            bias_initializer=sublayer_initializer(self.bias_initializer, name),
             dtype=self.dtype_policy,
             name=name,
         )

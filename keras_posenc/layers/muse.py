@@ -31,9 +31,10 @@ from keras_posenc.layers._checks import (
     check_rate,
     shape_of,
 )
+from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._specs import output_with_cache_spec
 from keras_posenc.layers.relative_index import _check_bool, _check_int
-from keras_posenc.layers.relative_transformer import _clone_initializer, feedforward_denses
+from keras_posenc.layers.relative_transformer import feedforward_denses
 
 __all__ = ["MUSEAttention", "MUSEDecoderLayer", "MUSEEncoderLayer"]
 
@@ -229,8 +230,9 @@ class MUSEAttention(keras.layers.Layer):
         use_bias: whether the projections (query, key, value, pointwise,
             kernel predictors, output) have biases.
         kernel_initializer: initializer of every kernel (depthwise filters
-            included).
-        bias_initializer: initializer of every bias.
+            included); each kernel draws from its own copy (a seeded initializer
+            gets one seed per kernel, derived from its seed), so no two start equal.
+        bias_initializer: initializer of every bias (copied the same way).
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -338,8 +340,8 @@ class MUSEAttention(keras.layers.Layer):
             equation,
             output_shape=output_shape,
             bias_axes=bias_axes if self.use_bias else None,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
+            kernel_initializer=sublayer_initializer(self.kernel_initializer, name),
+            bias_initializer=sublayer_initializer(self.bias_initializer, name),
             dtype=self.dtype_policy,
             name=name,
         )
@@ -367,7 +369,9 @@ class MUSEAttention(keras.layers.Layer):
                     else self.add_weight(
                         name=f"depthwise_kernel_{k}",
                         shape=(k, channels),
-                        initializer=self.kernel_initializer,
+                        initializer=sublayer_initializer(
+                            self.kernel_initializer, f"depthwise_kernel_{k}"
+                        ),
                     )
                 )
                 pointwise = self._dense("abc,cd->abd", (None, channels), "d", f"pointwise_{k}")
@@ -665,8 +669,8 @@ class _CrossAttention(keras.layers.Layer):
             equation,
             output_shape=output_shape,
             bias_axes=bias_axes if self.use_bias else None,
-            kernel_initializer=_clone_initializer(self.kernel_initializer),
-            bias_initializer=_clone_initializer(self.bias_initializer),
+            kernel_initializer=sublayer_initializer(self.kernel_initializer, name),
+            bias_initializer=sublayer_initializer(self.bias_initializer, name),
             dtype=self.dtype_policy,
             name=name,
         )
@@ -780,8 +784,8 @@ class _MUSEBlock(SequenceChecks, keras.layers.Layer):
             dropout=self.attention_dropout,
             weight_dropout=self.weight_dropout,
             use_bias=self.use_bias,
-            kernel_initializer=_clone_initializer(self.kernel_initializer),
-            bias_initializer=_clone_initializer(self.bias_initializer),
+            kernel_initializer=sublayer_initializer(self.kernel_initializer, "self_attention"),
+            bias_initializer=sublayer_initializer(self.bias_initializer, "self_attention"),
             fused_attention=self.fused_attention,
             dtype=self.dtype_policy,
             name="self_attention",
@@ -888,8 +892,10 @@ class MUSEEncoderLayer(_MUSEBlock):
         layer_norm_epsilon: epsilon of the layer normalisation.
         use_bias: whether the projections and the feed-forward layers have
             biases (the layer norm always has scale and offset).
-        kernel_initializer: initializer of every kernel.
-        bias_initializer: initializer of every bias.
+        kernel_initializer: initializer of every kernel; each kernel draws from its
+            own copy (a seeded initializer gets one seed per kernel, derived from its
+            seed), so no two start equal.
+        bias_initializer: initializer of every bias (copied the same way).
         fused_attention: self- (and cross-) attention through
             ``keras.ops.dot_product_attention`` in float32 without active
             attention dropout; see `MUSEAttention`.
@@ -1002,8 +1008,10 @@ class MUSEDecoderLayer(_MUSEBlock):
         layer_norm_epsilon: epsilon of the layer normalisation.
         use_bias: whether the projections and the feed-forward layers have
             biases (the layer norm always has scale and offset).
-        kernel_initializer: initializer of every kernel.
-        bias_initializer: initializer of every bias.
+        kernel_initializer: initializer of every kernel; each kernel draws from its
+            own copy (a seeded initializer gets one seed per kernel, derived from its
+            seed), so no two start equal.
+        bias_initializer: initializer of every bias (copied the same way).
         fused_attention: self- (and cross-) attention through
             ``keras.ops.dot_product_attention`` in float32 without active
             attention dropout; see `MUSEAttention`.
@@ -1063,8 +1071,8 @@ class MUSEDecoderLayer(_MUSEBlock):
             self.key_dim,
             self.attention_dropout,
             self.use_bias,
-            self.kernel_initializer,
-            self.bias_initializer,
+            sublayer_initializer(self.kernel_initializer, "cross_attention"),
+            sublayer_initializer(self.bias_initializer, "cross_attention"),
             self.fused_attention,
             dtype=self.dtype_policy,
             name="cross_attention",

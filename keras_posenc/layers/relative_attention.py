@@ -15,6 +15,7 @@ from keras import ops
 
 from keras_posenc.layers import relative_index
 from keras_posenc.layers._checks import check_rate
+from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers.relative_position import (
     RelativePositionBias,
     RelativePositionEmbedding,
@@ -175,8 +176,10 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             automatic, a static key length); with an unknown length (e.g.
             ``keras.Input((None, dim))``) all queries run at once. Pass a
             value ``>= q_len`` to never block.
-        kernel_initializer: initializer of the projection kernels.
-        bias_initializer: initializer of the projection biases.
+        kernel_initializer: initializer of the projection kernels; each projection
+            draws from its own copy (a seeded initializer gets one seed per projection,
+            derived from its seed), so no two start equal.
+        bias_initializer: initializer of the projection biases (copied the same way).
         fused_attention: ``False`` (default) or ``True``: compute the attention
             with `keras.ops.dot_product_attention`, the relative logits, the
             ``attention_bias`` and the mask (a large finite negative fill, never
@@ -377,8 +380,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             equation,
             output_shape=output_shape,
             bias_axes=bias_axes if self.use_bias else None,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
+            kernel_initializer=sublayer_initializer(self.kernel_initializer, name),
+            bias_initializer=sublayer_initializer(self.bias_initializer, name),
             dtype=self.dtype_policy,
             name=name,
         )

@@ -19,6 +19,7 @@ import keras
 from keras import ops
 
 from keras_posenc.layers import relative_index
+from keras_posenc.layers._initializers import sublayer_initializer
 
 __all__ = [
     "MultiScaleRelativePositionEmbedding",
@@ -311,7 +312,8 @@ class MultiScaleRelativePositionEmbedding(_RelativeTableLayer):
             ``output_dim`` columns.
         scales: the scales, ints >= 2 (default ``(5, 10, 20)``).
         combine: ``"mean"`` (default), ``"sum"`` or ``"concat"`` (in the order of ``scales``).
-        embeddings_initializer: initializer of every table.
+        embeddings_initializer: initializer of every table; each table draws from
+            its own copy (one derived seed per table when it is seeded).
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -381,7 +383,9 @@ class MultiScaleRelativePositionEmbedding(_RelativeTableLayer):
             self.add_weight(
                 name=f"embeddings_{index}",
                 shape=(relative_index.multiscale_table_size(scale), self.table_dim),
-                initializer=self.embeddings_initializer,
+                initializer=sublayer_initializer(
+                    self.embeddings_initializer, f"embeddings_{index}"
+                ),
             )
             for index, scale in enumerate(self.scales)
         ]

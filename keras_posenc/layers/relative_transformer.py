@@ -44,19 +44,13 @@ from keras_posenc.layers._checks import (
     check_positive_number,
     check_rate,
 )
+from keras_posenc.layers._initializers import redraw_seeded_weights, sublayer_initializer
 from keras_posenc.layers.relative_attention import (
     MultiHeadRelativeAttention,
     check_relative_arguments,
 )
 
 __all__ = ["RelativeTransformerDecoder", "RelativeTransformerEncoder"]
-
-
-def _clone_initializer(initializer: Any) -> Any:
-    """A fresh copy, so sublayers sharing a seeded initializer get different weights."""
-    if not isinstance(initializer, keras.initializers.Initializer):
-        return initializer
-    return initializer.__class__.from_config(initializer.get_config())
 
 
 def feedforward_denses(layer: Any, shape: tuple) -> tuple[Any, Any]:
@@ -71,8 +65,8 @@ def feedforward_denses(layer: Any, shape: tuple) -> tuple[Any, Any]:
             units,
             activation=activation,
             use_bias=layer.use_bias,
-            kernel_initializer=_clone_initializer(layer.kernel_initializer),
-            bias_initializer=_clone_initializer(layer.bias_initializer),
+            kernel_initializer=sublayer_initializer(layer.kernel_initializer, name),
+            bias_initializer=sublayer_initializer(layer.bias_initializer, name),
             dtype=layer.dtype_policy,
             name=name,
         )
@@ -179,8 +173,8 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             bidirectional=self.bidirectional,
             rotary_max_wavelength=self.rotary_max_wavelength,
             query_block_size=self.query_block_size,
-            kernel_initializer=_clone_initializer(self.kernel_initializer),
-            bias_initializer=_clone_initializer(self.bias_initializer),
+            kernel_initializer=sublayer_initializer(self.kernel_initializer, name),
+            bias_initializer=sublayer_initializer(self.bias_initializer, name),
             dtype=self.dtype_policy,
             name=name,
         )
@@ -287,8 +281,10 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
             block's output before the residual connection.
         activation: activation of the feed-forward network's first layer.
         layer_norm_epsilon: epsilon of the layer normalisations.
-        kernel_initializer: initializer of every projection and dense kernel.
-        bias_initializer: initializer of every bias.
+        kernel_initializer: initializer of every projection and dense kernel; each
+            kernel draws from its own copy (a seeded initializer gets one seed per
+            kernel, derived from its seed), so no two start equal.
+        bias_initializer: initializer of every bias (copied the same way).
         normalize_first: ``True``: pre-norm, ``x + f(norm(x))`` (GPT-2);
             ``False`` (default): post-norm, ``norm(x + f(x))`` (the original
             Transformer, BERT).
@@ -471,8 +467,10 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             block's output before the residual connection.
         activation: activation of the feed-forward network's first layer.
         layer_norm_epsilon: epsilon of the layer normalisations.
-        kernel_initializer: initializer of every projection and dense kernel.
-        bias_initializer: initializer of every bias.
+        kernel_initializer: initializer of every projection and dense kernel; each
+            kernel draws from its own copy (a seeded initializer gets one seed per
+            kernel, derived from its seed), so no two start equal.
+        bias_initializer: initializer of every bias (copied the same way).
         normalize_first: ``True``: pre-norm, ``x + f(norm(x))`` (GPT-2);
             ``False`` (default): post-norm, ``norm(x + f(x))`` (the original
             Transformer, BERT).
@@ -620,18 +618,23 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             encoder_shape = self._check_sequence("encoder_sequence", encoder_sequence_shape)
             import keras_hub  # keras_hub imports TensorFlow; only load it when needed
 
+            kernel_initializer = sublayer_initializer(self.kernel_initializer, "cross_attention")
+            bias_initializer = sublayer_initializer(self.bias_initializer, "cross_attention")
             self.cross_attention = keras_hub.layers.CachedMultiHeadAttention(
                 num_heads=self.num_heads,
                 key_dim=key_dim,
                 value_dim=key_dim,
                 dropout=self.dropout,
                 use_bias=self.use_bias,
-                kernel_initializer=_clone_initializer(self.kernel_initializer),
-                bias_initializer=_clone_initializer(self.bias_initializer),
+                kernel_initializer=kernel_initializer,
+                bias_initializer=bias_initializer,
                 dtype=self.dtype_policy,
                 name="cross_attention",
             )
             self.cross_attention.build(shape, encoder_shape)
+            # keras.layers.MultiHeadAttention clones its initializers with their seed, so
+            # a seeded one would start query, key and value equal: draw them again.
+            redraw_seeded_weights(self.cross_attention, kernel_initializer, bias_initializer)
             self.cross_attention_layer_norm = self._layer_norm("cross_attention_layer_norm", shape)
             self.cross_attention_dropout = self._dropout_layer("cross_attention_dropout")
             self._built_features["encoder_sequence"] = encoder_shape[-1]
