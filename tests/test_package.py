@@ -120,3 +120,66 @@ def test_cli_probe_padding_quick(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| zeros | noise | H |" in out and "| circular | noise | H |" in out
     assert {p.name for p in tmp_path.iterdir()} >= {"padding.csv", "padding.md"}
+
+
+# Backend branches live in named places only ("Architecture" in docs/development.md).
+_BACKEND_BRANCH_MODULES = {"_compile.py", "export.py"}
+
+
+def _backend_comparisons(source: str) -> list[int]:
+    """Lines where ``keras.backend.backend()`` (or a name assigned from it) is compared."""
+    import ast
+
+    tree = ast.parse(source)
+
+    def is_backend_call(node: ast.AST) -> bool:
+        return (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "backend"
+            and isinstance(node.func.value, ast.Attribute | ast.Name)
+            and getattr(node.func.value, "attr", getattr(node.func.value, "id", None)) == "backend"
+        )
+
+    names = {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and is_backend_call(node.value)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+    def is_backend(node: ast.AST) -> bool:
+        return is_backend_call(node) or (isinstance(node, ast.Name) and node.id in names)
+
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare) and any(map(is_backend, [node.left, *node.comparators]))
+    ]
+
+
+def test_backend_comparisons_only_in_compile_and_export():
+    root = os.path.dirname(keras_posenc.__file__)
+    found = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            relative = os.path.relpath(path, root)
+            if not name.endswith(".py") or relative in _BACKEND_BRANCH_MODULES:
+                continue
+            with open(path, encoding="utf-8") as file:
+                found += [f"{relative}:{line}" for line in _backend_comparisons(file.read())]
+    assert not found, f"backend comparisons outside _compile.py / export.py: {found}"
+
+
+def test_backend_comparison_finder_sees_every_form():
+    source = (
+        "import keras\n"
+        "a = keras.backend.backend() == 'jax'\n"
+        "b = 'torch' != keras.backend.backend()\n"
+        "backend = keras.backend.backend()\n"
+        "c = backend in ('jax', 'torch')\n"
+        "print(f'{keras.backend.backend()} backend')\n"
+    )
+    assert _backend_comparisons(source) == [2, 3, 5]

@@ -59,6 +59,7 @@ import numpy as np
 from keras import ops
 
 from keras_posenc import zoo
+from keras_posenc._compile import training_jit_compile
 from keras_posenc.experiments._raster import draw_line as _line
 from keras_posenc.experiments._raster import draw_marker as _marker
 from keras_posenc.experiments._raster import draw_text as _text
@@ -398,10 +399,7 @@ def train_and_evaluate(
                 optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.05, clipnorm=1.0),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"],
-                # TensorFlow: tracing the step as a tf.function compiled in less than
-                # half the time of XLA for these models and trained no slower on CPU
-                # (measured on 2 cores); the other backends keep Keras' default.
-                jit_compile=False if keras.backend.backend() == "tensorflow" else "auto",
+                jit_compile=training_jit_compile(),  # why: see keras_posenc._compile
             )
         else:
             model.set_weights(initial.get_weights())

@@ -15,6 +15,14 @@ from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, Sque
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
 from keras_posenc.layers.muse import MUSEAttention, MUSEDecoderLayer, MUSEEncoderLayer
 from keras_posenc.layers.padding import SpatialPadding2D
+from keras_posenc.layers.position_schemes import (
+    ClipPositions,
+    Grid2DPositions,
+    LogBuckets,
+    MultiScaleBins,
+    PiecewiseBuckets,
+    PositionScheme,
+)
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_index import (
     bucket_index,
@@ -38,15 +46,21 @@ from keras_posenc.layers.relative_transformer import (
 )
 
 __all__ = [
+    "ClipPositions",
     "ConvS2SAttention",
     "GLUConv1D",
     "GradMultiply",
+    "Grid2DPositions",
+    "LogBuckets",
     "MBConv",
     "MUSEAttention",
     "MUSEDecoderLayer",
     "MUSEEncoderLayer",
+    "MultiScaleBins",
     "MultiHeadRelativeAttention",
     "MultiScaleRelativePositionEmbedding",
+    "PiecewiseBuckets",
+    "PositionScheme",
     "RelativePositionBias",
     "RelativePositionBias2D",
     "RelativePositionEmbedding",

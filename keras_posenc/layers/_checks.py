@@ -1,7 +1,8 @@
-"""Argument and input checks shared by the layers, so they reject bad input with one wording.
+"""Argument and input checks shared by the layers and the zoo: one home, one wording.
 
 Every message starts with the layer (its class, and its name once it has one),
-then names the argument, what was expected and what was given.
+then names the argument, what was expected and what was given:
+``"MultiHeadRelativeAttention: `num_heads` must be an integer >= 1, got 0."``
 """
 
 from __future__ import annotations
@@ -10,14 +11,44 @@ from typing import Any
 
 import keras
 import numpy as np
-from keras import ops
 
+from keras_posenc.layers._attention import check_mask
 from keras_posenc.layers.activations import get_activation
 
 
 def shape_of(value: Any) -> tuple:
     """The shape of a tensor, a ``keras.KerasTensor`` or anything numpy can shape."""
     return tuple(getattr(value, "shape", np.shape(value)))
+
+
+def check_int(caller: str, name: str, value: Any, minimum: int | None = None) -> int:
+    """``value`` as a Python int (numpy integers too), at least ``minimum`` when given."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise TypeError(
+            f"{caller}: `{name}` must be an integer, got {value!r} (type {type(value).__name__})."
+        )
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{caller}: `{name}` must be an integer >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def check_bool(caller: str, name: str, value: Any) -> bool:
+    """``value`` as a Python bool (numpy bools too); anything else is a `TypeError`."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(
+            f"{caller}: `{name}` must be True or False, got {value!r} "
+            f"(type {type(value).__name__})."
+        )
+    return bool(value)
+
+
+def check_choice(caller: str, name: str, value: Any, choices: tuple) -> Any:
+    """``value``, one of ``choices`` (strings compared exactly)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(
+            f"{caller}: `{name}` must be one of {', '.join(map(repr, choices))}, got {value!r}."
+        )
+    return value
 
 
 def check_rate(caller: str, name: str, value: Any) -> float:
@@ -101,15 +132,18 @@ class SequenceChecks:
             )
         return shape
 
-    def _check_mask(self, argument: str, mask: Any, rank: int = 2) -> Any:
-        """``mask`` as booleans, after checking its rank: 2 for padding, 3 for attention."""
+    def _check_mask(self, argument: str, mask: Any, rank: int = 2, like: Any = None) -> Any:
+        """``mask`` as booleans, after checking its rank (2 for padding, 3 for attention),
+        its dtype (boolean or integer 0/1, `_attention.check_mask`) and, given ``like``
+        (the expected shape, None where any size goes), its shape."""
         if mask is None:
             return None
+        names = ("batch", "length") if rank == 2 else ("batch", "query_length", "key_length")
         shape = shape_of(mask)
         if len(shape) != rank:
-            expected = "(batch, length)" if rank == 2 else "(batch, query_length, key_length)"
             raise ValueError(
-                f"{self._describe()}: `{argument}` must have rank {rank} {expected}, "
+                f"{self._describe()}: `{argument}` must have rank {rank} ({', '.join(names)}), "
                 f"got shape {shape}."
             )
-        return ops.cast(mask, "bool")
+        expected = (None,) * rank if like is None else tuple(like)
+        return check_mask(self._describe(), argument, mask, expected, names)

@@ -17,3 +17,21 @@ def output_with_cache_spec(output_shape: tuple, dtype: str, cache: Any) -> Any:
     if cache is None:
         return output
     return output, keras.KerasTensor(cache.shape, dtype=cache.dtype)
+
+
+class CachedSequenceSpec:
+    """``compute_output_spec`` of a sequence layer called as ``(inputs, mask, training,
+    cache, cache_update_index)`` whose output has the input's shape rules
+    (``compute_output_shape``) and which returns ``(output, cache)`` with a cache."""
+
+    def compute_output_spec(
+        self,
+        inputs: Any,
+        mask: Any = None,
+        training: Any = None,
+        cache: Any = None,
+        cache_update_index: Any = None,
+    ) -> Any:
+        return output_with_cache_spec(
+            self.compute_output_shape(inputs.shape), self.compute_dtype, cache
+        )

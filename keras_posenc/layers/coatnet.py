@@ -10,14 +10,21 @@ Feature maps are channels-last, ``(batch, height, width, channels)``.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc.layers._checks import check_activation, check_positive_number
+from keras_posenc._compile import check_synchronized_batch_norm
+from keras_posenc.layers import _attention
+from keras_posenc.layers._checks import (
+    check_activation,
+    check_bool,
+    check_choice,
+    check_int,
+    check_positive_number,
+)
 from keras_posenc.layers.activations import exact_gelu
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 
@@ -37,12 +44,6 @@ _CONV_INITIALIZER = {
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def _positive_int(value: Any, who: str, argument: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{who}: `{argument}` must be a positive int; received {value!r}")
-    return int(value)
 
 
 def _rate(value: Any, who: str, argument: str, allow_one: bool = False) -> float:
@@ -72,20 +73,6 @@ def _check_feature_map(input_shape: Any, who: str) -> tuple:
     if shape[-1] is None:
         raise ValueError(f"{who}: the channel axis must be known; received input shape {shape}")
     return shape
-
-
-def _choice(value: Any, choices: tuple, who: str, argument: str) -> Any:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(
-            f"{who}: `{argument}` must be one of {choices}; received {argument}={value!r}"
-        )
-    return value
-
-
-def _flag(value: Any, who: str, argument: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{who}: `{argument}` must be a bool; received {type(value).__name__}")
-    return value
 
 
 def _serialize_activation(value: Any) -> Any:
@@ -218,7 +205,7 @@ class SqueezeExcite(keras.layers.Layer):
     def __init__(self, squeeze_filters: int, activation: str | Any = "gelu", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         who = f"SqueezeExcite '{self.name}'"
-        self.squeeze_filters = _positive_int(squeeze_filters, who, "squeeze_filters")
+        self.squeeze_filters = check_int(who, "squeeze_filters", squeeze_filters, 1)
         self.activation = activation
         squeeze_activation = check_activation(who, activation)
         self.squeeze = keras.layers.Dense(
@@ -375,34 +362,29 @@ class MBConv(keras.layers.Layer):
     ) -> None:
         super().__init__(**kwargs)
         who = self._who()
-        self.filters = _positive_int(filters, who, "filters")
+        self.filters = check_int(who, "filters", filters, 1)
         self.strides = _strides(strides, who)
-        self.expansion_rate = _positive_int(expansion_rate, who, "expansion_rate")
+        self.expansion_rate = check_int(who, "expansion_rate", expansion_rate, 1)
         self.se_ratio = _rate(se_ratio, who, "se_ratio", allow_one=True)
-        self.stride_on = _choice(stride_on, STRIDE_ON, who, "stride_on")
+        self.stride_on = check_choice(who, "stride_on", stride_on, STRIDE_ON)
         self.drop_path_rate = _rate(drop_path_rate, who, "drop_path_rate")
-        self.synchronized = _flag(synchronized, who, "synchronized")
-        if synchronized and keras.backend.backend() != "tensorflow":
-            raise ValueError(
-                f"{who}: `synchronized=True` needs the TensorFlow backend (Keras' "
-                "BatchNormalization synchronises replicas only there); received "
-                f"synchronized=True on the {keras.backend.backend()} backend"
-            )
-        self.kernel_size = _positive_int(kernel_size, who, "kernel_size")
+        self.synchronized = check_bool(who, "synchronized", synchronized)
+        check_synchronized_batch_norm(who, synchronized)
+        self.kernel_size = check_int(who, "kernel_size", kernel_size, 1)
         self.norm_epsilon = _rate(norm_epsilon, who, "norm_epsilon")
         self.norm_momentum = _rate(norm_momentum, who, "norm_momentum")
         self.seed = seed
         self.activation = activation
         self._activation_fn = check_activation(who, activation)
-        self.pre_activation = _flag(pre_activation, who, "pre_activation")
-        self.pool = _choice(pool, POOLS, who, "pool")
-        self.expand_from = _choice(expand_from, EXPAND_FROM, who, "expand_from")
-        self.se_from = _choice(se_from, SE_FROM, who, "se_from")
+        self.pre_activation = check_bool(who, "pre_activation", pre_activation)
+        self.pool = check_choice(who, "pool", pool, POOLS)
+        self.expand_from = check_choice(who, "expand_from", expand_from, EXPAND_FROM)
+        self.se_from = check_choice(who, "se_from", se_from, SE_FROM)
         self.se_activation = se_activation
         check_activation(who, se_activation, "se_activation")
-        self.se_position = _choice(se_position, SE_POSITIONS, who, "se_position")
-        self.output_bias = _flag(output_bias, who, "output_bias")
-        self.padding = _choice(padding, PADDINGS, who, "padding")
+        self.se_position = check_choice(who, "se_position", se_position, SE_POSITIONS)
+        self.output_bias = check_bool(who, "output_bias", output_bias)
+        self.padding = check_choice(who, "padding", padding, PADDINGS)
         if self.padding == "symmetric" and self.kernel_size % 2 == 0:
             raise ValueError(
                 f"{who}: `padding='symmetric'` needs an odd `kernel_size` (PyTorch pads "
@@ -659,16 +641,18 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
     ) -> None:
         super().__init__(**kwargs)
         who = self._who()
-        self.filters = _positive_int(filters, who, "filters")
-        self.head_dim = _positive_int(head_dim, who, "head_dim")
+        self.filters = check_int(who, "filters", filters, 1)
+        self.head_dim = check_int(who, "head_dim", head_dim, 1)
         if self.filters % self.head_dim:
             raise ValueError(
                 f"{who}: `filters` must be a multiple of `head_dim`; received "
                 f"filters={filters}, head_dim={head_dim}"
             )
-        self.pool = _choice(pool, POOLS, who, "pool")
-        self.attention_width = _choice(attention_width, ATTENTION_WIDTHS, who, "attention_width")
-        self.shortcut_bias = _flag(shortcut_bias, who, "shortcut_bias")
+        self.pool = check_choice(who, "pool", pool, POOLS)
+        self.attention_width = check_choice(
+            who, "attention_width", attention_width, ATTENTION_WIDTHS
+        )
+        self.shortcut_bias = check_bool(who, "shortcut_bias", shortcut_bias)
         if layer_scale is not None:
             layer_scale = check_positive_number(who, "layer_scale", layer_scale)
         self.layer_scale = layer_scale
@@ -676,7 +660,7 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         self.num_heads = self.filters // self.head_dim
         self.attention_dim = self.filters
         self.strides = _strides(strides, who)
-        self.expansion_rate = _positive_int(expansion_rate, who, "expansion_rate")
+        self.expansion_rate = check_int(who, "expansion_rate", expansion_rate, 1)
         self.drop_path_rate = _rate(drop_path_rate, who, "drop_path_rate")
         self.norm_epsilon = _rate(norm_epsilon, who, "norm_epsilon")
         self.seed = seed
@@ -759,13 +743,15 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         qkv = self.qkv_dense(ops.reshape(x, (-1, positions, x.shape[-1])))
         qkv = ops.reshape(qkv, (-1, positions, 3, self.num_heads, self.head_dim))
         query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        query = query * ops.cast(1.0 / math.sqrt(self.head_dim), query.dtype)
-        logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
         size = None if (height, width) == self.relative_bias.size else (height, width)
-        # Softmax in float32 whatever the compute dtype (design: precision).
-        logits = ops.cast(logits, "float32") + ops.cast(self.relative_bias(size=size), "float32")
-        weights = ops.cast(ops.softmax(logits, axis=-1), value.dtype)
-        attended = ops.einsum("bhqk,bkhd->bqhd", weights, value)
+        # The core's attention: float32 logits and softmax whatever the compute
+        # dtype ("Architecture" in docs/development.md: precision).
+        attended, _ = _attention.attend(
+            _attention.scale_queries(query, self.head_dim),
+            key,
+            value,
+            bias=ops.cast(self.relative_bias(size=size), "float32"),
+        )
         attended = ops.reshape(attended, (-1, height, width, self.attention_dim))
         return self.output_dense(attended)
 

@@ -17,17 +17,13 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc.layers._checks import check_rate, shape_of
+from keras_posenc.layers import _attention
+from keras_posenc.layers._checks import check_bool, check_int, check_rate, shape_of
 from keras_posenc.layers._initializers import sublayer_initializer
-from keras_posenc.layers._specs import output_with_cache_spec
-from keras_posenc.layers.relative_index import _check_bool, _check_int
+from keras_posenc.layers._specs import CachedSequenceSpec
 
 __all__ = ["ConvS2SAttention", "GLUConv1D", "GradMultiply"]
 
-# Logits of padded source positions. Finite, so a source that is all padding
-# gives a finite (uniform) softmax that the layer then zeroes, never NaN; and far
-# below any real float32 logit, so exp() of a masked logit is exactly 0.
-_MASK_FILL = -1e9
 _SQRT_HALF = math.sqrt(0.5)
 
 
@@ -129,7 +125,7 @@ class GradMultiply(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class GLUConv1D(keras.layers.Layer):
+class GLUConv1D(CachedSequenceSpec, keras.layers.Layer):
     """A 1D convolution to ``2 * filters`` channels followed by a gated linear unit.
 
     ``y = conv(x)`` has ``2 * filters`` channels and the output is
@@ -226,11 +222,11 @@ class GLUConv1D(keras.layers.Layer):
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
-        self.filters = _check_int(caller, "filters", filters, minimum=1)
-        self.kernel_size = _check_int(caller, "kernel_size", kernel_size, minimum=1)
-        self.causal = _check_bool(caller, "causal", causal)
+        self.filters = check_int(caller, "filters", filters, minimum=1)
+        self.kernel_size = check_int(caller, "kernel_size", kernel_size, minimum=1)
+        self.causal = check_bool(caller, "causal", causal)
         self.dropout = check_rate(caller, "dropout", dropout)
-        self.weight_norm = _check_bool(caller, "weight_norm", weight_norm)
+        self.weight_norm = check_bool(caller, "weight_norm", weight_norm)
         self.kernel_initializer = _optional_initializer(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -378,18 +374,6 @@ class GLUConv1D(keras.layers.Layer):
         self._check_input_shape(input_shape)
         return input_shape[:-1] + (self.filters,)
 
-    def compute_output_spec(
-        self,
-        inputs: Any,
-        mask: Any = None,
-        training: Any = None,
-        cache: Any = None,
-        cache_update_index: Any = None,
-    ) -> Any:
-        return output_with_cache_spec(
-            self.compute_output_shape(inputs.shape), self.compute_dtype, cache
-        )
-
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(
@@ -494,8 +478,8 @@ class ConvS2SAttention(keras.layers.Layer):
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
-        self.conv_channels = _check_int(caller, "conv_channels", conv_channels, minimum=1)
-        self.embed_dim = _check_int(caller, "embed_dim", embed_dim, minimum=1)
+        self.conv_channels = check_int(caller, "conv_channels", conv_channels, minimum=1)
+        self.embed_dim = check_int(caller, "embed_dim", embed_dim, minimum=1)
         self.kernel_initializer = _optional_initializer(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -574,38 +558,32 @@ class ConvS2SAttention(keras.layers.Layer):
                 f"(axis 1), got shapes {keys_shape} and {values_shape}."
             )
 
-    def _check_mask(self, mask_shape: tuple, keys_shape: tuple) -> None:
-        if len(mask_shape) != 2 or (
-            None not in (mask_shape[1], keys_shape[1]) and mask_shape[1] != keys_shape[1]
-        ):
-            raise ValueError(
-                f"{self._describe()}: `encoder_mask` must have shape (batch, source_time) = "
-                f"(batch, {keys_shape[1]}), got shape {mask_shape}."
-            )
-
     def call(
         self, x: Any, target_embedding: Any, encoder_out: Any, encoder_mask: Any = None
     ) -> tuple:
         keys, values = self._unpack(encoder_out)
-        self._check_shapes(
-            shape_of(x), shape_of(target_embedding), shape_of(keys), shape_of(values)
+        keys_shape = shape_of(keys)
+        self._check_shapes(shape_of(x), shape_of(target_embedding), keys_shape, shape_of(values))
+        encoder_mask = _attention.check_mask(
+            self._describe(),
+            "encoder_mask",
+            encoder_mask,
+            keys_shape[:2],
+            ("batch", "source_time"),
         )
         scale = ops.cast(_SQRT_HALF, x.dtype)
         d = (self.in_projection(x) + target_embedding) * scale
         logits = ops.cast(ops.einsum("bte,bse->bts", d, keys), "float32")
         if encoder_mask is None:
-            scores = ops.softmax(logits, axis=-1)
+            scores = _attention.masked_softmax(logits)
             real = ops.cast(ops.shape(keys)[1], "float32")  # every source position is real
             context_scale = ops.reshape(ops.sqrt(real), (1, 1, 1))
         else:
-            self._check_mask(shape_of(encoder_mask), shape_of(keys))
-            encoder_mask = ops.cast(encoder_mask, "bool")
-            fill = ops.cast(_MASK_FILL, "float32")
-            logits = ops.where(ops.expand_dims(encoder_mask, 1), logits, fill)
-            scores = ops.softmax(logits, axis=-1)
+            # The core's masked softmax: float32, one finite fill, an all-padding
+            # source gives a zero row; padded values are zeroed (no NaN from padding).
+            scores = _attention.masked_softmax(logits, ops.expand_dims(encoder_mask, 1))
+            values = _attention.zero_invalid(values, encoder_mask)
             real = ops.sum(ops.cast(encoder_mask, "float32"), axis=-1)  # (batch,)
-            # An all-padding source: its (uniform) softmax row is zeroed here.
-            scores = scores * ops.cast(real > 0, "float32")[:, None, None]
             context_scale = ops.sqrt(real)[:, None, None]
         context = ops.einsum("bts,bse->bte", ops.cast(scores, values.dtype), values)
         context = context * ops.cast(context_scale, context.dtype)

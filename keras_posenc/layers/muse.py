@@ -16,31 +16,29 @@ the residual before one layer normalisation (post-norm).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.layers import _attention
 from keras_posenc.layers._checks import (
     KerasMask,
     SequenceChecks,
     check_activation,
+    check_bool,
+    check_int,
     check_positive_number,
     check_rate,
     shape_of,
 )
 from keras_posenc.layers._initializers import sublayer_initializer
-from keras_posenc.layers._specs import output_with_cache_spec
-from keras_posenc.layers.relative_index import _check_bool, _check_int
+from keras_posenc.layers._specs import CachedSequenceSpec
 from keras_posenc.layers.relative_transformer import feedforward_denses
 
 __all__ = ["MUSEAttention", "MUSEDecoderLayer", "MUSEEncoderLayer"]
 
-# Logits of masked keys: finite, so a fully masked row gives a finite softmax
-# (then zeroed), never NaN; far below any real float32 logit, so exp() is 0.
-_MASK_FILL = -1e9
 _CONV_MODES = ("static", "dynamic")
 _DEFAULT_KERNEL_SIZES = {"static": (1, 3, 7), "dynamic": (3, 15)}
 
@@ -55,7 +53,7 @@ def _check_kernel_sizes(caller: str, conv: str, kernel_sizes: Any) -> tuple[int,
             f"{caller}: `kernel_sizes` must be None or a non-empty list/tuple of odd positive "
             f"integers, got {kernel_sizes!r}."
         )
-    sizes = tuple(_check_int(caller, "kernel_sizes", k) for k in kernel_sizes)
+    sizes = tuple(check_int(caller, "kernel_sizes", k) for k in kernel_sizes)
     for k in sizes:
         if k < 1:
             raise ValueError(
@@ -77,77 +75,24 @@ def _check_kernel_sizes(caller: str, conv: str, kernel_sizes: Any) -> tuple[int,
 
 
 def _attend_heads(
-    q: Any,
-    k: Any,
-    v: Any,
-    attention_mask: Any,
-    dropout_layer: Any,
-    training: Any,
-    fused: bool = False,
+    layer: keras.layers.Layer, q: Any, k: Any, v: Any, attention_mask: Any, training: Any
 ) -> Any:
-    """Scaled dot-product attention of (batch, time, heads, head_dim) tensors.
-
-    ``attention_mask`` is None or bool, broadcastable to (batch, q_len, k_len),
-    True where a query may attend to a key; it becomes an additive float32 bias
-    with a large finite fill, so a query with no key to attend to gets a finite
-    (uniform) softmax, and its output is then set to zeros. Without ``fused``
-    the logits and the softmax run in float32; with it (float32 inputs, no
-    active dropout: the caller checks) ``keras.ops.dot_product_attention``
-    computes the same thing with the backend's fused kernel.
-    Returns (batch, q_len, heads * head_dim).
-    """
-    heads, head_dim = shape_of(q)[2], shape_of(q)[3]
-    scale = 1.0 / math.sqrt(head_dim)
-    bias = row_valid = None
-    if attention_mask is not None:
-        fill = ops.where(attention_mask, ops.zeros((), "float32"), ops.cast(_MASK_FILL, "float32"))
-        bias = ops.expand_dims(fill, 1)  # (batch or 1, 1, q_len, k_len)
-        row_valid = ops.cast(ops.any(attention_mask, axis=-1), "float32")  # (b or 1, q)
-    if fused:
-        output = ops.dot_product_attention(q, k, v, bias=bias, scale=scale)
-    else:
-        q = q * ops.cast(scale, q.dtype)
-        logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
-        if bias is not None:
-            logits = logits + bias
-        probabilities = ops.softmax(logits, axis=-1)
-        probabilities = dropout_layer(probabilities, training=training)
-        output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(probabilities, v.dtype), v)
-    if row_valid is not None:
-        output = output * ops.cast(row_valid[:, :, None, None], output.dtype)
-    shape = ops.shape(output)
-    return ops.reshape(output, (shape[0], shape[1], heads * head_dim))
-
-
-def _write_rows(cache: Any, rows: Any, index: Any) -> Any:
-    """``cache`` (batch, max_len, ...) with ``rows`` (batch, n, ...) written at ``index ..``.
-
-    A gather and a select rather than ``ops.slice_update``: TensorFlow lowers
-    that to ``XlaDynamicUpdateSlice``, which tf2onnx cannot convert, and an
-    exported decoding step must run in ONNX Runtime. The extra work is one
-    pass over the cache, which the attention reads anyway.
-    """
-    length = ops.shape(rows)[1]
-    offsets = ops.arange(ops.shape(cache)[1]) - ops.cast(index, "int32")
-    inside = ops.logical_and(ops.greater_equal(offsets, 0), ops.less(offsets, length))
-    spread = ops.take(rows, ops.clip(offsets, 0, length - 1), axis=1)  # (batch, max_len, ...)
-    inside = ops.reshape(inside, (1, -1) + (1,) * (len(shape_of(cache)) - 2))
-    return ops.where(inside, ops.cast(spread, cache.dtype), cache)
-
-
-def _fuse_attention(layer: Any, rate: float, training: Any) -> bool:
-    """Whether ``layer`` (with ``fused_attention``) may use the fused kernel for this call.
-
-    Only in float32 (mixed precision keeps the float32 softmax of the explicit
-    path) and when attention dropout is inactive (the fused kernels have none).
-    """
-    if not layer.fused_attention or layer.compute_dtype != "float32":
-        return False
-    return rate == 0.0 or training is None or training is False
+    """The core's attention of (batch, time, heads, head_dim) tensors, same layout out."""
+    fused = _attention.use_fused_attention(layer.fused_attention, layer.dropout, training)
+    output, _ = _attention.attend(
+        _attention.scale_queries(q, layer.key_dim),
+        k,
+        v,
+        mask=attention_mask,
+        dropout=layer.dropout_layer,
+        training=training,
+        fused=fused,
+    )
+    return output
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class MUSEAttention(keras.layers.Layer):
+class MUSEAttention(CachedSequenceSpec, keras.layers.Layer):
     """Parallel multi-scale attention: self-attention and convolutions of V, gated and projected.
 
     With ``x`` of width ``C = num_heads * key_dim`` (a multiple of the heads,
@@ -222,11 +167,13 @@ class MUSEAttention(keras.layers.Layer):
         fused_attention: compute the attention with
             ``keras.ops.dot_product_attention`` (PyTorch's
             ``scaled_dot_product_attention``, ``jax.nn.dot_product_attention``)
-            when the compute dtype is float32 and attention dropout is
-            inactive; the same results within float32 rounding. On CPU it was
-            about 2x faster and lighter on PyTorch and slower on JAX
-            (``benchmarks/muse.py``), so it is off by default. Mixed precision
-            always uses the explicit float32 softmax.
+            when attention dropout is inactive (the rule every attention layer
+            here shares); the same results within float32 rounding. On CPU it
+            was about 2x faster and lighter on PyTorch and slower on JAX
+            (``benchmarks/muse.py``), so it is off by default. Under mixed
+            precision the fused function computes in the compute dtype (e.g.
+            bfloat16), so results differ from the float32 softmax by that
+            dtype's rounding.
         use_bias: whether the projections (query, key, value, pointwise,
             kernel predictors, output) have biases.
         kernel_initializer: initializer of every kernel (depthwise filters
@@ -290,8 +237,8 @@ class MUSEAttention(keras.layers.Layer):
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
-        self.num_heads = _check_int(caller, "num_heads", num_heads, minimum=1)
-        self.key_dim = _check_int(caller, "key_dim", key_dim, minimum=1)
+        self.num_heads = check_int(caller, "num_heads", num_heads, minimum=1)
+        self.key_dim = check_int(caller, "key_dim", key_dim, minimum=1)
         if conv not in _CONV_MODES:
             raise ValueError(
                 f"{caller}: `conv` must be one of {', '.join(map(repr, _CONV_MODES))}, "
@@ -299,7 +246,7 @@ class MUSEAttention(keras.layers.Layer):
             )
         self.conv = conv
         self.kernel_sizes = _check_kernel_sizes(caller, conv, kernel_sizes)
-        self.causal = _check_bool(caller, "causal", causal)
+        self.causal = check_bool(caller, "causal", causal)
         self.dropout = check_rate(caller, "dropout", dropout)
         self.weight_dropout = check_rate(caller, "weight_dropout", weight_dropout)
         if self.weight_dropout and conv == "static":
@@ -307,8 +254,8 @@ class MUSEAttention(keras.layers.Layer):
                 f"{caller}: `weight_dropout` drops the taps that conv='dynamic' predicts; "
                 f"conv='static' has none, so it must be 0, got {weight_dropout!r}."
             )
-        self.use_bias = _check_bool(caller, "use_bias", use_bias)
-        self.fused_attention = _check_bool(caller, "fused_attention", fused_attention)
+        self.use_bias = check_bool(caller, "use_bias", use_bias)
+        self.fused_attention = check_bool(caller, "fused_attention", fused_attention)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -336,15 +283,7 @@ class MUSEAttention(keras.layers.Layer):
             )
 
     def _dense(self, equation: str, output_shape: tuple, bias_axes: str, name: str) -> Any:
-        return keras.layers.EinsumDense(
-            equation,
-            output_shape=output_shape,
-            bias_axes=bias_axes if self.use_bias else None,
-            kernel_initializer=sublayer_initializer(self.kernel_initializer, name),
-            bias_initializer=sublayer_initializer(self.bias_initializer, name),
-            dtype=self.dtype_policy,
-            name=name,
-        )
+        return _attention.projection(self, equation, output_shape, bias_axes, name)
 
     def build(self, input_shape: Any) -> None:
         input_shape = tuple(input_shape)
@@ -410,19 +349,16 @@ class MUSEAttention(keras.layers.Layer):
         cache: Any = None,
         cache_update_index: Any = None,
     ) -> Any:
-        self._check_input_shape(shape_of(inputs))
+        input_shape = shape_of(inputs)
+        self._check_input_shape(input_shape)
         x = inputs
+        mask = _attention.check_mask(
+            self._describe(), "mask", mask, input_shape[:2], ("batch", "time")
+        )
         if mask is not None:
-            mask_shape = shape_of(mask)
-            if len(mask_shape) != 2:
-                raise ValueError(
-                    f"{self._describe()}: `mask` must have shape (batch, time), got shape "
-                    f"{mask_shape} for inputs of shape {shape_of(inputs)}."
-                )
             # A fresh tensor: the projections (which do not support masking)
             # must not receive the input's Keras mask.
-            x = ops.add(x, ops.zeros((), x.dtype))
-            mask = ops.cast(mask, "bool")
+            x = _attention.unmasked(x)
         if cache is not None:
             return self._decode(x, mask, training, cache, cache_update_index)
 
@@ -433,11 +369,11 @@ class MUSEAttention(keras.layers.Layer):
         attention_mask = None
         if mask is not None:
             attention_mask = mask[:, None, :]  # (batch, 1, keys)
-            # Padded values are zeroed for the convolutions; attention excludes
-            # padded keys anyway, so its output does not change.
-            v = v * ops.cast(mask[:, :, None, None], v.dtype)
+            # Padded values are zeroed for the convolutions (a select, so a NaN
+            # there is gone too); attention excludes padded keys anyway.
+            v = _attention.zero_invalid(v, mask)
         if self.causal:
-            causal = self._causal_mask(length, length, 0)
+            causal = _attention.causal_mask(length, length, 0)
             attention_mask = (
                 causal if attention_mask is None else ops.logical_and(attention_mask, causal)
             )
@@ -451,16 +387,11 @@ class MUSEAttention(keras.layers.Layer):
         convolved = self._convolve(padded, values, training)
         return self.output_dense(ops.concatenate([attended, convolved], axis=-1))
 
-    def _causal_mask(self, query_length: Any, key_length: Any, offset: Any) -> Any:
-        """(1, q_len, k_len) bool: query ``offset + i`` sees key ``j`` iff ``j <= offset + i``."""
-        queries = ops.arange(query_length) + offset
-        keys = ops.arange(key_length)
-        return ops.expand_dims(ops.less_equal(keys[None, :], queries[:, None]), 0)
-
     def _attend(self, q: Any, k: Any, v: Any, attention_mask: Any, training: Any) -> Any:
-        """Multi-head attention, (batch, q_len, C); float32 softmax, masked rows give zeros."""
-        fused = _fuse_attention(self, self.dropout, training)
-        return _attend_heads(q, k, v, attention_mask, self.dropout_layer, training, fused)
+        """Multi-head attention (the core's), (batch, q_len, C)."""
+        output = _attend_heads(self, q, k, v, attention_mask, training)
+        shape = ops.shape(output)
+        return ops.reshape(output, (shape[0], shape[1], self.channels))
 
     def _branch_window(self, padded: Any, k: int) -> Any:
         """The rows of ``padded`` (padded for the largest kernel) that a ``k``-tap conv reads."""
@@ -559,19 +490,15 @@ class MUSEAttention(keras.layers.Layer):
                 f"{name}: a `cache` needs `cache_update_index` (the position of the inputs in "
                 f"the sequence), got None."
             )
-        shape = shape_of(cache)
-        if len(shape) != 5 or shape[1] != 2 or shape[3:] != (self.num_heads, self.key_dim):
-            raise ValueError(
-                f"{name}: `cache` must have shape (batch, 2, max_len, {self.num_heads}, "
-                f"{self.key_dim}) (= (batch, 2, max_len, num_heads, key_dim)), got shape {shape}."
-            )
+        _attention.check_cache(name, "cache", cache, self.num_heads, self.key_dim)
         q = self.query_dense(x)
-        key_cache = _write_rows(cache[:, 0], self.key_dense(x), cache_update_index)
-        value_cache = _write_rows(cache[:, 1], self.value_dense(x), cache_update_index)
+        key_cache, value_cache, cache = _attention.write_key_value_cache(
+            cache, self.key_dense(x), self.value_dense(x), cache_update_index
+        )
         k = ops.cast(key_cache, q.dtype)
         v = ops.cast(value_cache, q.dtype)
         length = ops.shape(x)[1]
-        attention_mask = self._causal_mask(length, ops.shape(k)[1], cache_update_index)
+        attention_mask = _attention.causal_mask(length, ops.shape(k)[1], cache_update_index)
         attended = self._attend(q, k, v, attention_mask, training)
 
         # The convolutions' history: cached values at positions i - (K - 1) ..
@@ -588,7 +515,7 @@ class MUSEAttention(keras.layers.Layer):
         values = window[:, largest - 1 :]
         convolved = self._convolve(window, values, training)
         output = self.output_dense(ops.concatenate([attended, convolved], axis=-1))
-        return output, ops.stack((key_cache, value_cache), axis=1)
+        return output, cache
 
     # ------------------------------------------------------------------ shapes, masks, config
 
@@ -600,18 +527,6 @@ class MUSEAttention(keras.layers.Layer):
         input_shape = tuple(input_shape)
         self._check_input_shape(input_shape)
         return input_shape
-
-    def compute_output_spec(
-        self,
-        inputs: Any,
-        mask: Any = None,
-        training: Any = None,
-        cache: Any = None,
-        cache_update_index: Any = None,
-    ) -> Any:
-        return output_with_cache_spec(
-            self.compute_output_shape(inputs.shape), self.compute_dtype, cache
-        )
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -665,15 +580,7 @@ class _CrossAttention(keras.layers.Layer):
         self.bias_initializer = bias_initializer
 
     def _dense(self, equation: str, output_shape: tuple, bias_axes: str, name: str) -> Any:
-        return keras.layers.EinsumDense(
-            equation,
-            output_shape=output_shape,
-            bias_axes=bias_axes if self.use_bias else None,
-            kernel_initializer=sublayer_initializer(self.kernel_initializer, name),
-            bias_initializer=sublayer_initializer(self.bias_initializer, name),
-            dtype=self.dtype_policy,
-            name=name,
-        )
+        return _attention.projection(self, equation, output_shape, bias_axes, name)
 
     def build(self, query_shape: Any, source_shape: Any) -> None:
         heads = (None, self.num_heads, self.key_dim)
@@ -699,11 +606,7 @@ class _CrossAttention(keras.layers.Layer):
         k = ops.cast(key_values[:, 0], q.dtype)
         v = ops.cast(key_values[:, 1], q.dtype)
         mask = None if source_mask is None else source_mask[:, None, :]  # (batch, 1, source)
-        fused = _fuse_attention(self, self.dropout, training)
-        attended = _attend_heads(q, k, v, mask, self.dropout_layer, training, fused)
-        shape = ops.shape(attended)
-        heads = ops.reshape(attended, (shape[0], shape[1], self.num_heads, self.key_dim))
-        return self.output_dense(heads)
+        return self.output_dense(_attend_heads(self, q, k, v, mask, training))
 
 
 class _MUSEBlock(SequenceChecks, keras.layers.Layer):
@@ -731,8 +634,8 @@ class _MUSEBlock(SequenceChecks, keras.layers.Layer):
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
-        self.intermediate_dim = _check_int(caller, "intermediate_dim", intermediate_dim, 1)
-        self.num_heads = _check_int(caller, "num_heads", num_heads, 1)
+        self.intermediate_dim = check_int(caller, "intermediate_dim", intermediate_dim, 1)
+        self.num_heads = check_int(caller, "num_heads", num_heads, 1)
         if conv not in _CONV_MODES:
             raise ValueError(
                 f"{caller}: `conv` must be one of {', '.join(map(repr, _CONV_MODES))}, "
@@ -753,8 +656,8 @@ class _MUSEBlock(SequenceChecks, keras.layers.Layer):
         self.layer_norm_epsilon = check_positive_number(
             caller, "layer_norm_epsilon", layer_norm_epsilon
         )
-        self.use_bias = _check_bool(caller, "use_bias", use_bias)
-        self.fused_attention = _check_bool(caller, "fused_attention", fused_attention)
+        self.use_bias = check_bool(caller, "use_bias", use_bias)
+        self.fused_attention = check_bool(caller, "fused_attention", fused_attention)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -818,11 +721,7 @@ class _MUSEBlock(SequenceChecks, keras.layers.Layer):
             total = total + self.dropout_layer(branch, training=training)
         return self.layer_norm(total)
 
-    @staticmethod
-    def _unmasked(x: Any) -> Any:
-        # A fresh tensor carries no Keras mask: the projections and the layer
-        # norm do not support masking and would warn about it.
-        return ops.add(x, ops.zeros((), x.dtype))
+    _unmasked = staticmethod(_attention.unmasked)
 
     def compute_mask(self, inputs: Any, previous_mask: Any = None) -> Any:
         """The output carries the (decoder) input's Keras mask."""
@@ -897,8 +796,8 @@ class MUSEEncoderLayer(_MUSEBlock):
             seed), so no two start equal.
         bias_initializer: initializer of every bias (copied the same way).
         fused_attention: self- (and cross-) attention through
-            ``keras.ops.dot_product_attention`` in float32 without active
-            attention dropout; see `MUSEAttention`.
+            ``keras.ops.dot_product_attention`` without active attention
+            dropout; see `MUSEAttention`.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -933,7 +832,7 @@ class MUSEEncoderLayer(_MUSEBlock):
 
     def call(self, inputs: Any, padding_mask: Any = None, training: Any = None) -> Any:
         self._check_sequence("inputs", shape_of(inputs))
-        padding_mask = self._check_mask("padding_mask", padding_mask)
+        padding_mask = self._check_mask("padding_mask", padding_mask, like=shape_of(inputs)[:2])
         if padding_mask is None:
             padding_mask = self._mask_reader(inputs)
         x = self._unmasked(inputs)
@@ -1013,8 +912,8 @@ class MUSEDecoderLayer(_MUSEBlock):
             seed), so no two start equal.
         bias_initializer: initializer of every bias (copied the same way).
         fused_attention: self- (and cross-) attention through
-            ``keras.ops.dot_product_attention`` in float32 without active
-            attention dropout; see `MUSEAttention`.
+            ``keras.ops.dot_product_attention`` without active attention
+            dropout; see `MUSEAttention`.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -1154,7 +1053,9 @@ class MUSEDecoderLayer(_MUSEBlock):
         training: Any = None,
     ) -> Any:
         self._check_sequence("decoder_sequence", shape_of(decoder_sequence))
-        decoder_padding_mask = self._check_mask("decoder_padding_mask", decoder_padding_mask)
+        decoder_padding_mask = self._check_mask(
+            "decoder_padding_mask", decoder_padding_mask, like=shape_of(decoder_sequence)[:2]
+        )
         if cache is not None:
             self_cache, key_values = self._check_cache(
                 cache, encoder_sequence, decoder_padding_mask, cache_update_index
@@ -1170,8 +1071,10 @@ class MUSEDecoderLayer(_MUSEBlock):
                 raise ValueError(
                     f"{self._describe()}: `cache_update_index` needs a `cache`; got cache=None."
                 )
-            self._check_sequence("encoder_sequence", shape_of(encoder_sequence))
-            encoder_padding_mask = self._check_mask("encoder_padding_mask", encoder_padding_mask)
+            encoder_shape = self._check_sequence("encoder_sequence", shape_of(encoder_sequence))
+            encoder_padding_mask = self._check_mask(
+                "encoder_padding_mask", encoder_padding_mask, like=encoder_shape[:2]
+            )
             if decoder_padding_mask is None:
                 decoder_padding_mask = self._mask_reader(decoder_sequence)
             if encoder_padding_mask is None:

@@ -7,58 +7,21 @@ tensor that the textbook formula suggests; see the comments in
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import keras
+import numpy as np
 from keras import ops
 
-from keras_posenc.layers import relative_index
-from keras_posenc.layers._checks import check_rate
-from keras_posenc.layers._initializers import sublayer_initializer
-from keras_posenc.layers.relative_position import (
-    RelativePositionBias,
-    RelativePositionEmbedding,
-    _check_single_table_bucketing,
-)
+from keras_posenc.layers import _attention, position_schemes
+from keras_posenc.layers._checks import check_bool, check_int, check_rate
+from keras_posenc.layers.relative_position import RelativePositionBias, RelativePositionEmbedding
 
 __all__ = ["MultiHeadRelativeAttention"]
 
 _RELATIVE_MODES = ("keys_values", "keys", "bias")
 _RELATIVE_LOGITS = ("auto", "gather", "skew")
-
-# Logits of masked pairs. Finite, so a fully masked row never produces NaN
-# (softmax of a constant row is uniform; the mask then zeroes it), and far below
-# any real float32 logit.
-_MASK_FILL = -1e9
-
-# The same fill for the fused path (`keras.ops.dot_product_attention`), which
-# adds the bias in the compute dtype: float16 cannot hold -1e9 (it would become
-# -inf), so there the bias is clipped at about half its largest finite value,
-# leaving room for the content logits to be added without overflowing.
-_FLOAT16_MASK_FILL = -3.0e4
-
-# Automatic query blocking (`MultiHeadRelativeAttention._query_block`): one
-# block's float32 logits for one example stay under this many bytes, and a block
-# has at least this many queries (fewer would make the per-block overhead of
-# small ops dominate).
-_AUTO_BLOCK_BYTES = 32 * 2**20
-_MIN_AUTO_BLOCK = 64
-
-
-def _rank(tensor: Any) -> int:
-    return len(tensor.shape)
-
-
-def _query_rows(tensor: Any, first: int, last: int) -> Any:
-    """Rows ``first:last`` of a mask or bias broadcastable to (..., q_len, k_len).
-
-    The query axis is the second to last; a tensor without one (rank < 2) or
-    with a broadcast query axis (size 1) applies to every row unchanged.
-    """
-    if tensor is None or _rank(tensor) < 2 or tensor.shape[-2] == 1:
-        return tensor
-    return tensor[..., first:last, :]
+_LOOSE_DEFAULTS = dict(bucketing="clip", max_distance=16, num_buckets=32, bidirectional=True)
 
 
 def check_relative_arguments(
@@ -69,20 +32,31 @@ def check_relative_arguments(
     num_buckets: Any,
     bidirectional: Any,
     rotary_max_wavelength: Any,
-) -> None:
+    position: Any = None,
+    defaults: dict | None = None,
+) -> position_schemes.PositionScheme:
     """Validates the relative-position arguments at construction, naming ``caller``.
 
     Shared by `MultiHeadRelativeAttention` and the blocks built on it, so a bad
     argument fails when the outermost layer is created, with that layer's name.
+    Returns the position scheme (``position``, or the one the loose arguments describe);
+    ``defaults`` are the caller's defaults of the loose arguments.
     """
     if relative not in _RELATIVE_MODES:
         raise ValueError(
             f"{caller}: `relative` must be one of {', '.join(map(repr, _RELATIVE_MODES))}, "
             f"got {relative!r}."
         )
-    _check_single_table_bucketing(caller, bucketing)
-    relative_index._check_bool(caller, "bidirectional", bidirectional)
-    relative_index._table_size(caller, bucketing, max_distance, num_buckets, bidirectional, None)
+    scheme = position_schemes.resolve(
+        caller,
+        position,
+        bucketing,
+        max_distance,
+        num_buckets,
+        bidirectional,
+        _LOOSE_DEFAULTS if defaults is None else defaults,
+    )
+    scheme.check_mode(caller, relative)
     if rotary_max_wavelength is not None:
         if isinstance(rotary_max_wavelength, bool) or not isinstance(
             rotary_max_wavelength, int | float
@@ -96,6 +70,7 @@ def check_relative_arguments(
                 f"{caller}: `rotary_max_wavelength` must be positive, "
                 f"got {rotary_max_wavelength!r}."
             )
+    return scheme
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -154,6 +129,12 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         num_buckets: table rows for ``"log"``; ``2 * (num_buckets // 2) + 1``
             for ``"piecewise"``. Unused by ``"clip"``.
         bidirectional: ``"log"`` only, as in `RelativePositionBias`.
+        position: a position scheme (`LogBuckets`, `ClipPositions`,
+            `PiecewiseBuckets`, `MultiScaleBins`, ...) instead of the four loose
+            arguments above, which then must be left at their defaults (or
+            describe the same scheme). ``None`` (default): the scheme the loose
+            arguments describe. The scheme must support ``relative``
+            (`PositionScheme.modes`).
         rotary_max_wavelength: ``None`` (default) for no rotary embedding,
             else the ``max_wavelength`` of the rotary embedding applied to the
             projected queries and keys (``key_dim`` must then be even).
@@ -281,24 +262,24 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
         fused_attention: bool = False,
+        position: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
-        check_int = relative_index._check_int
         self.num_heads = check_int(caller, "num_heads", num_heads, minimum=1)
         self.key_dim = check_int(caller, "key_dim", key_dim, minimum=1)
         self.value_dim = (
             self.key_dim if value_dim is None else check_int(caller, "value_dim", value_dim, 1)
         )
         self.dropout = check_rate(caller, "dropout", dropout)
-        self.use_bias = relative_index._check_bool(caller, "use_bias", use_bias)
+        self.use_bias = check_bool(caller, "use_bias", use_bias)
         if isinstance(output_shape, tuple | list) and len(output_shape) == 1:
             output_shape = output_shape[0]
         self.output_shape = (
             None if output_shape is None else check_int(caller, "output_shape", output_shape, 1)
         )
-        check_relative_arguments(
+        scheme = check_relative_arguments(
             caller,
             relative,
             bucketing,
@@ -306,12 +287,16 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             num_buckets,
             bidirectional,
             rotary_max_wavelength,
+            position,
         )
         self.relative = relative
-        self.bucketing = bucketing
-        self.max_distance = max_distance
-        self.num_buckets = num_buckets
-        self.bidirectional = bidirectional
+        loose = dict(
+            bucketing=bucketing,
+            max_distance=max_distance,
+            num_buckets=num_buckets,
+            bidirectional=bidirectional,
+        )
+        position_schemes.set_position_attributes(self, scheme, position is not None, loose)
         if rotary_max_wavelength is not None:
             if self.key_dim % 2:
                 raise ValueError(
@@ -323,10 +308,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 f"{caller}: `relative_logits` must be one of "
                 f"{', '.join(map(repr, _RELATIVE_LOGITS))}, got {relative_logits!r}."
             )
-        if relative_logits == "skew" and (relative == "bias" or bucketing != "clip"):
+        if relative_logits == "skew" and (relative == "bias" or not scheme.skewable):
             raise ValueError(
                 f"{caller}: relative_logits='skew' needs relative='keys' or 'keys_values' "
-                f"and bucketing='clip', got relative={relative!r}, bucketing={bucketing!r}."
+                f"and a table row per distance (bucketing='clip', ClipPositions), got "
+                f"relative={relative!r}, bucketing={scheme.bucketing!r} ({scheme!r})."
             )
         self.relative_logits = relative_logits
         self.query_block_size = (
@@ -336,20 +322,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.fused_attention = relative_index._check_bool(
-            caller, "fused_attention", fused_attention
-        )
+        self.fused_attention = check_bool(caller, "fused_attention", fused_attention)
         self.supports_masking = True
 
-        # The relative tables depend only on the constructor arguments (which
-        # they validate: bucketing, max_distance, num_buckets, bidirectional).
-        table_args = dict(
-            bucketing=bucketing,
-            max_distance=max_distance,
-            num_buckets=num_buckets,
-            bidirectional=bidirectional,
-            dtype=self.dtype_policy,
-        )
+        # The relative tables depend only on the position scheme.
+        table_args = dict(position=scheme, dtype=self.dtype_policy)
         self.relative_bias = None
         self.relative_keys = None
         self.relative_values = None
@@ -375,35 +352,21 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
 
     # ------------------------------------------------------------------ build
 
-    def _dense(self, equation: str, output_shape: tuple, bias_axes: str, name: str) -> Any:
-        return keras.layers.EinsumDense(
-            equation,
-            output_shape=output_shape,
-            bias_axes=bias_axes if self.use_bias else None,
-            kernel_initializer=sublayer_initializer(self.kernel_initializer, name),
-            bias_initializer=sublayer_initializer(self.bias_initializer, name),
-            dtype=self.dtype_policy,
-            name=name,
-        )
-
     def build(self, query_shape: Any, value_shape: Any, key_shape: Any = None) -> None:
         query_shape, value_shape = tuple(query_shape), tuple(value_shape)
         key_shape = value_shape if key_shape is None else tuple(key_shape)
         self._check_shapes(query_shape, value_shape, key_shape)
-        heads = self.num_heads
-        self.query_dense = self._dense("abc,cde->abde", (None, heads, self.key_dim), "de", "query")
+        self.query_dense = _attention.head_projection(self, self.key_dim, "query")
         self.query_dense.build(query_shape)
-        self.key_dense = self._dense("abc,cde->abde", (None, heads, self.key_dim), "de", "key")
+        self.key_dense = _attention.head_projection(self, self.key_dim, "key")
         self.key_dense.build(key_shape)
-        self.value_dense = self._dense(
-            "abc,cde->abde", (None, heads, self.value_dim), "de", "value"
-        )
+        self.value_dense = _attention.head_projection(self, self.value_dim, "value")
         self.value_dense.build(value_shape)
         output_dim = self.output_shape or query_shape[-1]
-        self.output_dense = self._dense(
-            "abcd,cde->abe", (None, output_dim), "e", "attention_output"
+        self.output_dense = _attention.projection(
+            self, "abcd,cde->abe", (None, output_dim), "e", "attention_output"
         )
-        self.output_dense.build((query_shape[0], query_shape[1], heads, self.value_dim))
+        self.output_dense.build((query_shape[0], query_shape[1], self.num_heads, self.value_dim))
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         for table in (self.relative_bias, self.relative_keys, self.relative_values):
             if table is not None:
@@ -459,15 +422,18 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         if key is None:
             key = value
         self._check_shapes(tuple(query.shape), tuple(value.shape), tuple(key.shape))
+        query_mask, value_mask, key_mask, attention_mask = self._check_masks(
+            query, value, cache, query_mask, value_mask, key_mask, attention_mask
+        )
         # Keras fills query_mask / value_mask / key_mask from the inputs' Keras
         # masks when they are not given (Layer.__call__ matches `<name>_mask`).
         # The projections must not see those masks (they do not support
         # masking); a fresh tensor carries none, and the caller's stay intact.
         if query_mask is not None:
-            query = ops.add(query, ops.zeros((), query.dtype))
+            query = _attention.unmasked(query)
         if value_mask is not None or key_mask is not None:
-            value = ops.add(value, ops.zeros((), value.dtype))
-            key = ops.add(key, ops.zeros((), key.dtype))
+            value = _attention.unmasked(value)
+            key = _attention.unmasked(key)
 
         offset = 0 if cache_update_index is None else cache_update_index
         q = self.query_dense(query)  # (batch, q_len, heads, key_dim)
@@ -482,59 +448,59 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 k = self.rotary(k)
 
         query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
-        q = q * ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype)
-        if attention_mask is not None:
-            attention_mask = ops.convert_to_tensor(attention_mask)
+        q = _attention.scale_queries(q, self.key_dim)
         if attention_bias is not None:
             attention_bias = ops.convert_to_tensor(attention_bias)
-        attend = dict(
-            k=k,
-            v=v,
-            value_mask=value_mask,
-            key_mask=key_mask,
-            use_causal_mask=use_causal_mask,
-            key_length=key_length,
-            training=training,
-            return_attention_scores=return_attention_scores,
-        )
+
+        def attend_rows(first: int, last: int | None) -> tuple:
+            # Query blocking (see `_attention.query_block`): the block's queries
+            # attend to every key, with their relative positions (and causal
+            # mask) shifted by the block's first position.
+            if last is None:
+                rows, block_mask, block_bias = q, query_mask, attention_bias
+                block_attention_mask, length = attention_mask, query_length
+            else:
+                rows = q[:, first:last]
+                block_mask = None if query_mask is None else query_mask[:, first:last]
+                block_attention_mask = _attention.query_rows(attention_mask, first, last)
+                block_bias = _attention.query_rows(attention_bias, first, last)
+                length = last - first
+            block_offset = offset if first == 0 else offset + first
+            mask = self._attention_mask(
+                block_mask,
+                value_mask,
+                key_mask,
+                block_attention_mask,
+                use_causal_mask,
+                length,
+                key_length,
+                block_offset,
+            )
+            return self._attend(
+                rows,
+                k,
+                v,
+                mask,
+                block_bias,
+                length,
+                key_length,
+                block_offset,
+                training,
+                return_attention_scores,
+            )
+
         block = self._query_block(query_length, key_length, attention_mask, attention_bias)
         if block is None:
-            output, probabilities = self._attend(
-                q, query_mask, attention_mask, attention_bias, query_length, offset, **attend
-            )
+            output, probabilities = attend_rows(0, None)
         else:
-            # Query blocking (see `_query_block`): rows of queries are independent
-            # given k and v, so each block is attention of its queries to every
-            # key, with its relative positions (and causal mask) shifted by the
-            # block's first position; only the small outputs are kept.
-            outputs, scores = [], []
-            for first in range(0, query_length, block):
-                last = min(first + block, query_length)
-
-                def rows(tensor: Any, first: int = first, last: int = last) -> Any:
-                    return _query_rows(tensor, first, last)
-
-                output, probabilities = self._attend(
-                    q[:, first:last],
-                    None if query_mask is None else query_mask[:, first:last],
-                    rows(attention_mask),
-                    rows(attention_bias),
-                    last - first,
-                    offset if first == 0 else offset + first,
-                    **attend,
-                )
-                outputs.append(output)
-                scores.append(probabilities)
-                del output, probabilities
-            output = ops.concatenate(outputs, axis=1)
-            del outputs
-            probabilities = ops.concatenate(scores, axis=2) if return_attention_scores else None
-            del scores
+            output, probabilities = _attention.attend_in_blocks(
+                attend_rows, query_length, block, return_attention_scores
+            )
         output = self.output_dense(output)
 
         results = [output]
         if return_attention_scores:
-            results.append(probabilities)
+            results.append(ops.cast(probabilities, self.compute_dtype))
         if cache is not None:
             results.append(cache)
         return results[0] if len(results) == 1 else tuple(results)
@@ -542,206 +508,122 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
     def _query_block(
         self, query_length: Any, key_length: Any, attention_mask: Any, attention_bias: Any
     ) -> int | None:
-        """How many queries to process at a time, or None for all at once.
+        """Queries per block (`_attention.query_block`), or None for all at once."""
+        return _attention.query_block(
+            self.query_block_size,
+            self.num_heads,
+            query_length,
+            key_length,
+            (attention_mask, attention_bias),
+        )
 
-        Memory: the logits of one block, (batch, heads, block, k_len) in float32,
-        and the few tensors of that size alive with them (relative logits, their
-        sum, the probabilities, their cumulative sum for "keys_values") are freed
-        before the next block, so the peak is a few block-sized tensors instead of
-        about 3-4 S for the whole (batch, heads, q_len, k_len); what is kept per
-        block is its output, (batch, block, heads, value_dim) (and its scores
-        when they are requested: those are S anyway).
-
-        ``query_block_size=None`` ("auto") blocks only when one example's score
-        tensor, heads * q_len * k_len float32, exceeds `_AUTO_BLOCK_BYTES` (32 MiB;
-        heads 8: above q_len = k_len = 1024), with blocks of about that size (8
-        heads: 512 queries at k_len = 2048, 256 at 4096; at least
-        `_MIN_AUTO_BLOCK` queries), split evenly so the last block is not a sliver.
-        Short inputs therefore run as one block, exactly as without blocking.
-        Blocking needs a static query length (a Python int; with "auto" a static
-        key length too), and attention masks/biases whose query axis is static:
-        otherwise (e.g. ``keras.Input((None, dim))``) everything runs as one block.
-        """
-        if not isinstance(query_length, int):
-            return None
-        for tensor in (attention_mask, attention_bias):
-            if tensor is not None and len(tensor.shape) >= 2 and tensor.shape[-2] is None:
-                return None
-        block = self.query_block_size
-        if block is None:
-            if not isinstance(key_length, int):
-                return None
-            row_bytes = 4 * self.num_heads * key_length  # one query's float32 logits
-            if row_bytes * query_length <= _AUTO_BLOCK_BYTES:
-                return None
-            block = max(_AUTO_BLOCK_BYTES // row_bytes, _MIN_AUTO_BLOCK)
-        if block >= query_length:
-            return None
-        blocks = -(-query_length // block)
-        return -(-query_length // blocks)
+    def _check_masks(
+        self,
+        query: Any,
+        value: Any,
+        cache: Any,
+        query_mask: Any,
+        value_mask: Any,
+        key_mask: Any,
+        attention_mask: Any,
+    ) -> tuple:
+        """The masks as bool tensors, after checking their dtypes and shapes against the inputs."""
+        caller = f"{type(self).__name__}({self.name!r})"
+        batch, query_length = query.shape[0], query.shape[1]
+        # With a cache the keys are the cache's rows, not `value`'s.
+        key_length = value.shape[1] if cache is None else cache.shape[2]
+        check = _attention.check_mask
+        keys = ((batch, key_length), ("batch", "k_len"))
+        query_mask = check(
+            caller, "query_mask", query_mask, (batch, query_length), ("batch", "q_len")
+        )
+        value_mask = check(caller, "value_mask", value_mask, *keys)
+        key_mask = check(caller, "key_mask", key_mask, *keys)
+        if attention_mask is not None:
+            full = (batch, query_length, key_length)
+            names = ("batch", "q_len", "k_len")
+            # Broadcastable to (batch, q_len, k_len): a rank-2 mask is (q_len, k_len).
+            rank = len(tuple(getattr(attention_mask, "shape", np.shape(attention_mask))))
+            rank = min(max(rank, 1), 3)
+            attention_mask = check(
+                caller, "attention_mask", attention_mask, full[-rank:], names[-rank:]
+            )
+            while len(attention_mask.shape) < 3:
+                attention_mask = ops.expand_dims(attention_mask, 0)
+        return query_mask, value_mask, key_mask, attention_mask
 
     def _attend(
         self,
         q: Any,
-        query_mask: Any,
-        attention_mask: Any,
-        attention_bias: Any,
-        query_length: Any,
-        offset: Any,
-        *,
         k: Any,
         v: Any,
-        value_mask: Any,
-        key_mask: Any,
-        use_causal_mask: bool,
+        mask: Any,
+        attention_bias: Any,
+        query_length: Any,
         key_length: Any,
+        offset: Any,
         training: Any,
         return_attention_scores: bool,
     ) -> tuple:
-        """Attention of the (scaled) queries ``q`` at ``offset`` to every key.
+        """Attention of the (scaled) queries ``q`` at ``offset`` to every key (the core's).
 
-        Returns the attention output before the output projection, (batch,
-        q_len, heads, value_dim), fully masked rows zeroed, and the
-        probabilities in the compute dtype (None unless requested).
+        The relative logits are computed before the content logits, so the
+        intermediate tensors of their computation are gone when the content
+        logits (S) arrive; peak: the relative logits, the content logits and
+        their sum (3 S without query blocking).
         """
-        mask = self._attention_mask(
-            query_mask,
-            value_mask,
-            key_mask,
-            attention_mask,
-            use_causal_mask,
-            query_length,
-            key_length,
-            offset,
-        )
-        # Memory (S = one float32 (batch, heads, q_len, k_len) tensor): every
-        # S-sized temporary counts, since eager backends run op by op. The mask
-        # is therefore folded into one additive float32 bias of shape
-        # (batch or 1, 1, q_len, k_len), S / heads, instead of a `where` before
-        # and after the softmax on the full tensor (two more S each); a fully
-        # masked row, whose softmax is a finite but meaningless distribution
-        # (every logit is near the fill), is zeroed afterwards with a
-        # (batch or 1, q_len) multiplier on the small outputs.
-        mask_bias = row_valid = None
-        if mask is not None:
-            mask_bias = ops.expand_dims(
-                ops.where(mask, ops.zeros((), "float32"), ops.cast(_MASK_FILL, "float32")), 1
-            )
-            row_valid = ops.cast(ops.any(mask, axis=-1), "float32")  # (batch or 1, q_len)
-
-        # The relative logits are computed before the content logits, so the
-        # intermediate tensors of their computation are gone when the content
-        # logits (S) arrive.
         relative_logits = self._relative_logits(q, query_length, key_length, offset)
         if attention_bias is not None:
             relative_logits = relative_logits + ops.cast(attention_bias, "float32")
-        if mask_bias is not None:
-            relative_logits = relative_logits + mask_bias
-
-        if self._fused(training, return_attention_scores):
-            return self._fused_attend(q, k, v, relative_logits, row_valid), None
-
-        # By default not `keras.ops.dot_product_attention` (with the relative
-        # logits and the mask as its bias; `fused_attention=True` opts in for
-        # "bias" and "keys" without scores or dropout): measured at L = 2048 on
-        # CPU (keras 3.15) it raised the peak, PyTorch 3.8 -> 4.0 S ("bias") and
-        # 4.0 -> 4.3 S ("keys"), JAX 3.6 -> 5.4 S and 4.0 -> 5.7 S, TensorFlow
-        # unchanged (its version is this same einsum/softmax/einsum): none of
-        # them has a CPU kernel that skips the logits when given a full bias.
-        # Peak here: the relative logits, the content logits and their sum (3 S
-        # without query blocking; three block-sized tensors with it).
-        logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
-        logits = logits + relative_logits
-        del relative_logits
-        probabilities = ops.softmax(logits, axis=-1)
-        del logits
-        dropped = self.dropout_layer(probabilities, training=training)
-        if not return_attention_scores:
-            del probabilities
-        output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(dropped, v.dtype), v)
-        if self.relative == "keys_values":
-            output = output + self._relative_value_term(dropped, query_length, key_length, offset)
-        del dropped
-        if row_valid is not None:
-            # Fully masked query rows: zero output (then only the projection's bias).
-            output = output * ops.cast(row_valid[:, :, None, None], output.dtype)
-        if return_attention_scores:
-            if row_valid is not None:
-                probabilities = probabilities * row_valid[:, None, :, None]
-            probabilities = ops.cast(probabilities, self.compute_dtype)
-        else:
-            probabilities = None
-        return output, probabilities
-
-    def _fused(self, training: Any, return_attention_scores: bool) -> bool:
-        """Whether `keras.ops.dot_product_attention` computes this attention.
-
-        Only with ``fused_attention=True`` and what it can express: no relative
-        value term ("bias" or "keys"), equal query/key and value head sizes
-        (JAX's version needs them), no probabilities returned and no dropout
-        (``dropout == 0`` or ``training`` falsy; a symbolic ``training`` counts
-        as possibly true).
-        """
-        if not self.fused_attention or self.relative == "keys_values":
-            return False
-        if return_attention_scores or self.value_dim != self.key_dim:
-            return False
-        if self.dropout == 0:
-            return True
-        return isinstance(training, bool | int | type(None)) and not training
-
-    def _fused_attend(self, q: Any, k: Any, v: Any, bias: Any, row_valid: Any) -> Any:
-        """Attention by `keras.ops.dot_product_attention` with one additive bias.
-
-        ``bias`` is the float32 sum of the relative logits, the attention bias
-        and the mask fill, (batch or 1, heads, q_len, k_len): PyTorch's version
-        refuses a bias and a mask together, so the mask is already in it. Every
-        backend casts the bias to the compute dtype of q, k, v; it is cast here
-        (float16: first clipped at a finite fill, as -1e9 would overflow to
-        -inf). ``q`` is already scaled, hence ``scale=1``. Fully masked query
-        rows (a finite, meaningless softmax) are zeroed as in `_attend`.
-        """
-        dtype = keras.backend.result_type(q.dtype, k.dtype, v.dtype)
-        if keras.backend.standardize_dtype(dtype) == "float16":
-            bias = ops.maximum(bias, ops.cast(_FLOAT16_MASK_FILL, bias.dtype))
-        output = ops.dot_product_attention(
-            ops.cast(q, dtype),
-            ops.cast(k, dtype),
-            ops.cast(v, dtype),
-            bias=ops.cast(bias, dtype),
-            scale=1.0,
+        # Not `keras.ops.dot_product_attention` by default (`fused_attention`
+        # opts in): measured at L = 2048 on CPU (keras 3.15) it raised the peak,
+        # PyTorch 3.8 -> 4.0 S ("bias") and 4.0 -> 4.3 S ("keys"), JAX 3.6 -> 5.4 S
+        # and 4.0 -> 5.7 S, TensorFlow unchanged: none of them has a CPU kernel
+        # that skips the logits when given a full bias.
+        fused = _attention.use_fused_attention(
+            self.fused_attention,
+            self.dropout,
+            training,
+            expressible=self.relative != "keys_values"
+            and not return_attention_scores
+            and self.value_dim == self.key_dim,
         )
-        if row_valid is not None:
-            output = output * ops.cast(row_valid[:, :, None, None], output.dtype)
-        return output
+        value_term = None
+        if self.relative == "keys_values":
+
+            def value_term(probabilities: Any) -> Any:
+                return self._relative_value_term(probabilities, query_length, key_length, offset)
+
+        return _attention.attend(
+            q,
+            k,
+            v,
+            mask=mask,
+            bias=relative_logits,
+            dropout=self.dropout_layer,
+            training=training,
+            fused=fused,
+            return_scores=return_attention_scores,
+            value_term=value_term,
+        )
 
     def _use_cache(self, cache: Any, key: Any, value: Any, cache_update_index: Any) -> tuple:
         name = f"{type(self).__name__}({self.name!r})"
-        expected = (2, None, self.num_heads, self.key_dim)
-        shape = tuple(cache.shape)
-        if (
-            len(shape) != 5
-            or shape[1] != 2
-            or shape[3] != self.num_heads
-            or shape[4] != self.key_dim
-            or self.value_dim != self.key_dim
-        ):
+        if self.value_dim != self.key_dim:
             raise ValueError(
-                f"{name}: `cache` must have shape (batch, {', '.join(map(str, expected))}) "
-                f"(= (batch, 2, max_len, num_heads, key_dim), with value_dim == key_dim); got "
-                f"shape {shape} with value_dim={self.value_dim}."
+                f"{name}: `cache` needs value_dim == key_dim (one (batch, 2, max_len, num_heads, "
+                f"key_dim) tensor holds keys and values); got key_dim={self.key_dim}, "
+                f"value_dim={self.value_dim}."
             )
-        key_cache, value_cache = cache[:, 0, ...], cache[:, 1, ...]
+        _attention.check_cache(name, "cache", cache, self.num_heads, self.key_dim)
         if cache_update_index is None:
-            return key_cache, value_cache, cache
+            return cache[:, 0, ...], cache[:, 1, ...], cache
         new_key = self.key_dense(key)
-        new_value = self.value_dense(value)
         if self.rotary is not None:
             new_key = self.rotary(new_key, start_index=cache_update_index)
-        start = [0, cache_update_index, 0, 0]
-        k = ops.slice_update(key_cache, start, ops.cast(new_key, key_cache.dtype))
-        v = ops.slice_update(value_cache, start, ops.cast(new_value, value_cache.dtype))
-        return k, v, ops.stack((k, v), axis=1)
+        return _attention.write_key_value_cache(
+            cache, new_key, self.value_dense(value), cache_update_index
+        )
 
     # ------------------------------------------------------------------ relative terms
 
@@ -775,10 +657,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             return False
         if not (isinstance(query_length, int) and isinstance(key_length, int)):
             return False
-        k = self.max_distance
-        if isinstance(offset, int):
-            return offset + query_length - 1 <= k and key_length - 1 - offset <= k
-        return max(query_length, key_length) - 1 <= k
+        return self.position.has_row_per_distance(query_length, key_length, offset)
 
     def _gathered_key_logits(self, q: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
         """``q_i . w^K[idx(i, j)]`` by a gather, for any bucketing and length.
@@ -817,7 +696,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         """
         table = ops.cast(self.relative_keys.table(), q.dtype)
         width = query_length + key_length - 1
-        first = self.max_distance - (offset + query_length - 1)  # table row of the smallest r
+        # The table row of the smallest r (a ClipPositions scheme: row = r + max_distance).
+        first = self.position.max_distance - (offset + query_length - 1)
         rows = ops.slice(table, (first, 0), (width, self.key_dim))
         x = ops.cast(ops.einsum("bqhd,md->bhqm", q, rows), "float32")
         if query_length == 1:  # c = j: already in place
@@ -879,17 +759,14 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         a row's distances form one interval, found from its count ``n`` and sum
         ``s``: ``lo = (2 s - n (n - 1)) / (2 n)``, ``hi = lo + n - 1`` (exact in int32).
         """
-        table = self.relative_values
         # Plain arithmetic on the lengths: ints stay ints (JAX needs a concrete
         # size for arange), TensorFlow's symbolic scalars stay tensors.
         count = query_length + key_length - 1
         distances = ops.arange(count, dtype="int32") - (
             ops.cast(offset, "int32") + ops.cast(query_length, "int32") - 1
         )
-        buckets = relative_index.bucket_index(
-            distances, table.bucketing, table.max_distance, table.num_buckets, table.bidirectional
-        )
-        rows = table.table_size
+        buckets = self.position.index(distances)
+        rows = self.position.table_size
         number = ops.segment_sum(ops.ones_like(distances), buckets, num_segments=rows)
         total = ops.segment_sum(distances, buckets, num_segments=rows)
         safe = ops.maximum(number, 1)
@@ -911,7 +788,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         mask = None
 
         def combine(current: Any, new: Any) -> Any:
-            new = ops.cast(new, "bool")
             return new if current is None else ops.logical_and(current, new)
 
         if query_mask is not None:
@@ -921,12 +797,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         if key_mask is not None:
             mask = combine(mask, ops.expand_dims(key_mask, -2))
         if use_causal_mask:
-            distances = relative_index.relative_positions(query_length, key_length, offset)
-            mask = combine(mask, ops.expand_dims(ops.less_equal(distances, 0), 0))
-        if attention_mask is not None:
-            attention_mask = ops.convert_to_tensor(attention_mask)
-            while _rank(attention_mask) < 3:  # broadcastable to (batch, q_len, k_len)
-                attention_mask = ops.expand_dims(attention_mask, 0)
+            mask = combine(mask, _attention.causal_mask(query_length, key_length, offset))
+        if attention_mask is not None:  # rank 3, checked in `_check_masks`
             mask = combine(mask, attention_mask)
         return mask
 
@@ -982,10 +854,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             use_bias=self.use_bias,
             output_shape=self.output_shape,
             relative=self.relative,
-            bucketing=self.bucketing,
-            max_distance=self.max_distance,
-            num_buckets=self.num_buckets,
-            bidirectional=self.bidirectional,
+            **position_schemes.position_config(self),
             rotary_max_wavelength=self.rotary_max_wavelength,
             relative_logits=self.relative_logits,
             query_block_size=self.query_block_size,

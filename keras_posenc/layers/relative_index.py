@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 from keras import backend, ops
 
+from keras_posenc.layers._checks import check_bool, check_int
+
 __all__ = [
     "BUCKETINGS",
     "bucket_index",
@@ -56,26 +58,6 @@ BUCKETINGS = ("clip", "log", "piecewise", "multiscale")
 # --------------------------------------------------------------------------- validation
 
 
-def _check_int(caller: str, name: str, value: Any, minimum: int | None = None) -> int:
-    """Returns ``value`` as a Python int, or raises naming ``caller`` and ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(
-            f"{caller}: `{name}` must be an integer, got {value!r} (type {type(value).__name__})."
-        )
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{caller}: `{name}` must be an integer >= {minimum}, got {value!r}.")
-    return int(value)
-
-
-def _check_bool(caller: str, name: str, value: Any) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(
-            f"{caller}: `{name}` must be True or False, got {value!r} "
-            f"(type {type(value).__name__})."
-        )
-    return bool(value)
-
-
 def _check_length(caller: str, name: str, value: Any) -> Any:
     """A sequence length: a non-negative Python int, or an integer scalar tensor."""
     if isinstance(value, bool) or value is None:
@@ -84,7 +66,7 @@ def _check_length(caller: str, name: str, value: Any) -> Any:
             f"got {value!r}."
         )
     if isinstance(value, int | np.integer):
-        return _check_int(caller, name, value, minimum=0)
+        return check_int(caller, name, value, minimum=0)
     if isinstance(value, float | str):
         raise TypeError(
             f"{caller}: `{name}` must be a non-negative integer or an integer scalar tensor, "
@@ -178,7 +160,7 @@ def clip_index(r: Any, max_distance: int) -> Any:
         Shaw, Uszkoreit, Vaswani, "Self-Attention with Relative Position
         Representations", NAACL 2018.
     """
-    k = _check_int("clip_index", "max_distance", max_distance, minimum=0)
+    k = check_int("clip_index", "max_distance", max_distance, minimum=0)
     return ops.clip(_as_int32(r), -k, k) + k
 
 
@@ -258,9 +240,9 @@ def _log_arguments(
     caller: str, num_buckets: Any, max_distance: Any, bidirectional: Any
 ) -> tuple[int, int]:
     """Validates T5's arguments; returns (buckets per direction, max_exact)."""
-    num_buckets = _check_int(caller, "num_buckets", num_buckets)
-    max_distance = _check_int(caller, "max_distance", max_distance, minimum=0)
-    bidirectional = _check_bool(caller, "bidirectional", bidirectional)
+    num_buckets = check_int(caller, "num_buckets", num_buckets)
+    max_distance = check_int(caller, "max_distance", max_distance, minimum=0)
+    bidirectional = check_bool(caller, "bidirectional", bidirectional)
     minimum = 4 if bidirectional else 2
     if num_buckets < minimum:
         kind = "bidirectional" if bidirectional else "unidirectional"
@@ -368,7 +350,7 @@ def piecewise_index(r: Any, num_buckets: int) -> Any:
         Wu et al., "Rethinking and Improving Relative Position Encoding for
         Vision Transformer", ICCV 2021 (``piecewise_index`` in ``irpe.py``).
     """
-    num_buckets = _check_int("piecewise_index", "num_buckets", num_buckets, minimum=2)
+    num_buckets = check_int("piecewise_index", "num_buckets", num_buckets, minimum=2)
     beta = num_buckets // 2
     start, thresholds = _piecewise_thresholds(beta)
     r = _as_int32(r)
@@ -390,7 +372,7 @@ def multiscale_table_size(scale: int) -> int:
         >>> [multiscale_table_size(s) for s in (5, 10, 20)]
         [5, 11, 21]
     """
-    scale = _check_int("multiscale_table_size", "scale", scale, minimum=2)
+    scale = check_int("multiscale_table_size", "scale", scale, minimum=2)
     return 2 * (scale // 2) + 1
 
 
@@ -419,7 +401,7 @@ def multiscale_index(r: Any, scale: int) -> Any:
         >>> print(keras.ops.convert_to_numpy(multiscale_index(r, scale=5)))
         [0 0 0 1 2 2 3 4 4]
     """
-    scale = _check_int("multiscale_index", "scale", scale, minimum=2)
+    scale = check_int("multiscale_index", "scale", scale, minimum=2)
     width = scale // 2
     return ops.clip(ops.floor_divide(_as_int32(r), width), -width, width) + width
 
@@ -457,17 +439,29 @@ def _table_size(
     bidirectional: Any,
     scale: Any,
 ) -> int:
+    return _scheme(caller, bucketing, max_distance, num_buckets, bidirectional, scale).table_size
+
+
+def _scheme(
+    caller: str,
+    bucketing: Any,
+    max_distance: Any,
+    num_buckets: Any,
+    bidirectional: Any,
+    scale: Any,
+) -> Any:
+    """The position scheme the named bucketing and its arguments describe."""
+    # Imported here: position_schemes is built on the index functions of this module.
+    from keras_posenc.layers import position_schemes
+
     bucketing = _check_bucketing(caller, bucketing)
-    if bucketing == "clip":
-        return 2 * _check_int(caller, "max_distance", max_distance, minimum=0) + 1
-    if bucketing == "log":
-        _log_arguments(caller, num_buckets, max_distance, bidirectional)
-        return int(num_buckets)
-    if bucketing == "piecewise":
-        return 2 * (_check_int(caller, "num_buckets", num_buckets, minimum=2) // 2) + 1
+    if bucketing != "multiscale":
+        return position_schemes.from_arguments(
+            caller, bucketing, max_distance, num_buckets, bidirectional
+        )
     if scale is None:
         raise ValueError(f"{caller}: bucketing='multiscale' needs `scale` (an int >= 2).")
-    return 2 * (_check_int(caller, "scale", scale, minimum=2) // 2) + 1
+    return position_schemes.MultiScaleBins.checked(caller, scale=scale)
 
 
 def bucket_index(
@@ -500,13 +494,5 @@ def bucket_index(
         >>> print(keras.ops.convert_to_numpy(bucket_index([-3, 0, 3], "clip", max_distance=2)))
         [0 2 4]
     """
-    bucketing = _check_bucketing("bucket_index", bucketing)
-    if bucketing == "clip":
-        return clip_index(r, max_distance)
-    if bucketing == "log":
-        return log_bucket_index(r, num_buckets, max_distance, bidirectional)
-    if bucketing == "piecewise":
-        return piecewise_index(r, num_buckets)
-    if scale is None:
-        raise ValueError("bucket_index: bucketing='multiscale' needs `scale` (an int >= 2).")
-    return multiscale_index(r, scale)
+    scheme = _scheme("bucket_index", bucketing, max_distance, num_buckets, bidirectional, scale)
+    return scheme.index(r)

@@ -18,7 +18,8 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_posenc.layers import relative_index
+from keras_posenc.layers import position_schemes, relative_index
+from keras_posenc.layers._checks import check_int
 from keras_posenc.layers._initializers import sublayer_initializer
 
 __all__ = [
@@ -27,20 +28,8 @@ __all__ = [
     "RelativePositionEmbedding",
 ]
 
-# "multiscale" needs several tables, one per scale: MultiScaleRelativePositionEmbedding.
-_SINGLE_TABLE_BUCKETINGS = ("clip", "log", "piecewise")
-
-
-def _check_single_table_bucketing(caller: str, bucketing: Any) -> str:
-    if not isinstance(bucketing, str) or bucketing not in _SINGLE_TABLE_BUCKETINGS:
-        hint = ""
-        if bucketing == "multiscale":
-            hint = " (it uses one table per scale: use MultiScaleRelativePositionEmbedding)"
-        raise ValueError(
-            f"{caller}: `bucketing` must be one of "
-            f"{', '.join(map(repr, _SINGLE_TABLE_BUCKETINGS))}, got {bucketing!r}{hint}."
-        )
-    return bucketing
+_BIAS_DEFAULTS = dict(bucketing="log", max_distance=128, num_buckets=32, bidirectional=True)
+_EMBEDDING_DEFAULTS = dict(bucketing="clip", max_distance=16, num_buckets=32, bidirectional=True)
 
 
 def _static_length(value: Any) -> int | None:
@@ -74,18 +63,32 @@ class _RelativeTableLayer(keras.layers.Layer):
 class _SingleTableLayer(_RelativeTableLayer):
     """One learned table of ``(table_size, columns)`` read through one bucketing."""
 
-    def _set_bucketing(
-        self, bucketing: Any, max_distance: Any, num_buckets: Any, bidirectional: Any
+    #: The relative mode the table serves (`PositionScheme.check_mode`).
+    _mode = "bias"
+
+    def _set_position(
+        self,
+        position: Any,
+        bucketing: Any,
+        max_distance: Any,
+        num_buckets: Any,
+        bidirectional: Any,
+        defaults: dict,
     ) -> None:
+        """The position scheme (`position_schemes.resolve`), checked now, not when called."""
         caller = type(self).__name__
-        self.bucketing = _check_single_table_bucketing(caller, bucketing)
-        self.max_distance = max_distance
-        self.num_buckets = num_buckets
-        self.bidirectional = relative_index._check_bool(caller, "bidirectional", bidirectional)
-        # Validates num_buckets / max_distance now rather than at the first call.
-        self.table_size = relative_index._table_size(
-            caller, bucketing, max_distance, num_buckets, bidirectional, None
+        scheme = position_schemes.resolve(
+            caller, position, bucketing, max_distance, num_buckets, bidirectional, defaults
         )
+        scheme.check_mode(caller, self._mode)
+        loose = dict(
+            bucketing=bucketing,
+            max_distance=max_distance,
+            num_buckets=num_buckets,
+            bidirectional=bidirectional,
+        )
+        position_schemes.set_position_attributes(self, scheme, position is not None, loose)
+        self.table_size = scheme.table_size
 
     def _table_columns(self) -> int:
         raise NotImplementedError
@@ -109,9 +112,7 @@ class _SingleTableLayer(_RelativeTableLayer):
         r = relative_index._relative_positions(
             type(self).__name__, query_length, key_length, offset
         )
-        return relative_index.bucket_index(
-            r, self.bucketing, self.max_distance, self.num_buckets, self.bidirectional
-        )
+        return self.position.index(r)
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -137,6 +138,9 @@ class RelativePositionBias(_SingleTableLayer):
             query get separate buckets (encoder); ``False``: keys after the
             query share bucket 0 (causal decoder), as in T5.
         embeddings_initializer: initializer of the ``(table_size, num_heads)`` table.
+        position: a position scheme (e.g. ``LogBuckets(32, 128)``) instead of the
+            loose arguments above (left at their defaults); ``None``: the scheme
+            they describe.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -172,12 +176,15 @@ class RelativePositionBias(_SingleTableLayer):
         max_distance: int = 128,
         bidirectional: bool = True,
         embeddings_initializer: Any = "truncated_normal",
+        position: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
-        self.num_heads = relative_index._check_int(caller, "num_heads", num_heads, minimum=1)
-        self._set_bucketing(bucketing, max_distance, num_buckets, bidirectional)
+        self.num_heads = check_int(caller, "num_heads", num_heads, minimum=1)
+        self._set_position(
+            position, bucketing, max_distance, num_buckets, bidirectional, _BIAS_DEFAULTS
+        )
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
 
     def _table_columns(self) -> int:
@@ -197,10 +204,7 @@ class RelativePositionBias(_SingleTableLayer):
         config = super().get_config()
         config.update(
             num_heads=self.num_heads,
-            bucketing=self.bucketing,
-            num_buckets=self.num_buckets,
-            max_distance=self.max_distance,
-            bidirectional=self.bidirectional,
+            **position_schemes.position_config(self),
             embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
         )
         return config
@@ -226,6 +230,9 @@ class RelativePositionEmbedding(_SingleTableLayer):
             ``"piecewise"``. Unused by ``"clip"``.
         bidirectional: ``"log"`` only, as in `RelativePositionBias`.
         embeddings_initializer: initializer of the ``(table_size, output_dim)`` table.
+        position: a position scheme (e.g. ``ClipPositions(16)``) instead of the
+            loose arguments above (left at their defaults); ``None``: the scheme
+            they describe.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -259,13 +266,18 @@ class RelativePositionEmbedding(_SingleTableLayer):
         num_buckets: int = 32,
         bidirectional: bool = True,
         embeddings_initializer: Any = "truncated_normal",
+        position: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
-        self.output_dim = relative_index._check_int(caller, "output_dim", output_dim, minimum=1)
-        self._set_bucketing(bucketing, max_distance, num_buckets, bidirectional)
+        self.output_dim = check_int(caller, "output_dim", output_dim, minimum=1)
+        self._set_position(
+            position, bucketing, max_distance, num_buckets, bidirectional, _EMBEDDING_DEFAULTS
+        )
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+
+    _mode = "keys"  # the same table serves keys or values
 
     def _table_columns(self) -> int:
         return self.output_dim  # the table is (table_size, output_dim)
@@ -283,10 +295,7 @@ class RelativePositionEmbedding(_SingleTableLayer):
         config = super().get_config()
         config.update(
             output_dim=self.output_dim,
-            bucketing=self.bucketing,
-            max_distance=self.max_distance,
-            num_buckets=self.num_buckets,
-            bidirectional=self.bidirectional,
+            **position_schemes.position_config(self),
             embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
         )
         return config
@@ -350,14 +359,12 @@ class MultiScaleRelativePositionEmbedding(_RelativeTableLayer):
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
-        self.output_dim = relative_index._check_int(caller, "output_dim", output_dim, minimum=1)
+        self.output_dim = check_int(caller, "output_dim", output_dim, minimum=1)
         if isinstance(scales, str) or not isinstance(scales, Sequence) or not scales:
             raise ValueError(
                 f"{caller}: `scales` must be a non-empty sequence of ints >= 2, got {scales!r}."
             )
-        self.scales = tuple(
-            relative_index._check_int(caller, "scales", s, minimum=2) for s in scales
-        )
+        self.scales = tuple(check_int(caller, "scales", s, minimum=2) for s in scales)
         if combine not in _COMBINES:
             raise ValueError(
                 f"{caller}: `combine` must be one of {', '.join(map(repr, _COMBINES))}, "

@@ -4,9 +4,9 @@
 ``keras_hub.layers.TransformerEncoder`` / ``TransformerDecoder`` with their
 self-attention replaced by `MultiHeadRelativeAttention`: the same arguments,
 masks, residual connections, pre- or post-norm and decoding caches, plus the
-relative position arguments (``relative``, ``bucketing``, ``max_distance``,
-``num_buckets``, ``bidirectional``, ``rotary_max_wavelength``), which are passed
-to the self-attention unchanged.
+relative position arguments (``relative``, ``position`` or the loose
+``bucketing``, ``max_distance``, ``num_buckets``, ``bidirectional``, and
+``rotary_max_wavelength``), which are passed to the self-attention unchanged.
 
 A relative-position Transformer in a few lines, with absolute positions added
 to the inputs (``keras_hub.layers.SinePositionEncoding``) and a T5-style
@@ -36,11 +36,13 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_posenc.layers import relative_index
+from keras_posenc.layers import position_schemes
 from keras_posenc.layers._checks import (
     KerasMask,
     SequenceChecks,
     check_activation,
+    check_bool,
+    check_int,
     check_positive_number,
     check_rate,
 )
@@ -81,6 +83,9 @@ def feedforward_denses(layer: Any, shape: tuple) -> tuple[Any, Any]:
 class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
     """Arguments, validation and the sublayers both blocks share."""
 
+    # The loose relative arguments' defaults (the decoder's `bidirectional` is False).
+    _loose_defaults = dict(bucketing="clip", max_distance=16, num_buckets=32, bidirectional=True)
+
     def __init__(
         self,
         intermediate_dim: int,
@@ -100,12 +105,11 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
         bidirectional: bool = True,
         rotary_max_wavelength: float | None = None,
         query_block_size: int | None = None,
+        position: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
-        check_int = relative_index._check_int
-        check_bool = relative_index._check_bool
         self.intermediate_dim = check_int(caller, "intermediate_dim", intermediate_dim, 1)
         self.num_heads = check_int(caller, "num_heads", num_heads, 1)
         self.key_dim = None if key_dim is None else check_int(caller, "key_dim", key_dim, 1)
@@ -120,7 +124,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
         self.use_bias = check_bool(caller, "use_bias", use_bias)
         # Validated here (not only when the attention is built) so a bad
         # argument fails at construction, naming this layer.
-        check_relative_arguments(
+        scheme = check_relative_arguments(
             caller,
             relative,
             bucketing,
@@ -128,12 +132,17 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             num_buckets,
             bidirectional,
             rotary_max_wavelength,
+            position,
+            self._loose_defaults,
         )
         self.relative = relative
-        self.bucketing = bucketing
-        self.bidirectional = bidirectional
-        self.max_distance = max_distance
-        self.num_buckets = num_buckets
+        loose = dict(
+            bucketing=bucketing,
+            max_distance=max_distance,
+            num_buckets=num_buckets,
+            bidirectional=bidirectional,
+        )
+        position_schemes.set_position_attributes(self, scheme, position is not None, loose)
         self.rotary_max_wavelength = rotary_max_wavelength
         self.query_block_size = (
             None
@@ -167,10 +176,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             dropout=self.dropout,
             use_bias=self.use_bias,
             relative=self.relative,
-            bucketing=self.bucketing,
-            max_distance=self.max_distance,
-            num_buckets=self.num_buckets,
-            bidirectional=self.bidirectional,
+            position=self.position,
             rotary_max_wavelength=self.rotary_max_wavelength,
             query_block_size=self.query_block_size,
             kernel_initializer=sublayer_initializer(self.kernel_initializer, name),
@@ -239,10 +245,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             normalize_first=self.normalize_first,
             use_bias=self.use_bias,
             relative=self.relative,
-            bucketing=self.bucketing,
-            max_distance=self.max_distance,
-            num_buckets=self.num_buckets,
-            bidirectional=self.bidirectional,
+            **position_schemes.position_config(self),
             rotary_max_wavelength=self.rotary_max_wavelength,
             query_block_size=self.query_block_size,
         )
@@ -301,6 +304,9 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
             // 2) + 1`` for ``"piecewise"``. Unused by ``"clip"``.
         bidirectional: ``"log"`` only: keys before and after a query get
             separate buckets (default ``True``, as in T5's encoder).
+        position: a position scheme (`LogBuckets`, `ClipPositions`, ...) instead
+            of the four loose arguments above, which then stay at their
+            defaults; passed to `MultiHeadRelativeAttention`.
         rotary_max_wavelength: ``None`` (default) for no rotary embedding, else
             the ``max_wavelength`` of a rotary embedding applied to the
             self-attention's queries and keys (the head size must be even).
@@ -368,9 +374,11 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
         training: Any = None,
         return_attention_scores: bool = False,
     ) -> Any:
-        self._check_sequence("inputs", inputs.shape)
-        padding_mask = self._check_mask("padding_mask", padding_mask, 2)
-        attention_mask = self._check_mask("attention_mask", attention_mask, 3)
+        batch, length, _ = self._check_sequence("inputs", inputs.shape)
+        padding_mask = self._check_mask("padding_mask", padding_mask, 2, (batch, length))
+        attention_mask = self._check_mask(
+            "attention_mask", attention_mask, 3, (batch, length, length)
+        )
         if padding_mask is None:
             padding_mask = self._mask_reader(inputs)
 
@@ -486,6 +494,9 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         num_buckets: table rows for ``"log"`` (default 32); ``2 * (num_buckets
             // 2) + 1`` for ``"piecewise"``. Unused by ``"clip"``.
         bidirectional: ``"log"`` only; default ``False`` (see above).
+        position: a position scheme (`LogBuckets`, `ClipPositions`, ...) instead
+            of the four loose arguments above, which then stay at their
+            defaults; passed to `MultiHeadRelativeAttention`.
         rotary_max_wavelength: ``None`` (default) for no rotary embedding, else
             the ``max_wavelength`` of a rotary embedding applied to the
             self-attention's queries and keys (the head size must be even).
@@ -561,6 +572,8 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         Text-to-Text Transformer", JMLR 2020.
     """
 
+    _loose_defaults = dict(_RelativeTransformerBase._loose_defaults, bidirectional=False)
+
     def __init__(
         self,
         intermediate_dim: int,
@@ -580,6 +593,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         bidirectional: bool = False,
         rotary_max_wavelength: float | None = None,
         query_block_size: int | None = None,
+        position: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -600,6 +614,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             bidirectional=bidirectional,
             rotary_max_wavelength=rotary_max_wavelength,
             query_block_size=query_block_size,
+            position=position,
             **kwargs,
         )
         self.cross_attention = None

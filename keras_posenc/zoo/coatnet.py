@@ -36,7 +36,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from keras_posenc.layers._checks import check_positive_number
+from keras_posenc._compile import check_synchronized_batch_norm
+from keras_posenc.layers._checks import check_int, check_positive_number
 from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.zoo.registry import register_model
@@ -172,12 +173,6 @@ def _positive_ints_of(value: Any, argument: str, count: int, what: str = "") -> 
 
 def _positive_ints(value: Any, argument: str) -> tuple[int, ...]:
     return _positive_ints_of(value, argument, NUM_STAGES, ", one per stage S0..S4")
-
-
-def _positive_int(value: Any, argument: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{_WHO}: `{argument}` must be a positive int; received {value!r}")
-    return int(value)
 
 
 def parse_layout(layout: Any) -> tuple[str, ...]:
@@ -398,15 +393,10 @@ def build_coatnet(
     ):
         if not isinstance(flag, bool):
             raise TypeError(f"{_WHO}: `{flag_name}` must be a bool; received {type(flag).__name__}")
-    if synchronized and keras.backend.backend() != "tensorflow":
-        raise ValueError(
-            f"{_WHO}: `synchronized=True` needs the TensorFlow backend (Keras' "
-            "BatchNormalization synchronises replicas only there); received "
-            f"synchronized=True on the {keras.backend.backend()} backend"
-        )
-    head_dim = _positive_int(head_dim, "head_dim")
+    check_synchronized_batch_norm(_WHO, synchronized)
+    head_dim = check_int(_WHO, "head_dim", head_dim, 1)
     if include_top and not features:
-        num_classes = _positive_int(num_classes, "num_classes")
+        num_classes = check_int(_WHO, "num_classes", num_classes, 1)
         if pooling is None:
             raise ValueError(
                 f"{_WHO}: `pooling` must be 'avg' or 'max' when include_top=True; "

@@ -44,9 +44,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.layers._checks import check_int
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
 from keras_posenc.zoo.registry import register_model
-from keras_posenc.zoo.seq2seq import FunctionalModel, Seq2SeqModel, _non_negative_int
+from keras_posenc.zoo.seq2seq import FunctionalModel, Seq2SeqModel
 
 _SQRT_HALF = math.sqrt(0.5)
 REFERENCE = (
@@ -142,12 +143,6 @@ def parse_layer_specs(owner: str, argument: str, specs: Any) -> tuple[tuple[int,
     return tuple(parsed)
 
 
-def _positive_int(owner: str, argument: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{owner}: `{argument}` must be a positive int, got {value!r}.")
-    return int(value)
-
-
 def _rate(owner: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
         raise ValueError(f"{owner}: `dropout` must be a float in [0, 1), got {value!r}.")
@@ -238,8 +233,8 @@ class ConvS2SEmbedding(keras.layers.Layer):
     ) -> None:
         super().__init__(**kwargs)
         owner = type(self).__name__
-        self.vocab_size = _positive_int(owner, "vocab_size", vocab_size)
-        self.embed_dim = _positive_int(owner, "embed_dim", embed_dim)
+        self.vocab_size = check_int(owner, "vocab_size", vocab_size, 1)
+        self.embed_dim = check_int(owner, "embed_dim", embed_dim, 1)
         if isinstance(max_positions, bool) or not isinstance(max_positions, int | np.integer):
             raise ValueError(
                 f"{owner}: `max_positions` must be an int >= 0, got {max_positions!r}."
@@ -493,17 +488,17 @@ class ConvS2S(Seq2SeqModel):
         owner = type(self).__name__
         src_vocab_size = _check_vocab(owner, "src_vocab_size", src_vocab_size)
         tgt_vocab_size = _check_vocab(owner, "tgt_vocab_size", tgt_vocab_size)
-        self.embed_dim = _positive_int(owner, "embed_dim", embed_dim)
+        self.embed_dim = check_int(owner, "embed_dim", embed_dim, 1)
         self.encoder_layers = parse_layer_specs(owner, "encoder_layers", encoder_layers)
         self.decoder_layers = parse_layer_specs(owner, "decoder_layers", decoder_layers)
-        self.decoder_out_embed_dim = _positive_int(
-            owner, "decoder_out_embed_dim", decoder_out_embed_dim
+        self.decoder_out_embed_dim = check_int(
+            owner, "decoder_out_embed_dim", decoder_out_embed_dim, 1
         )
-        self.max_source_positions = _positive_int(
-            owner, "max_source_positions", max_source_positions
+        self.max_source_positions = check_int(
+            owner, "max_source_positions", max_source_positions, 1
         )
-        self.max_target_positions = _positive_int(
-            owner, "max_target_positions", max_target_positions
+        self.max_target_positions = check_int(
+            owner, "max_target_positions", max_target_positions, 1
         )
         self.dropout = _rate(owner, dropout)
         if not isinstance(weight_norm, bool):
@@ -694,16 +689,16 @@ class ConvS2SLanguageModel(FunctionalModel):
     ) -> None:
         owner = type(self).__name__
         self.vocab_size = _check_vocab(owner, "vocab_size", vocab_size)
-        self.embed_dim = _positive_int(owner, "embed_dim", embed_dim)
+        self.embed_dim = check_int(owner, "embed_dim", embed_dim, 1)
         self.decoder_layers = parse_layer_specs(owner, "decoder_layers", decoder_layers)
-        self.decoder_out_embed_dim = _positive_int(
-            owner, "decoder_out_embed_dim", decoder_out_embed_dim
+        self.decoder_out_embed_dim = check_int(
+            owner, "decoder_out_embed_dim", decoder_out_embed_dim, 1
         )
         self.dropout = _rate(owner, dropout)
         if not isinstance(weight_norm, bool):
             raise TypeError(f"{owner}: `weight_norm` must be a bool, got {weight_norm!r}.")
         self.weight_norm = weight_norm
-        self.pad_id = _non_negative_int(owner, "pad_id", pad_id)
+        self.pad_id = check_int(owner, "pad_id", pad_id, 0)
         policy = _policy(kwargs)
         p = self.dropout
         self.embedding = ConvS2SEmbedding(

@@ -50,6 +50,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.layers._checks import check_bool, check_int
 from keras_posenc.layers.muse import MUSEDecoderLayer, MUSEEncoderLayer
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
@@ -127,18 +128,6 @@ PAPER_PARAMETERS = {"muse_iwslt_de_en": 48_200_000}
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def _positive_int(owner: str, argument: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{owner}: `{argument}` must be a positive int, got {value!r}.")
-    return int(value)
-
-
-def _check_bool(owner: str, argument: str, value: Any) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{owner}: `{argument}` must be True or False, got {value!r}.")
-    return bool(value)
 
 
 def _check_width(owner: str, hidden_dim: int, num_heads: int) -> None:
@@ -249,8 +238,8 @@ class MUSEEmbedding(keras.layers.Layer):
     ) -> None:
         super().__init__(**kwargs)
         owner = type(self).__name__
-        self.vocab_size = _positive_int(owner, "vocab_size", vocab_size)
-        self.embed_dim = _positive_int(owner, "embed_dim", embed_dim)
+        self.vocab_size = check_int(owner, "vocab_size", vocab_size, 1)
+        self.embed_dim = check_int(owner, "embed_dim", embed_dim, 1)
         if self.embed_dim < 2:
             raise ValueError(f"{owner}: `embed_dim` must be at least 2, got {embed_dim}.")
         if isinstance(pad_id, bool) or not isinstance(pad_id, int | np.integer) or pad_id < 0:
@@ -261,7 +250,7 @@ class MUSEEmbedding(keras.layers.Layer):
         if not 0 <= dropout < 1:
             raise ValueError(f"{owner}: `dropout` must be a float in [0, 1), got {dropout!r}.")
         self.dropout = float(dropout)
-        self.tie_weights = _check_bool(owner, "tie_weights", tie_weights)
+        self.tie_weights = check_bool(owner, "tie_weights", tie_weights)
         self.token_embedding = keras.layers.ReversibleEmbedding(
             self.vocab_size,
             self.embed_dim,
@@ -352,8 +341,8 @@ def _block_arguments(
     fused_attention: Any,
 ) -> dict:
     """The blocks' keyword arguments, validated once (errors name ``owner``)."""
-    hidden_dim = _positive_int(owner, "hidden_dim", hidden_dim)
-    num_heads = _positive_int(owner, "num_heads", num_heads)
+    hidden_dim = check_int(owner, "hidden_dim", hidden_dim, 1)
+    num_heads = check_int(owner, "num_heads", num_heads, 1)
     _check_width(owner, hidden_dim, num_heads)
     arguments = dict(
         intermediate_dim=intermediate_dim,
@@ -483,12 +472,12 @@ class MUSE(Seq2SeqModel):
             fused_attention,
         )
         self.hidden_dim = int(hidden_dim)
-        self.num_encoder_layers = _positive_int(owner, "num_encoder_layers", num_encoder_layers)
-        self.num_decoder_layers = _positive_int(owner, "num_decoder_layers", num_decoder_layers)
-        self.share_embeddings = _check_bool(owner, "share_embeddings", share_embeddings)
+        self.num_encoder_layers = check_int(owner, "num_encoder_layers", num_encoder_layers, 1)
+        self.num_decoder_layers = check_int(owner, "num_decoder_layers", num_decoder_layers, 1)
+        self.share_embeddings = check_bool(owner, "share_embeddings", share_embeddings)
         if tie_output_embedding is None:
             tie_output_embedding = self.share_embeddings
-        self.tie_output_embedding = _check_bool(owner, "tie_output_embedding", tie_output_embedding)
+        self.tie_output_embedding = check_bool(owner, "tie_output_embedding", tie_output_embedding)
         if self.share_embeddings and not self.tie_output_embedding:
             raise ValueError(
                 f"{owner}: share_embeddings=True uses one table for the source, the target and "
@@ -734,9 +723,9 @@ def build_muse_encoder(
         weight_dropout,
         fused_attention,
     )
-    vocab_size = _positive_int(owner, "vocab_size", vocab_size)
-    num_classes = _positive_int(owner, "num_classes", num_classes)
-    num_layers = _positive_int(owner, "num_layers", num_layers)
+    vocab_size = check_int(owner, "vocab_size", vocab_size, 1)
+    num_classes = check_int(owner, "num_classes", num_classes, 1)
+    num_layers = check_int(owner, "num_layers", num_layers, 1)
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     # The embedding attaches the mask ids != pad_id; the blocks, the pooling
     # and the tagging head read it.

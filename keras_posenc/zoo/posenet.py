@@ -26,6 +26,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_posenc.layers._checks import check_int
 from keras_posenc.layers.padding import SpatialPadding2D
 from keras_posenc.zoo.registry import create, register_model
 
@@ -174,12 +175,6 @@ class FeatureStandardization(keras.layers.Layer):
         return tuple(input_shape)
 
 
-def _positive_int(value: Any, argument: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"PosENet: `{argument}` must be a positive int; received {value!r}")
-    return int(value)
-
-
 @keras.saving.register_keras_serializable(package="keras_posenc")
 class PosENet(keras.Model):
     """PosENet: how much absolute position do a network's features encode?
@@ -268,10 +263,10 @@ class PosENet(keras.Model):
         image_shape: Sequence[int] | None = None,
         **kwargs: Any,
     ) -> None:
-        readout_layers = _positive_int(readout_layers, "readout_layers")
-        kernel_size = _positive_int(kernel_size, "kernel_size")
-        feature_size = _positive_int(feature_size, "feature_size")
-        readout_filters = _positive_int(readout_filters, "readout_filters")
+        readout_layers = check_int("PosENet", "readout_layers", readout_layers, 1)
+        kernel_size = check_int("PosENet", "kernel_size", kernel_size, 1)
+        feature_size = check_int("PosENet", "feature_size", feature_size, 1)
+        readout_filters = check_int("PosENet", "readout_filters", readout_filters, 1)
         if isinstance(readout_padding, bool) or not isinstance(readout_padding, int | np.integer):
             raise ValueError(
                 f"PosENet: `readout_padding` must be a non-negative int; received "

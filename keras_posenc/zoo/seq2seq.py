@@ -37,13 +37,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.layers._checks import check_int
+
 _INPUT_NAMES = ("encoder_token_ids", "decoder_token_ids")
-
-
-def _non_negative_int(owner: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-        raise ValueError(f"{owner}: `{name}` must be a non-negative int, got {value!r}.")
-    return int(value)
 
 
 class FunctionalModel(keras.Model):
@@ -98,8 +94,8 @@ class Seq2SeqModel(FunctionalModel):
         max_target_length: int | None,
     ) -> None:
         owner = type(self).__name__
-        self.source_vocab_size = _non_negative_int(owner, "source_vocab_size", source_vocab_size)
-        self.target_vocab_size = _non_negative_int(owner, "target_vocab_size", target_vocab_size)
+        self.source_vocab_size = check_int(owner, "source_vocab_size", source_vocab_size, 0)
+        self.target_vocab_size = check_int(owner, "target_vocab_size", target_vocab_size, 0)
         for name, vocab in (
             ("source_vocab_size", source_vocab_size),
             ("target_vocab_size", target_vocab_size),
@@ -110,7 +106,7 @@ class Seq2SeqModel(FunctionalModel):
                 )
         ids = {}
         for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
-            ids[name] = _non_negative_int(owner, name, value)
+            ids[name] = check_int(owner, name, value, 0)
             if ids[name] >= min(self.source_vocab_size, self.target_vocab_size):
                 raise ValueError(
                     f"{owner}: `{name}` must be a token id below both vocabulary sizes "
@@ -122,12 +118,12 @@ class Seq2SeqModel(FunctionalModel):
         self.max_source_length = (
             None
             if max_source_length is None
-            else _non_negative_int(owner, "max_source_length", max_source_length)
+            else check_int(owner, "max_source_length", max_source_length, 0)
         )
         self.max_target_length = (
             None
             if max_target_length is None
-            else _non_negative_int(owner, "max_target_length", max_target_length)
+            else check_int(owner, "max_target_length", max_target_length, 0)
         )
 
     def _functional_graph(self) -> tuple[dict, Any]:

@@ -511,7 +511,11 @@ def test_configs_hold_the_rw_options(rng):
     ],
 )
 def test_mbconv_bad_arguments(kwargs, argument):
-    with pytest.raises(ValueError, match=rf"MBConv '.*': `{argument}` must be .*received"):
+    # Types (an int given as 1.5) are TypeErrors, values ValueErrors; both name the argument
+    # and what was given (the shared checks of layers._checks, or "received" in the rest).
+    with pytest.raises(
+        (ValueError, TypeError), match=rf"MBConv '.*': `{argument}` must be .*(received|got)"
+    ):
         MBConv(**kwargs)
 
 
@@ -525,7 +529,9 @@ def test_mbconv_bad_activations(argument):
 
 @pytest.mark.parametrize("argument", ["synchronized", "pre_activation", "output_bias"])
 def test_mbconv_flags_must_be_bools(argument):
-    with pytest.raises(TypeError, match=rf"MBConv '.*': `{argument}` must be a bool; received str"):
+    with pytest.raises(
+        TypeError, match=rf"MBConv '.*': `{argument}` must be True or False, got 'yes'"
+    ):
         MBConv(8, **{argument: "yes"})
 
 
@@ -550,8 +556,8 @@ def test_mbconv_symmetric_padding_needs_an_odd_kernel():
     ],
 )
 def test_transformer_bad_arguments(kwargs, argument):
-    pattern = rf"RelativeTransformerBlock2D '.*': `{argument}` must be .*received"
-    with pytest.raises(ValueError, match=pattern):
+    pattern = rf"RelativeTransformerBlock2D '.*': `{argument}` must be .*(received|got)"
+    with pytest.raises((ValueError, TypeError), match=pattern):
         RelativeTransformerBlock2D(**kwargs)
 
 
@@ -567,7 +573,7 @@ def test_transformer_layer_scale_must_be_positive(value):
 
 def test_transformer_shortcut_bias_must_be_bool():
     with pytest.raises(
-        TypeError, match=r"RelativeTransformerBlock2D '.*': `shortcut_bias` must be a bool"
+        TypeError, match=r"RelativeTransformerBlock2D '.*': `shortcut_bias` must be True or False"
     ):
         RelativeTransformerBlock2D(8, head_dim=4, shortcut_bias="no")
 

@@ -559,7 +559,7 @@ def test_attention_bad_call_inputs(rng):
         layer(x, g, (keys, values[:, :4]))
     with pytest.raises(ValueError, match=r"`x` and `target_embedding` must have the same length"):
         layer(x, g[:, :2], (keys, values))
-    with pytest.raises(ValueError, match=r"`encoder_mask` must have shape.*\(batch, 6\).*\(2, 5\)"):
+    with pytest.raises(ValueError, match=r"`encoder_mask` must have shape.*= \(2, 6\).*\(2, 5\)"):
         layer(x, g, (keys, values), encoder_mask=np.ones((2, 5), bool))
 
 

@@ -329,7 +329,7 @@ def test_posenet_config_round_trip():
     [
         ({"targets": ["H", "X"]}, r"`targets` must be distinct names"),
         ({"targets": ["H", "H"]}, r"`targets` must be distinct names"),
-        ({"kernel_size": 0}, r"`kernel_size` must be a positive int"),
+        ({"kernel_size": 0}, r"`kernel_size` must be an integer >= 1"),
         ({"feature_size": 4, "readout_layers": 2}, r"leave no output of a 4 x 4 feature grid"),
         ({"image_shape": (8, 8)}, r"`image_shape` \(8, 8\) must be"),
         ({"readout_padding": -1}, r"leave no output|non-negative"),

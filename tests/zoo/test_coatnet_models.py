@@ -287,7 +287,7 @@ def test_unknown_layout(layout):
         ),
         ({"pooling": "sum"}, r"`pooling` must be one of"),
         ({"pooling": None}, r"`pooling` must be 'avg' or 'max' when include_top=True"),
-        ({"num_classes": 0}, r"`num_classes` must be a positive int"),
+        ({"num_classes": 0}, r"`num_classes` must be an integer >= 1"),
         ({"drop_path_rate": 1.0}, r"`drop_path_rate` must be a float in \[0, 1\)"),
         ({"stride_on": "conv"}, r"`stride_on` must be one of"),
     ],

@@ -356,7 +356,7 @@ def test_wrapper_errors_come_before_the_graph():
         ({"encoder_layers": [(16, 0)]}, r"`encoder_layers\[0\]` must be"),
         ({"decoder_layers": [(16, 3), (16, 3, 3)]}, r"`decoder_layers\[1\]` must be"),
         ({"decoder_layers": []}, "non-empty sequence"),
-        ({"embed_dim": 0}, "`embed_dim` must be a positive int"),
+        ({"embed_dim": 0}, "`embed_dim` must be an integer >= 1"),
         ({"dropout": 1.0}, r"`dropout` must be a float in \[0, 1\)"),
         ({"eos_id": 0}, "must differ"),
         ({"bos_id": 40}, "below both vocabulary sizes"),

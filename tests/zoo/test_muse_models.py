@@ -358,7 +358,7 @@ def test_encoder_models_ignore_padding_and_round_trip():
         ({"kernel_sizes": (3, 4)}, ValueError, "MUSE: .*`kernel_sizes` must hold odd"),
         ({"kernel_sizes": (1, 3)}, ValueError, "conv='dynamic' needs kernel sizes >= 3"),
         ({"kernel_sizes": (0, 3)}, ValueError, "`kernel_sizes` must hold positive"),
-        ({"num_decoder_layers": 0}, ValueError, "`num_decoder_layers` must be a positive int"),
+        ({"num_decoder_layers": 0}, ValueError, "`num_decoder_layers` must be an integer >= 1"),
         ({"share_embeddings": True}, ValueError, "share_embeddings=True needs one vocabulary"),
         ({"dropout": 1.0}, ValueError, r"`dropout` must be in \[0, 1\)"),
         ({"eos_id": 0}, ValueError, "must differ"),

@@ -1,0 +1,419 @@
+"""The attention core: what every attention layer of keras-posenc computes with.
+
+`MultiHeadRelativeAttention`, `MUSEAttention` and MUSE's cross-attention,
+CoAtNet's `RelativeTransformerBlock2D` and (for its masked softmax)
+`ConvS2SAttention` all attend through these functions, so the conventions are
+written once (see "Architecture" in docs/development.md):
+
+- **masks** are boolean or integer 0/1, ``True`` = may attend, checked at the
+  layer's boundary by `check_mask` (a floating mask is refused: an additive
+  0 / -1e9 mask cast to bool would be silently inverted);
+- **precision**: logits and softmax in float32, masked logits filled with one
+  large finite value (`MASK_FILL`, never ``-inf``), a fully masked query row
+  gives zeros, never NaN; keys and values at positions no query may see are
+  zeroed before they are used, so non-finite padding never reaches a real
+  output (``0 * NaN`` is NaN);
+- **projections**: one ``EinsumDense`` per role, each with its own initializer
+  (`sublayer_initializer`);
+- **cache**: keras_hub's ``(batch, 2, max_len, heads, head_dim)`` layout,
+  written by `write_key_value_cache` with a gather and a select (exportable);
+- **fused kernels**: one rule, `use_fused_attention`;
+- **query blocking**: `query_block` and `attend_in_blocks`.
+
+Private: layers use it, users do not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_posenc.layers._initializers import sublayer_initializer
+
+# Logits of masked pairs. Finite, so a fully masked row never produces NaN
+# (softmax of a constant row is uniform; the row is then zeroed), and far below
+# any real float32 logit, so exp() of a masked logit is exactly 0.
+MASK_FILL = -1e9
+
+# The same fill for the fused path (`keras.ops.dot_product_attention`), which
+# adds the bias in the compute dtype: float16 cannot hold -1e9 (it would become
+# -inf), so there the bias is clipped at about half its largest finite value,
+# leaving room for the content logits to be added without overflowing.
+FLOAT16_MASK_FILL = -3.0e4
+
+# Automatic query blocking (`query_block`): one block's float32 logits for one
+# example stay under this many bytes, and a block has at least this many
+# queries (fewer would make the per-block overhead of small ops dominate).
+AUTO_BLOCK_BYTES = 32 * 2**20
+MIN_AUTO_BLOCK = 64
+
+
+# --------------------------------------------------------------------------- masks
+
+
+def _dtype_name(value: Any) -> str:
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(value).dtype
+    try:
+        return keras.backend.standardize_dtype(dtype)
+    except (ValueError, TypeError):
+        return str(dtype)
+
+
+def check_mask(caller: str, argument: str, mask: Any, expected: tuple, names: tuple) -> Any:
+    """``mask`` as a bool tensor after checking its dtype and shape, or None.
+
+    Masks are boolean or integer 0/1 (``True``/1 = a real token, may attend).
+    A floating mask is refused with a `TypeError`: an additive mask (0 where
+    attention is allowed, -1e9 where not) cast to bool would be inverted, so it
+    belongs in an ``attention_bias`` argument. This is the one deliberate
+    difference from ``keras.layers.MultiHeadAttention``, which casts any mask.
+
+    Args:
+        caller: the layer, as it should appear in errors.
+        argument: the argument's name (``"attention_mask"``, ``"mask"``, ...).
+        mask: None, or anything ``keras.ops.convert_to_tensor`` takes.
+        expected: the expected shape, one entry per axis: an int (a size of 1
+            also broadcasts) or None where any size is accepted.
+        names: the names of the axes, for the error message.
+    """
+    if mask is None:
+        return None
+    dtype = _dtype_name(mask)
+    if dtype != "bool" and "int" not in dtype:
+        raise TypeError(
+            f"{caller}: `{argument}` must be boolean or integer 0/1 (True = may attend), "
+            f"got dtype {dtype}. A floating mask is not cast to bool here, since an additive "
+            "mask (0 / -1e9) would be inverted: pass additive masks as `attention_bias` "
+            "(MultiHeadRelativeAttention), or convert with `mask = bias == 0`."
+        )
+    shape = tuple(getattr(mask, "shape", np.shape(mask)))
+    wanted = "(" + ", ".join(names) + ")"
+    shown = "(" + ", ".join(n if w is None else str(w) for n, w in zip(names, expected)) + ")"
+    if len(shape) != len(expected):
+        raise ValueError(
+            f"{caller}: `{argument}` must have shape {wanted} = {shown} (rank "
+            f"{len(expected)}), got shape {shape}."
+        )
+    for size, want in zip(shape, expected, strict=True):
+        if None not in (size, want) and size not in (want, 1):
+            raise ValueError(
+                f"{caller}: `{argument}` must have shape {wanted} = {shown} (or 1 on an axis, "
+                f"to broadcast), got shape {shape}."
+            )
+    return ops.cast(mask, "bool")
+
+
+def causal_mask(query_length: Any, key_length: Any, offset: Any = 0) -> Any:
+    """``(1, q_len, k_len)`` bool: query ``offset + i`` sees the keys ``j <= offset + i``."""
+    queries = ops.arange(query_length, dtype="int32") + ops.cast(offset, "int32")
+    keys = ops.arange(key_length, dtype="int32")
+    return ops.expand_dims(ops.less_equal(keys[None, :], queries[:, None]), 0)
+
+
+def zero_invalid(x: Any, valid: Any) -> Any:
+    """``x`` (batch, length, ...) zeroed where ``valid`` (batch, length) is False.
+
+    A select, not a multiplication: ``0 * NaN`` would keep a NaN in padding.
+    """
+    valid = ops.reshape(valid, ops.shape(valid) + (1,) * (len(x.shape) - 2))
+    return ops.where(valid, x, ops.zeros((), x.dtype))
+
+
+def unmasked(x: Any) -> Any:
+    """A fresh tensor equal to ``x``, carrying no Keras mask.
+
+    Sublayers that do not support masking (projections, layer norms) would warn
+    about (or refuse) the mask Keras attaches to a layer's input.
+    """
+    return ops.add(x, ops.zeros((), x.dtype))
+
+
+def masked_softmax(logits: Any, mask: Any = None) -> Any:
+    """float32 softmax over the last axis, masked entries excluded, fully masked rows zero.
+
+    ``mask`` is None or bool, broadcastable to ``logits``. Masked logits are
+    replaced (not added to), so a NaN there does not spread.
+    """
+    logits = ops.cast(logits, "float32")
+    if mask is None:
+        return ops.softmax(logits, axis=-1)
+    logits = ops.where(mask, logits, ops.cast(MASK_FILL, "float32"))
+    probabilities = ops.softmax(logits, axis=-1)
+    return ops.where(ops.any(mask, axis=-1, keepdims=True), probabilities, 0.0)
+
+
+# --------------------------------------------------------------------------- projections
+
+
+def projection(
+    layer: keras.layers.Layer, equation: str, output_shape: tuple, bias_axes: str, name: str
+) -> keras.layers.EinsumDense:
+    """An ``EinsumDense`` sublayer of ``layer`` with its own copy of the initializers.
+
+    ``layer`` gives ``use_bias``, ``kernel_initializer``, ``bias_initializer``
+    and the dtype policy; ``name`` is the sublayer's name (and its weights' path).
+    """
+    return keras.layers.EinsumDense(
+        equation,
+        output_shape=output_shape,
+        bias_axes=bias_axes if layer.use_bias else None,
+        kernel_initializer=sublayer_initializer(layer.kernel_initializer, name),
+        bias_initializer=sublayer_initializer(layer.bias_initializer, name),
+        dtype=layer.dtype_policy,
+        name=name,
+    )
+
+
+def head_projection(layer: keras.layers.Layer, units: int, name: str) -> Any:
+    """``(batch, length, features) -> (batch, length, num_heads, units)``."""
+    return projection(layer, "abc,cde->abde", (None, layer.num_heads, units), "de", name)
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def check_cache(caller: str, argument: str, cache: Any, num_heads: int, head_dim: int) -> tuple:
+    """The shape of a ``(batch, 2, max_len, num_heads, head_dim)`` keys/values cache."""
+    shape = tuple(getattr(cache, "shape", np.shape(cache)))
+    if len(shape) != 5 or shape[1] != 2 or shape[3:] != (num_heads, head_dim):
+        raise ValueError(
+            f"{caller}: `{argument}` must have shape (batch, 2, max_len, {num_heads}, "
+            f"{head_dim}) (= (batch, 2, max_len, num_heads, head_dim)), got shape {shape}."
+        )
+    return shape
+
+
+def write_rows(cache: Any, rows: Any, index: Any) -> Any:
+    """``cache`` (batch, max_len, ...) with ``rows`` (batch, n, ...) written at ``index ..``.
+
+    A gather and a select rather than ``ops.slice_update``: TensorFlow lowers
+    that to ``XlaDynamicUpdateSlice``, which tf2onnx cannot convert, and an
+    exported decoding step must run in ONNX Runtime. The extra work is one
+    pass over the cache, which the attention reads anyway.
+    """
+    length = ops.shape(rows)[1]
+    offsets = ops.arange(ops.shape(cache)[1], dtype="int32") - ops.cast(index, "int32")
+    inside = ops.logical_and(ops.greater_equal(offsets, 0), ops.less(offsets, length))
+    spread = ops.take(rows, ops.clip(offsets, 0, length - 1), axis=1)  # (batch, max_len, ...)
+    inside = ops.reshape(inside, (1, -1) + (1,) * (len(cache.shape) - 2))
+    return ops.where(inside, ops.cast(spread, cache.dtype), cache)
+
+
+def write_key_value_cache(cache: Any, key: Any, value: Any, index: Any) -> tuple:
+    """Writes projected ``key``/``value`` (batch, n, heads, head_dim) at ``index`` of ``cache``.
+
+    Returns ``(keys, values, new_cache)``: the full cached keys and values
+    (batch, max_len, heads, head_dim) and the cache stacked back.
+    """
+    keys = write_rows(cache[:, 0], key, index)
+    values = write_rows(cache[:, 1], value, index)
+    return keys, values, ops.stack((keys, values), axis=1)
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def use_fused_attention(
+    enabled: bool,
+    dropout: float,
+    training: Any,
+    expressible: bool = True,
+) -> bool:
+    """Whether ``keras.ops.dot_product_attention`` computes this call.
+
+    Only when the layer's ``fused_attention`` is on, the computation is one it
+    can express (``expressible``: no per-pair value term, no probabilities
+    returned, equal query/key and value head sizes, which JAX's version needs)
+    and attention dropout is inactive (``dropout == 0`` or ``training`` falsy;
+    a symbolic ``training`` counts as possibly true): the fused kernels have none.
+    """
+    if not enabled or not expressible:
+        return False
+    if dropout == 0:
+        return True
+    return isinstance(training, bool | int | type(None)) and not training
+
+
+def _fused(q: Any, k: Any, v: Any, bias: Any) -> Any:
+    """`keras.ops.dot_product_attention` with one additive float32 bias (or None).
+
+    PyTorch's version refuses a bias and a mask together, so the mask is in
+    the bias. Every backend casts the bias to the compute dtype of q, k, v; it
+    is cast here (float16: first clipped at a finite fill, as -1e9 would
+    overflow to -inf). ``q`` is already scaled, hence ``scale=1``.
+    """
+    dtype = keras.backend.result_type(q.dtype, k.dtype, v.dtype)
+    if bias is not None:
+        if keras.backend.standardize_dtype(dtype) == "float16":
+            bias = ops.maximum(bias, ops.cast(FLOAT16_MASK_FILL, bias.dtype))
+        bias = ops.cast(bias, dtype)
+    return ops.dot_product_attention(
+        ops.cast(q, dtype), ops.cast(k, dtype), ops.cast(v, dtype), bias=bias, scale=1.0
+    )
+
+
+def attend(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    mask: Any = None,
+    bias: Any = None,
+    dropout: Any = None,
+    training: Any = None,
+    fused: bool = False,
+    return_scores: bool = False,
+    value_term: Callable[[Any], Any] | None = None,
+) -> tuple:
+    """Scaled dot-product attention of (batch, length, heads, head_dim) tensors.
+
+    Args:
+        q: the queries, **already scaled** (by ``1 / sqrt(head_dim)``).
+        k, v: the keys and values.
+        mask: None or bool, broadcastable to (batch, q_len, k_len), True where a
+            query may attend to a key.
+        bias: None or a float32 additive bias broadcastable to (batch, heads,
+            q_len, k_len) (relative logits, an attention bias).
+        dropout: a ``keras.layers.Dropout`` on the probabilities, or None.
+        training: passed to ``dropout``.
+        fused: compute with ``keras.ops.dot_product_attention`` (the caller
+            decides with `use_fused_attention`; then no scores, no value term).
+        return_scores: also return the probabilities (float32, masked rows zero).
+        value_term: a function of the (dropped-out) probabilities returning a
+            term added to the output (the relative value term).
+
+    Returns:
+        ``(output, probabilities)``: output (batch, q_len, heads, value_dim),
+        fully masked query rows zero; probabilities (batch, heads, q_len, k_len)
+        or None unless ``return_scores``.
+
+    Memory (S = one float32 (batch, heads, q_len, k_len) tensor): the mask is
+    one additive bias of shape (batch or 1, 1, q_len, k_len), S / heads, rather
+    than a select before and after the softmax on the full tensor; a fully
+    masked row (a finite but meaningless softmax) is zeroed on the small output.
+    The peak is the bias, the content logits and their sum (3 S).
+    """
+    row_valid = None
+    if mask is not None:
+        # Keys no query may see (padding) are zeroed: masked logits are added to,
+        # not replaced, so a NaN key there would make every row NaN.
+        key_valid = ops.any(mask, axis=-2)  # (batch or 1, k_len)
+        k = zero_invalid(k, key_valid)
+        v = zero_invalid(v, key_valid)
+        fill = ops.where(mask, ops.zeros((), "float32"), ops.cast(MASK_FILL, "float32"))
+        fill = ops.expand_dims(fill, 1)
+        bias = fill if bias is None else bias + fill
+        del fill
+        row_valid = ops.any(mask, axis=-1)  # (batch or 1, q_len)
+    if fused:
+        output = _fused(q, k, v, bias)
+        probabilities = None
+    else:
+        logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
+        if bias is not None:
+            logits = logits + bias
+        del bias
+        probabilities = ops.softmax(logits, axis=-1)
+        del logits
+        dropped = probabilities if dropout is None else dropout(probabilities, training=training)
+        if not return_scores:
+            probabilities = None
+        output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(dropped, v.dtype), v)
+        if value_term is not None:
+            output = output + value_term(dropped)
+        del dropped
+    if row_valid is not None:
+        output = ops.where(row_valid[:, :, None, None], output, ops.zeros((), output.dtype))
+        if probabilities is not None:
+            probabilities = ops.where(row_valid[:, None, :, None], probabilities, 0.0)
+    return output, probabilities
+
+
+def scale_queries(q: Any, head_dim: int) -> Any:
+    """``q / sqrt(head_dim)`` in q's dtype."""
+    return q * ops.cast(1.0 / math.sqrt(head_dim), q.dtype)
+
+
+# --------------------------------------------------------------------------- query blocking
+
+
+def query_block(
+    requested: int | None,
+    num_heads: int,
+    query_length: Any,
+    key_length: Any,
+    row_tensors: tuple = (),
+) -> int | None:
+    """How many queries to attend at a time, or None for all at once.
+
+    Memory: the logits of one block, (batch, heads, block, k_len) in float32,
+    and the few tensors of that size alive with them are freed before the next
+    block, so the peak is a few block-sized tensors instead of about 3-4 S for
+    the whole (batch, heads, q_len, k_len); what is kept per block is its
+    output (and its scores when they are requested: those are S anyway).
+
+    ``requested=None`` ("auto") blocks only when one example's score tensor,
+    heads * q_len * k_len float32, exceeds `AUTO_BLOCK_BYTES` (32 MiB; 8 heads:
+    above q_len = k_len = 1024), with blocks of about that size (8 heads: 512
+    queries at k_len = 2048, 256 at 4096; at least `MIN_AUTO_BLOCK` queries),
+    split evenly so the last block is not a sliver. Blocking needs a static
+    query length (a Python int; with "auto" a static key length too), and
+    ``row_tensors`` (masks, biases) whose query axis is static: otherwise
+    (e.g. ``keras.Input((None, dim))``) everything runs as one block.
+    """
+    if not isinstance(query_length, int):
+        return None
+    for tensor in row_tensors:
+        if tensor is not None and len(tensor.shape) >= 2 and tensor.shape[-2] is None:
+            return None
+    block = requested
+    if block is None:
+        if not isinstance(key_length, int):
+            return None
+        row_bytes = 4 * num_heads * key_length  # one query's float32 logits
+        if row_bytes * query_length <= AUTO_BLOCK_BYTES:
+            return None
+        block = max(AUTO_BLOCK_BYTES // row_bytes, MIN_AUTO_BLOCK)
+    if block >= query_length:
+        return None
+    blocks = -(-query_length // block)
+    return -(-query_length // blocks)
+
+
+def query_rows(tensor: Any, first: int, last: int) -> Any:
+    """Rows ``first:last`` of a mask or bias broadcastable to (..., q_len, k_len).
+
+    The query axis is the second to last; a tensor without one (rank < 2) or
+    with a broadcast query axis (size 1) applies to every row unchanged.
+    """
+    if tensor is None or len(tensor.shape) < 2 or tensor.shape[-2] == 1:
+        return tensor
+    return tensor[..., first:last, :]
+
+
+def attend_in_blocks(
+    attend_rows: Callable[[int, int], tuple], query_length: int, block: int, return_scores: bool
+) -> tuple:
+    """Runs ``attend_rows(first, last)`` over blocks of queries and concatenates the results.
+
+    Rows of queries are independent given the keys and values, so each block
+    is the attention of its queries to every key (the caller shifts relative
+    positions and causal masks by ``first``); only the small outputs are kept.
+    """
+    outputs, scores = [], []
+    for first in range(0, query_length, block):
+        output, probabilities = attend_rows(first, min(first + block, query_length))
+        outputs.append(output)
+        scores.append(probabilities)
+        del output, probabilities
+    output = ops.concatenate(outputs, axis=1)
+    del outputs
+    probabilities = ops.concatenate(scores, axis=2) if return_scores else None
+    return output, probabilities
