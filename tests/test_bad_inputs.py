@@ -23,6 +23,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_posenc import layers
 from keras_posenc.generation import beam_search, greedy_search
 from keras_posenc.zoo.convs2s import ConvS2S
 
@@ -83,6 +84,42 @@ def test_nan_logits_raise(nan_convs2s, search):
             beam_search(nan_convs2s, source, beam_size=2)
         else:
             greedy_search(nan_convs2s, source, use_cache=search == "greedy")
+
+
+# --------------------------------------------------------------------------- 8. empty inputs
+
+
+def attention(relative, **options):
+    return lambda: layers.MultiHeadRelativeAttention(2, 4, relative=relative, **options)
+
+
+def encoder():
+    return layers.RelativeTransformerEncoder(16, 2)
+
+
+def glu():
+    return layers.GLUConv1D(6, 3)
+
+
+# The layer, its input shapes and the output shape it must give.
+EMPTY_CALLS = {
+    "attention-kv-no-queries": (attention("keys_values"), [(2, 0, 8), (2, 3, 8)], (2, 0, 8)),
+    "attention-kv-no-keys": (attention("keys_values"), [(2, 3, 8), (2, 0, 8)], (2, 3, 8)),
+    "attention-kv-batch-0": (attention("keys_values"), [(0, 3, 8), (0, 3, 8)], (0, 3, 8)),
+    "attention-keys-batch-0": (attention("keys"), [(0, 3, 8), (0, 3, 8)], (0, 3, 8)),
+    "attention-bias-nothing": (attention("bias", bucketing="log"), [(2, 0, 8)] * 2, (2, 0, 8)),
+    "encoder-no-tokens": (encoder, [(2, 0, 8)], (2, 0, 8)),
+    "encoder-batch-0": (encoder, [(0, 3, 8)], (0, 3, 8)),
+    "glu-conv-no-tokens": (glu, [(2, 0, 8)], (2, 0, 6)),
+    "glu-conv-batch-0": (glu, [(0, 4, 8)], (0, 4, 6)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(EMPTY_CALLS))
+def test_empty_batches_and_sequences_give_empty_outputs(case):
+    make, shapes, expected = EMPTY_CALLS[case]
+    output = keras.ops.convert_to_numpy(make()(*[np.zeros(s, "float32") for s in shapes]))
+    assert output.shape == expected and np.isfinite(output).all()
 
 
 def test_generation_of_an_empty_batch_is_empty():
