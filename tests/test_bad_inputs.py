@@ -19,13 +19,22 @@ Export cases run on TensorFlow only (see ``ONLY_ON_TENSORFLOW``); CLI cases run 
 
 from __future__ import annotations
 
+import os
+
 import keras
 import numpy as np
 import pytest
 
-from keras_posenc import layers
+from keras_posenc import export, layers
+from keras_posenc.export import export_model
 from keras_posenc.generation import beam_search, greedy_search
 from keras_posenc.zoo.convs2s import ConvS2S
+
+ONLY_ON_TENSORFLOW = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="export runs on TensorFlow from every backend (a TensorFlow subprocess from JAX "
+    "and PyTorch, 10-50 s a model); its bad-input cases run once, in the TensorFlow suite",
+)
 
 
 def tiny_convs2s() -> ConvS2S:
@@ -56,6 +65,121 @@ def test_generate_again_with_another_output_length_gives_the_right_tokens():
     first = model.generate(short)
     np.testing.assert_array_equal(model.generate(long), tiny_convs2s().generate(long))
     np.testing.assert_array_equal(model.generate(short), first)
+
+
+# --------------------------------------------------------------------------- 2. NaN verification
+
+
+def rescaling_model() -> keras.Model:
+    """x -> 2x: exact in any runtime, so even a zero tolerance verifies."""
+    inputs = keras.Input((None, 4))
+    return keras.Model(inputs, keras.layers.Rescaling(2.0)(inputs))
+
+
+def nan_model() -> keras.Model:
+    inputs = keras.Input((4,))
+    dense = keras.layers.Dense(3)
+    model = keras.Model(inputs, dense(inputs))
+    dense.bias.assign(np.full(3, np.nan, "float32"))
+    return model
+
+
+@ONLY_ON_TENSORFLOW
+def test_verification_fails_on_nan_outputs(tmp_path):
+    path = tmp_path / "nan.onnx"
+    expected = r"not finite \(6 of 6 values are NaN or Inf\) in the Keras model's output 0"
+    with pytest.raises(ValueError, match=expected):
+        export_model(nan_model(), path)
+    assert not path.exists()
+
+
+@ONLY_ON_TENSORFLOW
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+def test_verification_fails_when_only_the_artifact_is_not_finite(tmp_path, monkeypatch, bad):
+    real = export._run_artifact
+
+    def broken(report, inputs):
+        outputs = real(report, inputs)
+        outputs[0][0, 0, 0] = bad
+        return outputs
+
+    monkeypatch.setattr(export, "_run_artifact", broken)
+    expected = r"not finite \(1 of 56 values are NaN or Inf\) in the artifact's output 0"
+    with pytest.raises(ValueError, match=expected):
+        export_model(rescaling_model(), tmp_path / "m", format="tf_saved_model")
+
+
+@ONLY_ON_TENSORFLOW
+@pytest.mark.parametrize(
+    "atol, rtol, argument",
+    [
+        (-1e-4, 1e-4, "atol"),
+        (np.nan, 1e-4, "atol"),
+        (np.inf, 1e-4, "atol"),
+        (1e-4, -1.0, "rtol"),
+        (1e-4, np.nan, "rtol"),
+        (1e-4, "0.1", "rtol"),
+    ],
+)
+def test_tolerances_must_be_finite_and_not_negative(tmp_path, atol, rtol, argument):
+    with pytest.raises(ValueError, match=rf"export_model: `{argument}` must be a finite number"):
+        export_model(rescaling_model(), tmp_path / "m.onnx", atol=atol, rtol=rtol)
+    assert not os.listdir(tmp_path)  # checked before anything is exported
+
+
+@ONLY_ON_TENSORFLOW
+def test_zero_tolerance_is_allowed(tmp_path):
+    report = export_model(rescaling_model(), tmp_path / "m.onnx", atol=0, rtol=0)
+    assert report.max_abs_difference == 0.0
+
+
+# --------------------------------------------------------------------------- 3. atomic exports
+
+
+def reject_the_artifact(monkeypatch):
+    """A verification failure injected after a real export: the artifact's outputs are off."""
+    real = export._run_artifact
+    monkeypatch.setattr(export, "_run_artifact", lambda *args: [x + 1 for x in real(*args)])
+
+
+@ONLY_ON_TENSORFLOW
+@pytest.mark.parametrize("format, name", [("onnx", "m.onnx"), ("tf_saved_model", "saved")])
+def test_failed_verification_leaves_nothing_at_the_target(tmp_path, monkeypatch, format, name):
+    reject_the_artifact(monkeypatch)
+    with pytest.raises(ValueError, match="differs from the Keras model"):
+        export_model(rescaling_model(), tmp_path / name, format=format)
+    assert os.listdir(tmp_path) == []  # no artifact, no temporary folder
+
+
+@ONLY_ON_TENSORFLOW
+def test_failed_overwrite_keeps_the_previous_artifact(tmp_path, monkeypatch):
+    target = tmp_path / "saved"
+    export_model(rescaling_model(), target, format="tf_saved_model")
+    before = sorted(os.listdir(target))
+    reject_the_artifact(monkeypatch)
+    with pytest.raises(ValueError, match="differs from the Keras model"):
+        export_model(rescaling_model(), target, format="tf_saved_model", overwrite=True)
+    assert sorted(os.listdir(target)) == before and os.listdir(tmp_path) == ["saved"]
+
+
+@ONLY_ON_TENSORFLOW
+@pytest.mark.parametrize("format, name", [("onnx", "m.onnx"), ("tf_saved_model", "saved")])
+def test_existing_target_is_refused_unless_overwrite(tmp_path, format, name):
+    target = tmp_path / name
+    if format == "onnx":
+        target.write_bytes(b"an older file")
+    else:
+        target.mkdir()
+        (target / "notes.txt").write_text("kept")
+    with pytest.raises(FileExistsError, match=r"already exists; pass overwrite=True"):
+        export_model(rescaling_model(), target, format=format)
+    report = export_model(rescaling_model(), target, format=format, overwrite=True)
+    assert report.path == str(target) and report.max_abs_difference == 0.0
+    if format == "onnx":
+        assert target.read_bytes() != b"an older file"
+    else:  # replaced, not merged
+        assert "notes.txt" not in os.listdir(target) and (target / "saved_model.pb").exists()
+    assert sorted(os.listdir(tmp_path)) == [name]
 
 
 # --------------------------------------------------------------------------- 7. beam search
@@ -134,3 +258,24 @@ def test_generation_from_an_empty_source_is_refused(search):
     expected = rf"{search.__name__}: `encoder_token_ids` must hold at least one token per row"
     with pytest.raises(ValueError, match=expected):
         search(tiny_convs2s(), np.zeros((2, 0), "int32"))
+
+
+class NotRegistered(keras.layers.Layer):
+    """A custom layer a TensorFlow subprocess cannot deserialise."""
+
+    def call(self, x):
+        return x + 1.0
+
+
+@ONLY_ON_TENSORFLOW
+def test_subprocess_export_failure_shows_the_workers_error_first(tmp_path):
+    # The JAX/PyTorch route, run from the TensorFlow suite (it is backend-independent).
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, NotRegistered()(inputs))
+    specs = [{"shape": [None, 4], "dtype": "float32"}]
+    with pytest.raises(RuntimeError) as error:
+        export._export_in_subprocess(model, str(tmp_path / "m.onnx"), "onnx", specs)
+    first, *rest = str(error.value).splitlines()
+    assert "Could not locate class 'NotRegistered'" in first
+    assert "register_keras_serializable" in str(error.value)  # the hint, after the error
+    assert len(rest) <= 3 and "Traceback" not in str(error.value)
