@@ -19,16 +19,25 @@ Export cases run on TensorFlow only (see ``ONLY_ON_TENSORFLOW``); CLI cases run 
 
 from __future__ import annotations
 
+import argparse
 import os
 
 import keras
 import numpy as np
 import pytest
+from test_convert_timm import fixture as timm_fixture
 
 from keras_posenc import export, layers
+from keras_posenc.convert import (
+    config_from_timm,
+    from_fairseq_fconv,
+    from_timm_coatnet,
+    parse_fairseq_layers,
+)
 from keras_posenc.export import export_model
 from keras_posenc.generation import beam_search, greedy_search
 from keras_posenc.zoo.convs2s import ConvS2S
+from reference.fairseq_checkpoint import fconv_checkpoint
 
 ONLY_ON_TENSORFLOW = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow",
@@ -180,6 +189,103 @@ def test_existing_target_is_refused_unless_overwrite(tmp_path, format, name):
     else:  # replaced, not merged
         assert "notes.txt" not in os.listdir(target) and (target / "saved_model.pb").exists()
     assert sorted(os.listdir(tmp_path)) == [name]
+
+
+# --------------------------------------------------------------------------- 4. fairseq specs
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "[(8, 3)] * 10000 * 300",  # 3,000,000 layers; each `* n` alone was under the cap
+        "[(8, 3)] * 300 * 10000",
+        " + ".join(["[(8, 3)] * 900"] * 40),
+        " + ".join(["[(8, 3)]"] * 3000),  # nested 3000 deep: Python's parser recursion
+        "[" + ", ".join(["(8, 3)"] * 1001) + "]",
+    ],
+    ids=["repeat-repeat", "repeat-repeat-2", "sum-of-repeats", "deep-sum", "long-literal"],
+)
+def test_layer_spec_total_is_capped_before_expanding(spec):
+    with pytest.raises(ValueError, match="parse_fairseq_layers") as error:
+        parse_fairseq_layers(spec)
+    assert len(str(error.value)) < 400  # an excerpt of the spec, not all of it
+    assert "1000 layers" in str(error.value) or "nested too deeply" in str(error.value)
+
+
+def test_converter_errors_quote_an_excerpt_of_huge_checkpoints():
+    checkpoint = fconv_checkpoint()
+    state = dict(checkpoint["model"])
+    args = argparse.Namespace(**vars(checkpoint["args"]))
+    for index in range(20_000):  # a crafted state dict with 20,000 keys of nothing
+        state[f"encoder.junk.{index}.weight"] = np.zeros(1, "float32")
+    with pytest.raises(ValueError, match=r"unexpected keys: \[.*\] and 19990 more") as error:
+        from_fairseq_fconv(state, args=args)
+    assert len(str(error.value)) < 2000
+    args.encoder_layers = "[(8, 3)] * 2 + " + " + ".join(["[(8, 3)]"] * 900)
+    with pytest.raises(ValueError, match="missing keys") as error:
+        from_fairseq_fconv(dict(checkpoint["model"]), args=args)
+    assert len(str(error.value)) < 2000
+
+
+# --------------------------------------------------------------------------- 5. converter shapes
+
+
+@pytest.fixture(scope="module")
+def timm_tiny():
+    """A tiny timm CoAtNet's state dict (the converter tests' fixture) and its configuration."""
+    state, described, _, _ = timm_fixture("coatnet_nano_rw_tiny")
+    return state, config_from_timm(described["cfg"], img_size=tuple(described["img_size"]))
+
+
+@pytest.mark.parametrize("rows", [+3, -3], ids=["3-rows-too-many", "3-rows-too-few"])
+def test_timm_tensor_of_another_shape_is_refused(tmp_path, timm_tiny, rows):
+    torch = pytest.importorskip("torch", reason="the case is a PyTorch checkpoint file")
+    state, config = timm_tiny
+    key = "stages.2.blocks.0.attn.qkv.weight"  # (3 * 16, 16, 1, 1): q, k, v of 16 channels
+    weight = np.zeros((48 + rows, 16, 1, 1), "float32")
+    path = tmp_path / "model.pth"
+    torch.save({k: torch.from_numpy(weight if k == key else v) for k, v in state.items()}, path)
+    expected = (
+        rf"from_timm_coatnet: '{path}': '{key}' must have shape \(48, 16, 1, 1\) for this "
+        rf"architecture, got \({48 + rows}, 16, 1, 1\)"
+    )
+    with pytest.raises(ValueError, match=expected):
+        from_timm_coatnet(path, config=config)
+
+
+def test_timm_relative_tables_of_another_grid_are_still_resized(timm_tiny):
+    state, config = timm_tiny
+    model = from_timm_coatnet(state, config=dict(config, input_shape=(96, 96, 3)))
+    assert model.input_shape == (None, 96, 96, 3)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["encoder.fc1.weight_v", "decoder.convolutions.1.weight_v", "decoder.fc3.weight_v"],
+)
+def test_fairseq_zero_weight_norm_vectors_are_refused(key):
+    checkpoint = fconv_checkpoint()
+    state = dict(checkpoint["model"])
+    vectors = np.array(state[key])
+    if "convolutions" in key:  # (kernel, in, 2C), normalised per output channel
+        vectors[..., 3] = 0.0
+    else:  # a Linear's (out, in), normalised per output row
+        vectors[3] = 0.0
+    state[key] = vectors
+    with pytest.raises(ValueError, match=rf"'{key}' has a vector of norm 0"):
+        from_fairseq_fconv(state, args=checkpoint["args"])
+
+
+def test_fairseq_shape_errors_name_the_file(tmp_path):
+    torch = pytest.importorskip("torch", reason="the case is a PyTorch checkpoint file")
+    checkpoint = fconv_checkpoint()
+    key = "encoder.convolutions.1.weight_v"
+    checkpoint["model"][key] = checkpoint["model"][key][:2]
+    path = tmp_path / "model.pt"
+    torch.save(checkpoint, path)
+    expected = rf"from_fairseq_fconv: '{path}': '{key}' must have shape \(3, 8, 16\)"
+    with pytest.raises(ValueError, match=expected):
+        from_fairseq_fconv(path)
 
 
 # --------------------------------------------------------------------------- 7. beam search
