@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from test_convert_timm import fixture as timm_fixture
 
-from keras_posenc import export, layers
+from keras_posenc import export, layers, zoo
 from keras_posenc.convert import (
     config_from_timm,
     from_fairseq_fconv,
@@ -288,6 +288,51 @@ def test_fairseq_shape_errors_name_the_file(tmp_path):
         from_fairseq_fconv(path)
 
 
+# --------------------------------------------------------------------------- 6. bigger weights
+
+TINY_COATNET = dict(channels=(8, 8, 16, 32, 32), input_shape=(32, 32, 3), num_classes=5)
+
+
+@pytest.fixture(scope="module")
+def bigger_coatnet_weights(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("coatnet")
+    model = zoo.create("coatnet_0", blocks=(1, 1, 1, 2, 1), **TINY_COATNET)
+    model.save_weights(folder / "big.weights.h5")
+    model.save(folder / "big.keras")
+    return folder
+
+
+@pytest.mark.parametrize("file", ["big.weights.h5", "big.keras"])
+def test_weights_of_a_bigger_configuration_are_refused(bigger_coatnet_weights, file):
+    path = bigger_coatnet_weights / file
+    expected = "holds 13 saved variables this configuration has no place for"
+    with pytest.raises(ValueError, match=expected) as error:
+        zoo.create("coatnet_0", weights=path, blocks=(1, 1, 1, 1, 1), **TINY_COATNET)
+    message = str(error.value)
+    assert "layers/relative_transformer_block2d_2/attention_norm/vars/0" in message
+    assert str(path) in message
+
+
+def test_weights_with_optimizer_state_still_load(tmp_path):
+    # A .keras file of a compiled model holds the optimizer's variables too: not extra.
+    model = zoo.create("coatnet_0", blocks=(1, 1, 1, 1, 1), **TINY_COATNET)
+    model.compile(optimizer="adam")
+    model.optimizer.build(model.trainable_variables)
+    model.save(tmp_path / "trained.keras")
+    path = tmp_path / "trained.keras"
+    loaded = zoo.create("coatnet_0", weights=path, blocks=(1, 1, 1, 1, 1), **TINY_COATNET)
+    np.testing.assert_array_equal(loaded.weights[-1].numpy(), model.weights[-1].numpy())
+
+
+def test_weights_at_another_input_size_still_load(bigger_coatnet_weights):
+    overrides = dict(TINY_COATNET, input_shape=(64, 64, 3))
+    model = zoo.create(
+        "coatnet_0", weights=bigger_coatnet_weights / "big.weights.h5", blocks=(1, 1, 1, 2, 1),
+        **overrides,
+    )  # fmt: skip
+    assert model.input_shape == (None, 64, 64, 3)
+
+
 # --------------------------------------------------------------------------- 7. beam search
 
 
@@ -364,6 +409,23 @@ def test_generation_from_an_empty_source_is_refused(search):
     expected = rf"{search.__name__}: `encoder_token_ids` must hold at least one token per row"
     with pytest.raises(ValueError, match=expected):
         search(tiny_convs2s(), np.zeros((2, 0), "int32"))
+
+
+def truncated_keras_file(folder) -> str:
+    path = os.path.join(folder, "tiny.keras")
+    rescaling_model().save(path)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    truncated = os.path.join(folder, "truncated.keras")
+    with open(truncated, "wb") as handle:
+        handle.write(data[: len(data) // 2])
+    return truncated
+
+
+def test_truncated_keras_weights_are_named(tmp_path):
+    path = truncated_keras_file(tmp_path)
+    with pytest.raises(ValueError, match=f"not a valid .keras file: '{path}'"):
+        zoo.create("coatnet_0", weights=path, blocks=(1, 1, 1, 1, 1), **TINY_COATNET)
 
 
 class NotRegistered(keras.layers.Layer):
