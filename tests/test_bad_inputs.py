@@ -20,14 +20,18 @@ Export cases run on TensorFlow only (see ``ONLY_ON_TENSORFLOW``); CLI cases run 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
+import subprocess
+import sys
 
 import keras
 import numpy as np
 import pytest
 from test_convert_timm import fixture as timm_fixture
 
-from keras_posenc import export, layers, zoo
+from keras_posenc import cli, export, layers, zoo
 from keras_posenc.convert import (
     config_from_timm,
     from_fairseq_fconv,
@@ -189,6 +193,20 @@ def test_existing_target_is_refused_unless_overwrite(tmp_path, format, name):
     else:  # replaced, not merged
         assert "notes.txt" not in os.listdir(target) and (target / "saved_model.pb").exists()
     assert sorted(os.listdir(tmp_path)) == [name]
+
+
+@ONLY_ON_TENSORFLOW
+def test_cli_export_refuses_an_existing_target_unless_overwrite(tmp_path, capsys):
+    model = tmp_path / "tiny.keras"
+    rescaling_model().save(model)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tiny.onnx").write_bytes(b"older")
+    argv = ["export", str(model), "--format", "onnx", "--out", str(out)]
+    assert cli.main(argv) == 1
+    assert "already exists; pass overwrite=True (posenc: --overwrite)" in capsys.readouterr().err
+    assert cli.main([*argv, "--overwrite"]) == 0
+    assert (out / "tiny.onnx").read_bytes() != b"older"
 
 
 # --------------------------------------------------------------------------- 4. fairseq specs
@@ -447,3 +465,82 @@ def test_subprocess_export_failure_shows_the_workers_error_first(tmp_path):
     assert "Could not locate class 'NotRegistered'" in first
     assert "register_keras_serializable" in str(error.value)  # the hint, after the error
     assert len(rest) <= 3 and "Traceback" not in str(error.value)
+
+
+# --------------------------------------------------------------------------- 8. the CLI
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory):
+    """The CLI cases that printed a traceback, each run as ``python -m keras_posenc.cli``;
+    all start at once (each process spends seconds importing Keras), then are collected."""
+    folder = tmp_path_factory.mktemp("cli")
+    file = folder / "file.txt"
+    file.write_text("a file, not a folder")
+    (folder / "empty.pt").write_bytes(b"")
+    (folder / "partial.json").write_text(json.dumps({"embed_dim": [16, 32]}))
+    model = str(folder / "tiny.keras")  # never read: --out is checked first
+    cases = {
+        "export-out-is-a-file": ["export", model, "--out", str(file)],
+        "export-out-below-a-file": ["export", model, "--out", str(file / "sub")],
+        "demo-out-is-a-file": ["demo", "--out", str(file)],
+        "convert-empty-pt": ["convert", "fairseq", str(folder / "empty.pt"), "--out", "x.keras"],
+        "convert-partial-json": [
+            "convert", "timm", "m.safetensors", "--out", "x.keras",
+            "--timm-config", str(folder / "partial.json"),
+        ],
+    }  # fmt: skip
+    processes = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "keras_posenc.cli", *argv],
+            cwd=folder,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, argv in cases.items()
+    }
+    results = {}
+    for name, process in processes.items():
+        out, err = process.communicate(timeout=300)
+        results[name] = (process.returncode, out, err)
+    return results
+
+
+CLI_CASES = {
+    "export-out-is-a-file": r"posenc export: error: --out must be a folder; .*file.txt' is a file",
+    "export-out-below-a-file": r"posenc export: error: .*Not a directory: .*file.txt/sub'",
+    "demo-out-is-a-file": r"posenc demo: error: --out must be a folder; .*file.txt' is a file",
+    "convert-empty-pt": r"posenc convert: error: .*'.*empty.pt' is not a PyTorch checkpoint",
+    "convert-partial-json": (
+        r"posenc convert: error: --timm-config '.*partial.json': config_from_timm: .*'depths'"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CLI_CASES))
+def test_cli_errors_are_one_line(cli_runs, case):
+    code, _, err = cli_runs[case]
+    assert code == 1, err
+    assert "Traceback" not in err, err
+    # TensorFlow's and absl's own start-up lines may precede it: one line is ours.
+    lines = [line for line in err.splitlines() if line.startswith("posenc ")]
+    assert len(lines) == 1 and re.search(CLI_CASES[case], lines[0]), err
+
+
+def test_cli_names_a_truncated_keras_file(tmp_path, capsys):
+    # One line before too, but "File not found" (cli.main is what the command runs).
+    path = truncated_keras_file(tmp_path)
+    assert cli.main(["export", path, "--out", str(tmp_path / "out")]) == 1
+    expected = f"posenc export: error: not a valid .keras file: '{path}'"
+    assert capsys.readouterr().err.startswith(expected)
+
+
+def test_cli_names_a_broken_json_file(tmp_path, capsys):
+    path = tmp_path / "broken.json"
+    path.write_text("{not json")
+    argv = ["convert", "timm", "m.safetensors", "--out", "x.keras", "--timm-config", str(path)]
+    assert cli.main(argv) == 1
+    expected = f"posenc convert: error: --timm-config '{path}' is not valid JSON: Expecting"
+    assert capsys.readouterr().err.startswith(expected)
