@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+import urllib.error
 
 import keras
 import numpy as np
@@ -544,3 +545,24 @@ def test_cli_names_a_broken_json_file(tmp_path, capsys):
     assert cli.main(argv) == 1
     expected = f"posenc convert: error: --timm-config '{path}' is not valid JSON: Expecting"
     assert capsys.readouterr().err.startswith(expected)
+
+
+# --------------------------------------------------------------------------- 9. downloads
+
+
+def test_imagenet_backbone_offline_failure_is_explained(tmp_path, monkeypatch):
+    # Offline as a machine without network is: the cache is empty and fetching the URL fails
+    # the way urllib fails without a name server. Nothing here reaches the network.
+    from keras.src.backend import config
+    from keras.src.utils import file_utils
+
+    def offline(url, *args, **kwargs):
+        raise urllib.error.URLError(OSError(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr(config, "keras_home", lambda: str(tmp_path))
+    monkeypatch.setattr(file_utils, "urlretrieve", offline)
+    with pytest.raises(ConnectionError) as error:
+        zoo.create("posenet_vgg16", input_shape=(32, 32, 3), backbone_weights="imagenet")
+    message = str(error.value)
+    assert "backbone_weights='imagenet' downloads the ImageNet weights of VGG16" in message
+    assert "Temporary failure in name resolution" in message and "backbone_weights=None" in message
