@@ -747,7 +747,8 @@ def _worker_failure(format: str, request: str, result: subprocess.CompletedProce
         message += (
             "\nThe model is saved as .keras and loaded there, in a new Python process: every "
             "custom layer must be registered with @keras.saving.register_keras_serializable "
-            "and imported by the module that defines the model."
+            "and importable in that process (every keras-posenc layer is). With "
+            "KERAS_BACKEND=tensorflow the model is exported directly, without reloading it."
         )
     return message
 
