@@ -31,6 +31,7 @@ import keras
 import numpy as np
 import pytest
 from test_convert_timm import fixture as timm_fixture
+from test_convert_timm import write_safetensors
 
 from keras_posenc import cli, export, layers, zoo
 from keras_posenc.convert import (
@@ -256,14 +257,19 @@ def timm_tiny():
     return state, config_from_timm(described["cfg"], img_size=tuple(described["img_size"]))
 
 
-@pytest.mark.parametrize("rows", [+3, -3], ids=["3-rows-too-many", "3-rows-too-few"])
-def test_timm_tensor_of_another_shape_is_refused(tmp_path, timm_tiny, rows):
-    torch = pytest.importorskip("torch", reason="the case is a PyTorch checkpoint file")
+@pytest.mark.parametrize(
+    "rows, suffix", [(+3, ".safetensors"), (-3, ".pth")], ids=["3-rows-too-many", "3-rows-too-few"]
+)
+def test_timm_tensor_of_another_shape_is_refused(tmp_path, timm_tiny, rows, suffix):
     state, config = timm_tiny
     key = "stages.2.blocks.0.attn.qkv.weight"  # (3 * 16, 16, 1, 1): q, k, v of 16 channels
-    weight = np.zeros((48 + rows, 16, 1, 1), "float32")
-    path = tmp_path / "model.pth"
-    torch.save({k: torch.from_numpy(weight if k == key else v) for k, v in state.items()}, path)
+    state = dict(state, **{key: np.zeros((48 + rows, 16, 1, 1), "float32")})
+    path = tmp_path / f"model{suffix}"
+    if suffix == ".safetensors":
+        write_safetensors(path, state)
+    else:
+        torch = pytest.importorskip("torch", reason="the case is a PyTorch checkpoint file")
+        torch.save({k: torch.from_numpy(np.asarray(v)) for k, v in state.items()}, path)
     expected = (
         rf"from_timm_coatnet: '{path}': '{key}' must have shape \(48, 16, 1, 1\) for this "
         rf"architecture, got \({48 + rows}, 16, 1, 1\)"
