@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"{args.model}.onnx")
         start = time.perf_counter()
-        report = export_model(model, path, format="onnx")
+        report = export_model(model, path, format="onnx", overwrite=True)  # --out reused
         print(
             f"exported in {time.perf_counter() - start:.0f}s ({report.route}), "
             f"max |difference| {report.max_abs_difference:.2g}"

@@ -80,22 +80,31 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return overrides
 
 
+def _output_folder(path: str) -> None:
+    """Makes ``--out`` if missing, after checking it is no file: before any model is built."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"--out must be a folder; {path!r} is a file.")
+    os.makedirs(path, exist_ok=True)
+
+
 def _export(args: argparse.Namespace) -> int:
+    overrides = parse_overrides(args.set)
+    _output_folder(args.out)
     import keras
 
     from keras_posenc import zoo
     from keras_posenc.export import FORMATS, export_model
+    from keras_posenc.zoo.registry import check_keras_file
 
-    overrides = parse_overrides(args.set)
     if args.model.endswith(".keras"):
         if overrides:
             raise ValueError("posenc export: --set applies to zoo names, not to .keras files.")
+        check_keras_file(args.model)
         model = keras.saving.load_model(args.model)
         name = os.path.basename(args.model)[: -len(".keras")]
     else:
         model = zoo.create(args.model, **overrides)
         name = args.model
-    os.makedirs(args.out, exist_ok=True)
     formats = FORMATS if args.format == "all" else (args.format,)
     for format_name in formats:
         target = name + (".onnx" if format_name == "onnx" else "_saved_model")
@@ -107,6 +116,7 @@ def _export(args: argparse.Namespace) -> int:
             atol=args.atol,
             rtol=args.rtol,
             check_memory=not args.no_memory_check,
+            overwrite=args.overwrite,
         )
         print(report.table(), end="\n\n")
     return 0
@@ -136,6 +146,7 @@ def _demo_inputs(model: Any, rng: Any) -> Any:
 def _demo(args: argparse.Namespace) -> int:
     import time
 
+    _output_folder(args.out)
     import keras
     import numpy as np
 
@@ -166,15 +177,18 @@ def _demo(args: argparse.Namespace) -> int:
         outputs = keras.tree.flatten(model(inputs, training=False))
         shapes = ", ".join(str(tuple(x.shape)) for x in outputs)
         print(f"2. ran it on random inputs ({_shapes(inputs)}): outputs {shapes}")
-    os.makedirs(args.out, exist_ok=True)
     print(f"3. exporting to {', '.join(FORMATS)} in {args.out} and verifying:\n")
     for format_name in FORMATS:
         if isinstance(model, Seq2SeqModel):
             target = os.path.join(args.out, f"{name}_{format_name}")
-            reports = export_seq2seq(model, target, format=format_name).values()
+            reports = export_seq2seq(
+                model, target, format=format_name, overwrite=args.overwrite
+            ).values()
         else:
-            target = name + (".onnx" if format_name == "onnx" else "_saved_model")
-            reports = [export_model(model, os.path.join(args.out, target), format=format_name)]
+            target = os.path.join(
+                args.out, name + (".onnx" if format_name == "onnx" else "_saved_model")
+            )
+            reports = [export_model(model, target, format=format_name, overwrite=args.overwrite)]
         for report in reports:
             print(report.table(), end="\n\n")
     print(f"done in {time.perf_counter() - start:.0f} s: every artifact verified.")
@@ -253,19 +267,13 @@ def _convert_fairseq(args: argparse.Namespace) -> int:
 
 
 def _convert_timm(args: argparse.Namespace) -> int:
-    import json
-
-    from keras_posenc.convert import config_from_timm, from_timm_coatnet
+    from keras_posenc.convert import from_timm_coatnet
 
     if not args.out.endswith(".keras"):
         raise ValueError(f"posenc convert timm: --out must end in .keras, got {args.out!r}.")
     config = None
     if args.timm_config:
-        with open(args.timm_config, encoding="utf-8") as handle:
-            described = json.load(handle)
-        image = described.get("img_size", 224)
-        image = tuple(image) if isinstance(image, list) else image
-        config = config_from_timm(described.get("cfg", described), img_size=image)
+        config = _timm_config(args.timm_config)
     # --image-size overrides the size of the configuration either way.
     input_shape = (*args.image_size, 3) if args.image_size else None
     model = from_timm_coatnet(args.src, args.name, config=config, input_shape=input_shape)
@@ -275,6 +283,26 @@ def _convert_timm(args: argparse.Namespace) -> int:
         f"{model.output_shape[-1]} classes, input {model.input_shape[1:]}) to {args.out}"
     )
     return 0
+
+
+def _timm_config(path: str) -> dict:
+    """The build arguments described by a ``--timm-config`` file; errors name the file."""
+    from keras_posenc.convert import config_from_timm
+
+    where = f"--timm-config {path!r}"
+    with open(path, encoding="utf-8") as handle:
+        try:
+            described = json.load(handle)
+        except ValueError as error:  # JSONDecodeError, or bytes that are not UTF-8
+            raise ValueError(f"{where} is not valid JSON: {error}.") from error
+    if not isinstance(described, dict):
+        raise ValueError(f"{where} must hold a JSON object, got {type(described).__name__}.")
+    image = described.get("img_size", 224)
+    image = tuple(image) if isinstance(image, list) else image
+    try:
+        return config_from_timm(described.get("cfg", described), img_size=image)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{where}: {error}") from error
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -319,6 +347,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--no-verify", action="store_true", help="skip the verification run")
     export.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace artifacts already in --out (default: refuse); a failed export "
+        "leaves them as they were",
+    )
+    export.add_argument(
         "--no-memory-check",
         action="store_true",
         help="convert to ONNX even if tf2onnx is estimated to need more memory than is free",
@@ -342,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a zoo configuration argument (repeatable; values parsed as JSON)",
     )
     demo.add_argument("--out", required=True, help="folder for the artifacts")
+    demo.add_argument("--overwrite", action="store_true", help="replace artifacts already in --out")
     demo.set_defaults(handler=_demo)
 
     probe = commands.add_parser("probe", help="PosENet experiments")
@@ -452,16 +487,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return args.handler(args)
-    except (
-        ValueError,
-        TypeError,
-        ImportError,
-        RuntimeError,
-        FileNotFoundError,
-        MemoryError,
-    ) as error:
-        # The library's errors already say what was wrong and what was expected.
+    except (ValueError, TypeError, ImportError, RuntimeError, OSError, MemoryError) as error:
+        # The library's errors already say what was wrong and what was expected; OSError's
+        # name the file ("[Errno 17] File exists: 'out'"). One line, no traceback.
         print(f"posenc {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyError as error:  # a library bug on odd input; still one line
+        print(f"posenc {args.command}: error: missing key {error}", file=sys.stderr)
         return 1
 
 

@@ -9,7 +9,10 @@ the model as ``.keras`` and loading it in a subprocess with
 ``KERAS_BACKEND=tensorflow`` (design.md, "Export design"). It then runs the
 artifact (onnxruntime, or ``tf.saved_model.load``) on the same random inputs as
 the Keras model, at two sequence lengths when the model has dynamic axes, and
-reports the largest absolute difference.
+reports the largest absolute difference. Outputs that are not finite fail the
+verification. The artifact is written to a hidden folder beside the target and
+moved into place only once it has verified, so a failed export leaves nothing
+at the target; an existing target is replaced only with ``overwrite=True``.
 
 On PyTorch, ``route="native"`` exports ONNX with PyTorch's own exporter
 instead (``torch.onnx.export``, TorchScript tracing), with no TensorFlow
@@ -19,19 +22,23 @@ from the parameter count and compared with the memory available.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.metadata
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import keras
 import numpy as np
+
+from keras_posenc.layers._checks import check_non_negative_number, excerpt
 
 FORMATS = ("onnx", "tf_saved_model")
 ROUTES = ("tensorflow", "native")
@@ -174,23 +181,34 @@ def export_model(
     route: str = "tensorflow",
     check_memory: bool = True,
     verify_inputs: Sequence[Any] | None = None,
+    overwrite: bool = False,
 ) -> ExportReport:
     """Exports ``model`` to ONNX or a TensorFlow SavedModel, from any backend, and verifies it.
+
+    The artifact is written to a temporary path beside ``path`` (a hidden
+    ``.posenc-export-*`` folder) and moved to ``path`` only after it has
+    verified: when anything fails, nothing is left at ``path`` and a file or
+    folder that was there is unchanged.
 
     Args:
         model: a ``keras.Model`` whose layers are registered Keras serialisables
             (every keras-posenc layer is). A model never called is called once
             on zeros shaped like its inputs.
-        path: the ``.onnx`` file or the SavedModel directory to write.
+        path: the ``.onnx`` file or the SavedModel directory to write; its
+            parent folders are created. If something is there already (an
+            empty folder does not count), ``overwrite=True`` is needed.
         format: ``"onnx"`` or ``"tf_saved_model"``.
         verify: run the artifact and the Keras model on the same random inputs
             (batch 2, and sequence lengths 7 and 11 for dynamic axes) and compare.
+            An output with NaN or Inf values, in the model or the artifact,
+            fails the verification.
         atol: the absolute part of the verification's tolerance: an output
             passes when ``max|keras - artifact| <= atol + rtol * max|keras|``.
+            A finite number >= 0 (0 asks for identical outputs).
         rtol: the relative part, which scales the tolerance with the output's
             magnitude: float32 reordering noise in logits of size 5-10 reaches
             1e-4 by itself (seen on a ConvS2S decoder step), which says
-            nothing about the export.
+            nothing about the export. A finite number >= 0.
         input_signature: optional list of ``keras.InputSpec`` (one per model
             input) to export with instead of the model's own input shapes.
         route: ``"tensorflow"`` (Keras' exporter on TensorFlow: directly, or in
@@ -206,21 +224,27 @@ def export_model(
             an array, or a list of arrays) to verify with instead of random
             ones, for models whose inputs must be consistent with each other
             (:func:`export_seq2seq` passes real encoder states and caches).
+        overwrite: replace what is at ``path`` (once the new artifact has
+            verified); False (default) refuses an existing target.
 
     Returns:
         An :class:`ExportReport`.
 
     Raises:
         ValueError: for an unknown format or route, ``route="native"`` off
-            PyTorch or with SavedModel, or if the verification finds a
-            difference above that tolerance (the message gives it).
+            PyTorch or with SavedModel, an ``atol`` or ``rtol`` that is
+            negative, NaN or infinite, or if the verification finds outputs
+            that are not finite or a difference above that tolerance (the
+            message gives it).
+        FileExistsError: if something is at ``path`` and ``overwrite`` is False.
         MemoryError: if a tf2onnx conversion is estimated to need more memory
             than is available (the message gives both and the alternatives).
         ImportError: if a package the format needs is missing (the message says
             what to install).
         RuntimeError: if exporting in the TensorFlow subprocess fails (its error
-            is included; an unregistered custom layer is the usual cause), or
-            if PyTorch's exporter fails on the native route.
+            comes first; when loading the model there failed, an unregistered
+            custom layer is the usual cause), or if PyTorch's exporter fails on
+            the native route.
 
     Examples:
 
@@ -250,6 +274,9 @@ def export_model(
             f"format='onnx' on the torch backend; got format={format!r} on the {backend} "
             "backend. Use route='tensorflow' (the default), which works from every backend."
         )
+    atol = check_non_negative_number("export_model", "atol", atol)
+    rtol = check_non_negative_number("export_model", "rtol", rtol)
+    _check_target(path, overwrite, "export_model")
     packages = ("torch", "onnx", "onnxruntime") if route == "native" else EXPORTER_PACKAGES[format]
     missing = [status for status in map(package_status, packages) if not status.importable]
     if missing:
@@ -272,27 +299,104 @@ def export_model(
         )
     if format == "onnx" and route == "tensorflow" and check_memory:
         check_tf2onnx_memory(model)
-    if route == "native":
-        details = _export_native_torch(model, path, specs)
-        taken = f"torch.onnx.export (TorchScript tracer, opset {_NATIVE_OPSET}) on torch"
-    elif backend == "tensorflow":
-        details = _export_on_tensorflow(model, path, format, specs)
-        taken = "tensorflow (direct)"
-    else:
-        details = _export_in_subprocess(model, path, format, specs)
-        taken = f"tensorflow subprocess from {backend} (via .keras)"
-    report = ExportReport(
-        format=format,
-        path=path,
-        route=taken,
-        inputs=[tuple(x) for x in details["inputs"]],
-        outputs=[tuple(x) for x in details["outputs"]],
-        opset=details.get("opset"),
-        notes=notes,
-    )
-    if verify:
-        _verify(model, report, specs, atol, rtol, verify_inputs)
+    with _staged([path], overwrite, "export_model") as (staged,):
+        if route == "native":
+            details = _export_native_torch(model, staged, specs)
+            taken = f"torch.onnx.export (TorchScript tracer, opset {_NATIVE_OPSET}) on torch"
+        elif backend == "tensorflow":
+            details = _export_on_tensorflow(model, staged, format, specs)
+            taken = "tensorflow (direct)"
+        else:
+            details = _export_in_subprocess(model, staged, format, specs)
+            taken = f"tensorflow subprocess from {backend} (via .keras)"
+        report = ExportReport(
+            format=format,
+            path=staged,
+            route=taken,
+            inputs=[tuple(x) for x in details["inputs"]],
+            outputs=[tuple(x) for x in details["outputs"]],
+            opset=details.get("opset"),
+            notes=notes,
+        )
+        if verify:
+            _verify(model, report, specs, atol, rtol, verify_inputs)
+    report.path = path
     return report
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def _occupied(path: str) -> bool:
+    """Whether something is at ``path``; an empty folder has nothing to lose or merge."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        return bool(os.listdir(path))
+    return os.path.lexists(path)
+
+
+def _check_target(path: str, overwrite: bool, who: str) -> None:
+    if _occupied(path) and not overwrite:
+        raise FileExistsError(
+            f"{who}: {path!r} already exists; pass overwrite=True (posenc: --overwrite) "
+            "to replace it."
+        )
+
+
+def _missing_folders(folder: str) -> list[str]:
+    """``folder`` and its ancestors that do not exist yet, deepest first."""
+    missing = []
+    while not os.path.exists(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return missing
+
+
+@contextlib.contextmanager
+def _staged(targets: list[str], overwrite: bool, who: str) -> Iterator[list[str]]:
+    """Temporary paths for ``targets``, moved onto them when the block succeeds.
+
+    The temporary folder is a hidden sibling of the first target, on the same
+    file system, so moving an artifact is a rename. It is removed whatever
+    happens; when the block fails, the targets are left as they were and the
+    folders made for them are removed again.
+    """
+    parent = os.path.dirname(os.path.abspath(targets[0]))
+    created = _missing_folders(parent)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".posenc-export-", dir=parent)
+    try:
+        staged = [os.path.join(staging, os.path.basename(target)) for target in targets]
+        yield staged
+        for index, (source, target) in enumerate(zip(staged, targets)):
+            previous = os.path.join(staging, f"previous-{index}")
+            _move_into_place(source, target, previous, overwrite, who)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        for folder in created:
+            with contextlib.suppress(OSError):  # not empty: something else wrote there
+                os.rmdir(folder)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _move_into_place(source: str, target: str, previous: str, overwrite: bool, who: str) -> None:
+    """Renames ``source`` to ``target``; what was at ``target`` goes to ``previous``."""
+    if not os.path.lexists(source):
+        raise RuntimeError(f"{who}: the exporter wrote nothing for {target!r}.")
+    if not os.path.lexists(target):
+        os.replace(source, target)
+        return
+    _check_target(target, overwrite, who)  # again: it may have appeared meanwhile
+    # A folder cannot be renamed onto a file or a non-empty folder: move the old one aside.
+    os.replace(target, previous)
+    try:
+        os.replace(source, target)
+    except BaseException:
+        os.replace(previous, target)
+        raise
 
 
 def available_memory() -> int | None:
@@ -369,6 +473,7 @@ def export_seq2seq(
     atol: float = 1e-4,
     rtol: float = 1e-4,
     check_memory: bool = True,
+    overwrite: bool = False,
 ) -> dict[str, ExportReport]:
     """Exports a sequence-to-sequence zoo model as an encoder graph and a one-step decoder graph.
 
@@ -396,12 +501,18 @@ def export_seq2seq(
         atol: the verification tolerance's absolute part, as in :func:`export_model`.
         rtol: its relative part, as in :func:`export_model`.
         check_memory: as in :func:`export_model`.
+        overwrite: replace existing ``encoder`` / ``decoder_step`` artifacts in
+            ``directory``; False (default) refuses them. Both graphs are
+            written to a temporary folder and moved into ``directory`` only
+            after both have verified; other files in ``directory`` are left alone.
 
     Returns:
         ``{"encoder": report, "decoder_step": report}``.
 
     Raises:
         TypeError: if ``model`` does not follow the decoding contract.
+        FileExistsError: if a graph's target exists and ``overwrite`` is False.
+        ValueError, ImportError, MemoryError, RuntimeError: as :func:`export_model`.
     """
     from keras_posenc.zoo.seq2seq import (
         Seq2SeqDecoderStep,
@@ -416,8 +527,10 @@ def export_seq2seq(
             f"(a sequence-to-sequence zoo model); got {type(model).__name__}."
         )
     directory = os.fspath(directory)
-    os.makedirs(directory, exist_ok=True)
     suffix = ".onnx" if format == "onnx" else ""
+    targets = [os.path.join(directory, name + suffix) for name in ("encoder", "decoder_step")]
+    for target in targets:
+        _check_target(target, overwrite, "export_seq2seq")
     encoder_signature, step_signature = decoding_signatures(model)
     encoder_runs, step_runs = _decoding_inputs(model) if verify else (None, None)
     graphs = {
@@ -428,20 +541,24 @@ def export_seq2seq(
             step_runs,
         ),
     }
-    return {
-        name: export_model(
-            graph,
-            os.path.join(directory, name + suffix),
-            format=format,
-            verify=verify,
-            atol=atol,
-            rtol=rtol,
-            input_signature=signature,
-            check_memory=check_memory,
-            verify_inputs=runs,
-        )
-        for name, (graph, signature, runs) in graphs.items()
-    }
+    with _staged(targets, overwrite, "export_seq2seq") as staged:
+        reports = {
+            name: export_model(
+                graph,
+                path,
+                format=format,
+                verify=verify,
+                atol=atol,
+                rtol=rtol,
+                input_signature=signature,
+                check_memory=check_memory,
+                verify_inputs=runs,
+            )
+            for path, (name, (graph, signature, runs)) in zip(staged, graphs.items())
+        }
+    for report, target in zip(reports.values(), targets):
+        report.path = target
+    return reports
 
 
 def _decoding_inputs(model: Any) -> tuple[list, list]:
@@ -607,14 +724,33 @@ def _export_in_subprocess(model: keras.Model, path: str, format: str, specs: lis
             timeout=3600,
         )
         if result.returncode != 0:
-            tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-            raise RuntimeError(
-                f"export_model: exporting to {format!r} in a TensorFlow subprocess failed. "
-                "Every custom layer must be registered with "
-                "@keras.saving.register_keras_serializable and importable there.\n" + tail
-            )
+            raise RuntimeError(_worker_failure(format, request, result))
         with open(request + ".out") as handle:
             return json.load(handle)
+
+
+def _worker_failure(format: str, request: str, result: subprocess.CompletedProcess) -> str:
+    """The message for a failed export subprocess: the worker's own error first (what
+    it wrote to ``request.error``; else the last line it printed), then what to check."""
+    try:
+        with open(request + ".error") as handle:
+            failure = json.load(handle)
+    except (OSError, ValueError):  # it died before it could say (e.g. out of memory)
+        lines = result.stderr.strip().splitlines()
+        last = lines[-1] if lines else "nothing printed"
+        failure = {"stage": None, "error": f"exit status {result.returncode}, {excerpt(last)}"}
+    message = (
+        f"export_model: exporting to {format!r} in a TensorFlow subprocess failed: "
+        f"{failure['error']}"
+    )
+    if failure["stage"] == "load":
+        message += (
+            "\nThe model is saved as .keras and loaded there, in a new Python process: every "
+            "custom layer must be registered with @keras.saving.register_keras_serializable "
+            "and importable in that process (every keras-posenc layer is). With "
+            "KERAS_BACKEND=tensorflow the model is exported directly, without reloading it."
+        )
+    return message
 
 
 def _torch_module(model: keras.Model, structured: bool) -> Any:
@@ -779,8 +915,9 @@ def _verify(
         rng = np.random.default_rng(0)
         verify_inputs = [_sample_inputs(specs, length, rng) for length in lengths]
     worst = 0.0
-    excess = 0.0  # largest max|difference| / (atol + rtol * max|expected|); above 1 fails
+    within = True
     for inputs in verify_inputs:
+        shapes = [tuple(np.shape(x)) for x in (inputs if isinstance(inputs, list) else [inputs])]
         expected = [
             keras.ops.convert_to_numpy(keras.ops.cast(x, "float32"))
             for x in keras.tree.flatten(model(inputs, training=False))
@@ -790,21 +927,28 @@ def _verify(
             raise ValueError(
                 f"export_model: the artifact has {len(actual)} outputs, the model {len(expected)}."
             )
-        for e, a in zip(expected, actual):
+        for index, (e, a) in enumerate(zip(expected, actual)):
             if e.shape != a.shape:
                 raise ValueError(
                     f"export_model: artifact output shape {a.shape} != model's {e.shape}."
                 )
+            a = a.astype(np.float32)
+            # A NaN compares False with every tolerance, so it would pass as no difference.
+            for owner, values in (("the Keras model's", e), ("the artifact's", a)):
+                bad = values.size - int(np.count_nonzero(np.isfinite(values)))
+                if bad:
+                    raise ValueError(
+                        f"export_model: the outputs are not finite ({bad} of {values.size} "
+                        f"values are NaN or Inf) in {owner} output {index}, at input shapes "
+                        f"{shapes}; only finite outputs can be verified."
+                    )
             if e.size:
-                difference = np.abs(e - a.astype(np.float32))
-                worst = max(worst, float(np.max(difference)))
-                tolerance = atol + rtol * float(np.max(np.abs(e)))
-                excess = max(excess, float(np.max(difference)) / tolerance)
-        report.verified_shapes.append(
-            [tuple(np.shape(x)) for x in (inputs if isinstance(inputs, list) else [inputs])]
-        )
+                difference = float(np.max(np.abs(e - a)))
+                worst = max(worst, difference)
+                within = within and difference <= atol + rtol * float(np.max(np.abs(e)))
+        report.verified_shapes.append(shapes)
     report.max_abs_difference = worst
-    if excess > 1.0:
+    if not within:
         raise ValueError(
             f"export_model: the {report.format} artifact differs from the Keras model by "
             f"{worst:.3g}, more than atol={atol} + rtol={rtol} * max|expected| allows "
@@ -818,8 +962,21 @@ def _worker(request_path: str) -> None:
 
     with open(request_path) as handle:
         request = json.load(handle)
-    model = keras.saving.load_model(request["source"])
-    details = _export_on_tensorflow(model, request["path"], request["format"], request["specs"])
+    stage = "load"
+    try:
+        model = keras.saving.load_model(request["source"])
+        stage = "export"
+        details = _export_on_tensorflow(model, request["path"], request["format"], request["specs"])
+    except Exception as error:
+        # Keras wraps the cause (e.g. "Could not locate class ...") in a longer message:
+        # the innermost error is the one to show first.
+        cause = error
+        while cause.__cause__ or cause.__context__:
+            cause = cause.__cause__ or cause.__context__
+        text = f"{type(cause).__name__}: {excerpt(cause, 25)}"
+        with open(request_path + ".error", "w") as handle:
+            json.dump({"stage": stage, "error": text}, handle)
+        raise
     with open(request_path + ".out", "w") as handle:
         json.dump(details, handle)
 

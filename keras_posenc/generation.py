@@ -26,8 +26,11 @@ Rules both searches share:
 - ``max_length`` defaults to ``2 * source_length + 10``, capped by the model's
   ``max_target_length``.
 - Checks that cannot run inside the compiled step run first, in Python: ids
-  outside the vocabulary, sources longer than the model's position table and a
-  ``max_length`` beyond ``max_target_length`` raise ``ValueError``.
+  outside the vocabulary, sources longer than the model's position table, empty
+  sources and a ``max_length`` beyond ``max_target_length`` raise ``ValueError``.
+  An empty batch returns empty results without running the model.
+- Logits that are not finite (NaN or Inf) raise ``ValueError`` once the step
+  that produced them returns: such a row has no most likely token.
 
 Beam search follows fairseq's ``SequenceGenerator``: each step takes the
 ``2 * beam_size`` best continuations of the live hypotheses; a continuation
@@ -50,6 +53,7 @@ import numpy as np
 from keras import ops
 
 from keras_posenc._compile import compile_inference
+from keras_posenc.layers._checks import check_non_negative_number
 
 __all__ = ["beam_search", "greedy_search"]
 
@@ -123,27 +127,38 @@ def _compiled(model: Any, kind: str) -> Any:
             logits = model.decode(token_ids, state)
             return ops.log_softmax(ops.take(logits, index, axis=1), axis=-1)
 
-        def greedy_loop(token_ids: Any, cache: tuple, output: Any, min_length: Any) -> Any:
+        def greedy_loop(token_ids: Any, cache: tuple, output: Any, min_length: Any) -> tuple:
             # The whole greedy search in one compiled loop: no Python between steps.
-            max_length = output.shape[1]
+            # ops.shape, not output.shape: TensorFlow retraces once lengths vary
+            # (reduce_retracing) with the length unknown, and `.shape` is then None.
+            max_length = ops.shape(output)[1]
             pad, bos, eos = model.pad_id, model.bos_id, model.eos_id
 
-            def cond(index: Any, tokens: Any, cache: tuple, output: Any, finished: Any) -> Any:
+            def cond(
+                index: Any, tokens: Any, cache: tuple, output: Any, finished: Any, finite: Any
+            ) -> Any:
                 return ops.logical_and(index < max_length, ops.logical_not(ops.all(finished)))
 
-            def body(index: Any, tokens: Any, cache: tuple, output: Any, finished: Any) -> tuple:
+            def body(
+                index: Any, tokens: Any, cache: tuple, output: Any, finished: Any, finite: Any
+            ) -> tuple:
                 logits, cache = model.decode_step(tokens, cache, index)
+                logits = ops.cast(logits, "float32")
+                # NaN logits have no argmax; the flag lets the caller raise (_check_finite).
+                finite = finite & (finished | ops.all(ops.isfinite(logits), axis=-1))
                 vocab = ops.arange(ops.shape(logits)[-1], dtype="int32")
                 banned = (vocab == pad) | (vocab == bos) | ((vocab == eos) & (index < min_length))
-                logits = ops.where(banned[None, :], _FORBIDDEN, ops.cast(logits, "float32"))
+                logits = ops.where(banned[None, :], _FORBIDDEN, logits)
                 tokens = ops.where(finished, pad, ops.cast(ops.argmax(logits, axis=-1), "int32"))
                 output = ops.slice_update(output, (0, index), tokens[:, None])
-                return index + 1, tokens, cache, output, finished | (tokens == eos)
+                return index + 1, tokens, cache, output, finished | (tokens == eos), finite
 
             start = ops.convert_to_tensor(0, "int32")
             finished = ops.zeros(ops.shape(token_ids), "bool")
-            loop = (start, token_ids, cache, output, finished)
-            return ops.while_loop(cond, body, loop)[3]
+            finite = ops.ones(ops.shape(token_ids), "bool")
+            loop = (start, token_ids, cache, output, finished, finite)
+            result = ops.while_loop(cond, body, loop)
+            return result[3], result[5]
 
         function = {
             "reordering_step": reordering_step,
@@ -208,6 +223,18 @@ def _forbid(model: Any, log_probs: np.ndarray, generated: int, min_length: int) 
         log_probs[..., model.eos_id] = -np.inf
 
 
+def _check_finite(model: Any, function: str, finite: np.ndarray) -> None:
+    """Raises for rows whose logits hold NaN or Inf: they have no most likely token,
+    and searching on would return padding (beam search: with the score -inf)."""
+    if not finite.all():
+        rows = np.flatnonzero(~finite)
+        raise ValueError(
+            f"{function}: the model's logits are not finite (NaN or Inf) for {len(rows)} of "
+            f"{finite.size} sequences (e.g. row {rows[0]}): {_owner(model)}'s weights or the "
+            "encoder state hold NaN or Inf, or the computation overflowed."
+        )
+
+
 def _prepare(
     model: Any,
     function: str,
@@ -217,6 +244,11 @@ def _prepare(
 ) -> tuple[np.ndarray, int, int]:
     _check_model(model, function)
     source = model.check_token_ids(encoder_token_ids, "encoder_token_ids")
+    if source.shape[1] == 0:
+        raise ValueError(
+            f"{function}: `encoder_token_ids` must hold at least one token per row "
+            f"(e.g. just eos_id = {model.eos_id}), got shape {source.shape}."
+        )
     max_length = _max_length(model, function, max_length, source.shape[1])
     min_length = _check_int(function, "min_length", min_length, 0)
     if min_length > max_length:
@@ -255,7 +287,8 @@ def greedy_search(
 
     Raises:
         ValueError: ids outside the vocabulary, a source longer than the
-            model's position table, a ``max_length`` beyond its target table.
+            model's position table or with no token, a ``max_length`` beyond
+            its target table, or logits that are not finite (NaN or Inf).
 
     Examples:
 
@@ -277,20 +310,24 @@ def greedy_search(
     )
     batch = source.shape[0]
     output = np.full((batch, max_length), model.pad_id, dtype="int32")
+    if batch == 0:  # nothing to decode (and an empty batch breaks some backends' kernels)
+        return output
     if use_cache:
         state = model.encode(ops.convert_to_tensor(source, "int32"), training=False)
-        output = _compiled(model, "greedy_loop")(
+        output, finite = _compiled(model, "greedy_loop")(
             ops.convert_to_tensor(np.full(batch, model.bos_id), "int32"),
             model.init_cache(state, max_length),
             ops.convert_to_tensor(output, "int32"),
             ops.convert_to_tensor(min_length, "int32"),
         )
+        _check_finite(model, function, np.asarray(ops.convert_to_numpy(finite)))
         return np.asarray(ops.convert_to_numpy(output), dtype="int32")
     decoder = _start(model, source, max_length, use_cache)
     finished = np.zeros(batch, bool)
     tokens = np.full(batch, model.bos_id, dtype="int32")
     for index in range(max_length):
         log_probs = decoder.step(tokens, index, None)
+        _check_finite(model, function, finished | np.isfinite(log_probs).all(axis=-1))
         _forbid(model, log_probs, index, min_length)
         tokens = np.argmax(log_probs, axis=-1).astype("int32")
         output[:, index] = np.where(finished, model.pad_id, tokens)
@@ -330,7 +367,7 @@ def beam_search(
 
     Raises:
         ValueError: as :func:`greedy_search`, and for a ``beam_size`` below 1
-            or a negative ``length_penalty``.
+            or a ``length_penalty`` that is negative, NaN or infinite.
 
     Examples:
 
@@ -349,11 +386,10 @@ def beam_search(
         model, function, encoder_token_ids, max_length, min_length
     )
     beam = _check_int(function, "beam_size", beam_size, 1)
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, int | float):
-        raise ValueError(f"{function}: `length_penalty` must be a float, got {length_penalty!r}.")
-    if length_penalty < 0:
-        raise ValueError(f"{function}: `length_penalty` must be >= 0, got {length_penalty}.")
+    length_penalty = check_non_negative_number(function, "length_penalty", length_penalty)
     batch = source.shape[0]
+    if batch == 0:  # nothing to decode (and an empty batch breaks some backends' kernels)
+        return np.full((0, max_length), model.pad_id, dtype="int32"), np.zeros(0)
     rows = batch * beam
     # Every hypothesis gets its own copy of its sentence's encoder state.
     decoder = _start(model, np.repeat(source, beam, axis=0), max_length, use_cache)
@@ -366,6 +402,7 @@ def beam_search(
     done = np.zeros(batch, bool)
     for index in range(max_length):
         log_probs = decoder.step(tokens, index, order)
+        _check_finite(model, function, np.isfinite(log_probs).all(axis=-1))
         vocab = log_probs.shape[-1]
         log_probs = log_probs.reshape(batch, beam, vocab)
         _forbid(model, log_probs, index, min_length)

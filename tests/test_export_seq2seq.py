@@ -84,7 +84,8 @@ def test_export_seq2seq_needs_a_seq2seq_model(tmp_path):
 def test_graphs_are_verified_on_real_decoding_inputs(tmp_path, monkeypatch):
     """The step graph is verified on a cache that decoding produces, not on random states.
 
-    export_model is replaced by a recorder, so no conversion runs (fast on every backend).
+    export_model is replaced by a recorder, so no conversion runs (fast on every backend);
+    it leaves an empty file where the graph goes, which export_seq2seq moves into place.
     """
     from keras_posenc import export
 
@@ -92,6 +93,8 @@ def test_graphs_are_verified_on_real_decoding_inputs(tmp_path, monkeypatch):
 
     def record(graph, path, **kwargs):
         recorded[graph.name] = kwargs["verify_inputs"]
+        open(path, "wb").close()
+        return export.ExportReport(kwargs["format"], path, "recorded", [], [])
 
     monkeypatch.setattr(export, "export_model", record)
     model = small_convs2s()
@@ -112,5 +115,5 @@ def test_graphs_are_verified_on_real_decoding_inputs(tmp_path, monkeypatch):
             np.testing.assert_allclose(given, keras.ops.convert_to_numpy(want), atol=1e-6)
     # verify=False builds no inputs.
     recorded.clear()
-    export_seq2seq(model, tmp_path, format="onnx", verify=False)
+    export_seq2seq(model, tmp_path, format="onnx", verify=False, overwrite=True)
     assert recorded == {"encoder": None, "decoder_step": None}

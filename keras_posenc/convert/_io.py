@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from keras_posenc.layers._checks import excerpt
+
 # safetensors dtype names -> numpy; BF16 is read as uint16 and widened (numpy has no bfloat16).
 _SAFETENSORS_DTYPES = {
     "F64": "<f8",
@@ -54,17 +56,25 @@ def torch_load(path: str | os.PathLike, who: str, allowed: Iterable[type] = ()) 
     are the only ones accepted beyond tensors and plain containers.
 
     Raises:
-        ValueError: the file holds other pickled objects.
+        ValueError: the file holds other pickled objects, or is not a PyTorch
+            checkpoint at all (empty, truncated, another format).
+        OSError: the file cannot be read (missing, a folder, no permission).
     """
     torch = torch_module(who)
     allowed = list(allowed)
     try:
         with torch.serialization.safe_globals(allowed):
             return torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    except OSError:
+        raise  # names the file already
     except Exception as error:  # torch raises UnpicklingError or RuntimeError, by version
         text = str(error)
         if "weights_only" not in text and "Unsupported global" not in text:
-            raise
+            # EOFError (empty), RuntimeError (a zip that is not torch's), KeyError, ...
+            raise ValueError(
+                f"{who}: {os.fspath(path)!r} is not a PyTorch checkpoint that can be read "
+                f"({type(error).__name__}: {excerpt(text.splitlines()[0] if text else '')})."
+            ) from error
         extra = "".join(f", {cls.__module__}.{cls.__qualname__}" for cls in allowed)
         raise ValueError(
             f"{who}: {os.fspath(path)!r} holds pickled objects other than tensors, plain "

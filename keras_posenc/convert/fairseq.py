@@ -30,10 +30,12 @@ from typing import Any
 import numpy as np
 
 from keras_posenc.convert._io import to_numpy, torch_load
+from keras_posenc.layers._checks import excerpt
 from keras_posenc.zoo.convs2s import ConvS2S
 
 __all__ = [
     "FAIRSEQ_SPECIALS",
+    "MAX_LAYERS",
     "SUPPORTED_ARCHITECTURES",
     "fairseq_to_posenc_ids",
     "from_fairseq_fconv",
@@ -44,6 +46,10 @@ __all__ = [
 ]
 
 _OWNER = "from_fairseq_fconv"
+# The most layers a spec may describe, in total (fairseq's deepest fconv has 20 a side).
+# Checked before a list is repeated or joined: `[(8, 3)] * 10000 * 300` in a 50 KB
+# checkpoint would otherwise expand to 3,000,000 layers and gigabytes.
+MAX_LAYERS = 1000
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 """fairseq's special symbols, in its id order (``<s>`` = 0, ``<pad>`` = 1, ...)."""
 _FAIRSEQ_PAD, _FAIRSEQ_EOS = 1, 2
@@ -165,28 +171,46 @@ def load_fairseq_checkpoint(path: str | os.PathLike) -> dict:
 # --------------------------------------------------------------------------- architecture
 
 
+def _check_size(size: int, text: str) -> None:
+    """Raises if a list of ``size`` layers, about to be built from ``text``, is too long."""
+    if size > MAX_LAYERS:
+        raise ValueError(
+            f"parse_fairseq_layers: {excerpt(text)!r} describes {size:,} layers, more than "
+            f"the {MAX_LAYERS} layers the converter accepts."
+        )
+
+
 def _evaluate(node: ast.AST, text: str) -> Any:
-    """Literal lists/tuples of ints and bools, joined with ``+`` and repeated with ``* n``."""
+    """Literal lists/tuples of ints and bools, joined with ``+`` and repeated with ``* n``.
+
+    Every list is checked against ``MAX_LAYERS`` before it is built, so no spec
+    expands to more than that, whatever it repeats.
+    """
     if isinstance(node, ast.Expression):
         return _evaluate(node.body, text)
     if isinstance(node, ast.Constant) and type(node.value) in (int, bool):
         return node.value
     if isinstance(node, ast.List | ast.Tuple):
         items = [_evaluate(item, text) for item in node.elts]
-        return items if isinstance(node, ast.List) else tuple(items)
+        if isinstance(node, ast.Tuple):
+            return tuple(items)
+        _check_size(len(items), text)
+        return items
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _evaluate(node.left, text), _evaluate(node.right, text)
         if isinstance(left, list) and isinstance(right, list):
+            _check_size(len(left) + len(right), text)
             return left + right
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
         left, right = _evaluate(node.left, text), _evaluate(node.right, text)
-        if isinstance(left, list) and type(right) is int and 0 <= right <= 10_000:
+        if isinstance(right, list):
+            left, right = right, left
+        if isinstance(left, list) and type(right) is int and right >= 0:
+            _check_size(len(left) * right, text)
             return left * right
-        if isinstance(right, list) and type(left) is int and 0 <= left <= 10_000:
-            return right * left
     raise ValueError(
-        f"parse_fairseq_layers: {text!r} must be a list of (channels, kernel_size[, residual]) "
-        "tuples written with literals, `+` and `* n` (as fairseq writes them)."
+        f"parse_fairseq_layers: {excerpt(text)!r} must be a list of (channels, kernel_size"
+        "[, residual]) tuples written with literals, `+` and `* n` (as fairseq writes them)."
     )
 
 
@@ -194,7 +218,8 @@ def parse_fairseq_layers(spec: str | Sequence) -> list[tuple[int, ...]]:
     """A fairseq layer spec such as ``"[(512, 3)] * 9 + [(1024, 3)] * 4"``, parsed safely.
 
     Only literals, list concatenation and repetition are accepted (the string
-    is parsed with :mod:`ast`, never evaluated).
+    is parsed with :mod:`ast`, never evaluated), for at most ``MAX_LAYERS``
+    layers in total, checked before any list is expanded.
 
     Args:
         spec: fairseq's ``encoder_layers`` / ``decoder_layers`` string, or the list.
@@ -209,14 +234,20 @@ def parse_fairseq_layers(spec: str | Sequence) -> list[tuple[int, ...]]:
     """
     if isinstance(spec, str):
         try:
-            tree = ast.parse(spec.strip(), mode="eval")
+            value = _evaluate(ast.parse(spec.strip(), mode="eval"), spec)
         except SyntaxError as error:
-            raise ValueError(f"parse_fairseq_layers: {spec!r} is not a list expression.") from error
-        value = _evaluate(tree, spec)
+            raise ValueError(
+                f"parse_fairseq_layers: {excerpt(spec)!r} is not a list expression."
+            ) from error
+        except RecursionError as error:  # `[...] + [...] + ...` thousands of terms long
+            raise ValueError(
+                f"parse_fairseq_layers: {excerpt(spec)!r} is nested too deeply to parse."
+            ) from error
     else:
         value = spec
     if not isinstance(value, list | tuple) or not value:
-        raise ValueError(f"parse_fairseq_layers: expected a non-empty list, got {spec!r}.")
+        raise ValueError(f"parse_fairseq_layers: expected a non-empty list, got {excerpt(spec)}.")
+    _check_size(len(value), str(spec))
     layers = []
     for item in value:
         if (
@@ -226,7 +257,7 @@ def parse_fairseq_layers(spec: str | Sequence) -> list[tuple[int, ...]]:
         ):
             raise ValueError(
                 f"parse_fairseq_layers: each layer must be (channels, kernel_size[, residual]) "
-                f"ints, got {item!r} in {spec!r}."
+                f"ints, got {excerpt(item)} in {excerpt(spec)!r}."
             )
         layers.append(tuple(item))
     return layers
@@ -243,15 +274,15 @@ def _parse_attention(value: Any, layers: int) -> list[bool]:
         text = value.strip()
         try:
             value = _evaluate(ast.parse(text, mode="eval"), text)
-        except (SyntaxError, ValueError) as error:
+        except (SyntaxError, ValueError, RecursionError) as error:
             raise ValueError(
                 f"{_OWNER}: `decoder_attention` must be True, False or a list of them, "
-                f"got {text!r}."
+                f"got {excerpt(text)!r}."
             ) from error
     if isinstance(value, bool):
         value = [value] * layers
     if not isinstance(value, list | tuple) or not all(isinstance(v, bool) for v in value):
-        raise ValueError(f"{_OWNER}: `decoder_attention` must be bools, got {value!r}.")
+        raise ValueError(f"{_OWNER}: `decoder_attention` must be bools, got {excerpt(value)}.")
     return list(value)
 
 
@@ -280,11 +311,24 @@ def _arguments(checkpoint: Mapping, args: Any) -> dict:
 # --------------------------------------------------------------------------- tensors
 
 
-def _fold(v: np.ndarray, g: np.ndarray, dim: int) -> np.ndarray:
-    """``g * v / ||v||``, the norm over every axis of ``v`` but ``dim`` (torch's weight_norm)."""
+def _fold(v: np.ndarray, g: np.ndarray, dim: int, key: str, origin: str) -> np.ndarray:
+    """``g * v / ||v||``, the norm over every axis of ``v`` but ``dim`` (torch's weight_norm).
+
+    Raises:
+        ValueError: a vector of ``v`` (``key``, read from ``origin``) has norm 0 or
+            one that is not finite: the fold would be NaN.
+    """
     v = v.astype(np.float64)
     axes = tuple(axis for axis in range(v.ndim) if axis != dim)
     norm = np.sqrt(np.sum(v * v, axis=axes, keepdims=True))
+    bad = ~np.isfinite(norm) | (norm == 0)
+    if bad.any():
+        raise ValueError(
+            f"{_OWNER}: {origin}: {key!r} has a vector of norm 0 or not finite "
+            f"({int(bad.sum())} of {bad.size} along axis {dim}, e.g. index "
+            f"{int(np.flatnonzero(bad)[0])}); weight norm divides by it, so the weights "
+            "would be NaN."
+        )
     return g.astype(np.float64) * v / norm
 
 
@@ -397,9 +441,11 @@ def from_fairseq_fconv(
 
     Raises:
         ImportError: a path was given and PyTorch is missing.
-        ValueError: an unsupported architecture, state-dict keys missing or
-            unexpected (both listed), or a tensor of the wrong shape (key,
-            expected and given shapes named).
+        ValueError: an unsupported architecture, a layer spec of more than
+            ``MAX_LAYERS`` layers, state-dict keys missing or unexpected (both
+            listed, the first few of each), a tensor of the wrong shape (file,
+            key, expected and given shapes named), or a weight-norm ``weight_v``
+            with a vector of norm 0 (its fold would be NaN).
 
     Examples:
 
@@ -414,7 +460,10 @@ def from_fairseq_fconv(
     Reference:
         Gehring et al. 2017; fairseq's ``fairseq/models/fconv.py`` (the state-dict layout).
     """
+    # Errors about the tensors say where they come from.
+    origin = "the checkpoint"
     if isinstance(checkpoint, str | os.PathLike):
+        origin = repr(os.fspath(checkpoint))
         checkpoint = load_fairseq_checkpoint(checkpoint)
     if not isinstance(checkpoint, Mapping):
         raise TypeError(
@@ -432,9 +481,11 @@ def from_fairseq_fconv(
         )
     arguments = _arguments(checkpoint, args)
     arch_name = arguments.get("arch")
-    if arch_name is not None and arch_name not in SUPPORTED_ARCHITECTURES:
+    if arch_name is not None and (
+        not isinstance(arch_name, str) or arch_name not in SUPPORTED_ARCHITECTURES
+    ):
         raise ValueError(
-            f"{_OWNER}: architecture {arch_name!r} is not supported; supported: "
+            f"{_OWNER}: architecture {excerpt(arch_name)!r} is not supported; supported: "
             f"{sorted(SUPPORTED_ARCHITECTURES)} (the fconv encoder-decoder, not fconv_lm or "
             "fconv_self_att)."
         )
@@ -445,7 +496,7 @@ def from_fairseq_fconv(
     if attention != [True] * len(decoder_specs):
         raise ValueError(
             f"{_OWNER}: only attention in every decoder layer is supported (fairseq's "
-            f"default); the checkpoint has decoder_attention={attention}."
+            f"default); the checkpoint has decoder_attention={excerpt(attention)}."
         )
     if arguments.get("adaptive_softmax_cutoff"):
         raise ValueError(f"{_OWNER}: adaptive softmax output layers are not supported.")
@@ -462,7 +513,8 @@ def from_fairseq_fconv(
     for key in ("encoder_embed_dim", "decoder_embed_dim"):
         if arguments.get(key) is not None and arguments[key] != embed:
             raise ValueError(
-                f"{_OWNER}: args.{key} is {arguments[key]} but encoder.embed_tokens.weight "
+                f"{_OWNER}: args.{key} is {excerpt(arguments[key])} but "
+                "encoder.embed_tokens.weight "
                 f"has width {embed}; the converter needs equal encoder and decoder widths."
             )
     out_embed = int(arguments.get("decoder_out_embed_dim") or size("decoder.fc2.bias", 0))
@@ -500,15 +552,17 @@ def from_fairseq_fconv(
     unexpected = sorted(set(state) - set(expected) - optional)
     if missing or unexpected:
         raise ValueError(
-            f"{_OWNER}: the state dict does not match the fconv architecture of the args "
-            f"(encoder_layers={encoder_specs}, decoder_layers={decoder_specs}); "
-            f"missing keys: {missing}; unexpected keys: {unexpected}."
+            f"{_OWNER}: the state dict of {origin} does not match the fconv architecture of "
+            f"the args (encoder_layers={excerpt(encoder_specs)}, decoder_layers="
+            f"{excerpt(decoder_specs)}); missing keys: {excerpt(missing)}; unexpected keys: "
+            f"{excerpt(unexpected)}."
         )
     for key, shape in expected.items():
         given = _shape_of(state, key)
         if given != shape:
             raise ValueError(
-                f"{_OWNER}: {key!r} must have shape {shape} for this architecture, got {given}."
+                f"{_OWNER}: {origin}: {key!r} must have shape {shape} for this architecture, "
+                f"got {given}."
             )
 
     if dropout is None:
@@ -530,7 +584,7 @@ def from_fairseq_fconv(
         eos_id=2,
         name=name,
     )
-    _assign(model, state, encoder_specs, decoder_specs, share_output, version)
+    _assign(model, state, encoder_specs, decoder_specs, share_output, version, origin)
     return model
 
 
@@ -541,6 +595,7 @@ def _assign(
     decoder_specs: list,
     share_output: bool,
     version: float,
+    origin: str,
 ) -> None:
     def tensor(key: str) -> np.ndarray:
         return to_numpy(state[key]).astype(np.float64)
@@ -549,7 +604,11 @@ def _assign(
         variable.assign(value.astype(variable.dtype))
 
     def linear_weight(prefix: str) -> np.ndarray:
-        return _fold(tensor(f"{prefix}.weight_v"), tensor(f"{prefix}.weight_g"), 0)
+        return fold(prefix, 0)
+
+    def fold(prefix: str, dim: int) -> np.ndarray:
+        v, g = tensor(f"{prefix}.weight_v"), tensor(f"{prefix}.weight_g")
+        return _fold(v, g, dim, f"{prefix}.weight_v", origin)
 
     def dense(layer: Any, prefix: str) -> None:
         set_variable(layer.kernel, linear_weight(prefix).T)
@@ -576,7 +635,7 @@ def _assign(
             if projection is not None:
                 dense(projection, f"{side}.projections.{index}")
             prefix = f"{side}.convolutions.{index}"
-            kernel = _fold(tensor(f"{prefix}.weight_v"), tensor(f"{prefix}.weight_g"), conv_dim)
+            kernel = fold(prefix, conv_dim)
             conv = conv_stack.convolutions[index]
             if conv.weight_norm:
                 set_variable(conv.kernel_v, kernel)

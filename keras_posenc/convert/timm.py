@@ -39,6 +39,7 @@ import numpy as np
 from keras import ops
 
 from keras_posenc.convert._io import read_safetensors, to_numpy, torch_load
+from keras_posenc.layers._checks import excerpt
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 from keras_posenc.zoo.coatnet import RW_CONFIGS, build_coatnet, rw_config
@@ -194,7 +195,8 @@ def config_from_timm(
         converter takes it from the checkpoint).
 
     Raises:
-        ValueError: for options keras-posenc does not implement, each named with
+        ValueError: for a ``cfg`` without ``depths`` or ``embed_dim``, and for
+            options keras-posenc does not implement, each named with
             its value (ConvNeXt blocks, MaxViT partition attention, MLP relative
             positions, BatchNorm in the Transformer blocks, grouped convolutions,
             interleaved heads, ...).
@@ -212,6 +214,12 @@ def config_from_timm(
         ((2, 1, 2, 1, 2), (8, 16, 16, 24, 24), 'depthwise', 'norm_pool')
     """
     who = "config_from_timm"
+    missing = [key for key in ("depths", "embed_dim") if key not in cfg]
+    if missing:
+        raise ValueError(
+            f"{who}: `cfg` has no {' or '.join(map(repr, missing))} (a MaxxVitCfg's stage "
+            f"depths and widths); it has {excerpt(sorted(map(str, cfg)))}."
+        )
     conv = dict(cfg.get("conv_cfg") or {})
     transformer = dict(cfg.get("transformer_cfg") or {})
     unsupported = []
@@ -363,6 +371,9 @@ class _Plan:
 
     def __init__(self) -> None:
         self.entries: list[tuple[Any, str, Callable, Callable]] = []
+        # Keys whose tensors may have another shape: the relative position tables, resized
+        # to the model's grid. Every other tensor must have the exact shape of timm's layout.
+        self.resizable: set[str] = set()
 
     def add(
         self, variable: Any, key: str, transform: Callable = _same, inverse: Callable = _same
@@ -429,6 +440,7 @@ class _Plan:
             lambda b: b[back],
         )
         bias = block.relative_bias
+        self.resizable.add(f"{prefix}.attn.rel_pos.relative_position_bias_table")
         self.add(
             bias.table,
             f"{prefix}.attn.rel_pos.relative_position_bias_table",
@@ -445,10 +457,13 @@ class _Plan:
 
 
 def _relative_table(table: np.ndarray, layer: RelativePositionBias2D, where: str) -> np.ndarray:
-    """timm's ``((2h-1)(2w-1), heads)`` table as ours, resized to the layer's grid."""
+    """timm's ``((2h-1)(2w-1), heads)`` table as ours, resized to the layer's grid.
+
+    Its errors start with the key: the converter adds where the tensor comes from.
+    """
     if table.ndim != 2 or table.shape[1] != layer.num_heads:
         raise ValueError(
-            f"{_OWNER}: {where}.relative_position_bias_table must have shape "
+            f"{where}.relative_position_bias_table must have shape "
             f"(positions, {layer.num_heads}), got {table.shape}."
         )
     rows, cols = 2 * layer.size[0] - 1, 2 * layer.size[1] - 1
@@ -457,7 +472,7 @@ def _relative_table(table: np.ndarray, layer: RelativePositionBias2D, where: str
     side = int(round(np.sqrt(table.shape[0])))
     if side * side != table.shape[0] or side % 2 == 0:
         raise ValueError(
-            f"{_OWNER}: {where}.relative_position_bias_table has {table.shape[0]} offsets; "
+            f"{where}.relative_position_bias_table has {table.shape[0]} offsets; "
             f"the model needs {rows} x {cols} for its {layer.size} grid, and a table of "
             "another grid can only be resized when it is square."
         )
@@ -521,7 +536,9 @@ def from_timm_coatnet(
         ValueError: an unknown variant, a state dict whose keys do not match the
             architecture (the missing and unexpected keys are listed, e.g. the
             unsupported ``coatnet_rmlp_*`` / ``coatnet_bn_*`` variants), or a
-            tensor of the wrong shape.
+            tensor of another shape than timm's for this architecture (the file,
+            key, expected and given shapes named; relative position tables of
+            another square grid are resized instead).
         ImportError: a PyTorch file and no PyTorch installed.
 
     Examples:
@@ -534,6 +551,8 @@ def from_timm_coatnet(
         ValueError: from_timm_coatnet: the state dict (stem widths (8, None), ...
     """
     state = load_timm_state_dict(source)
+    # Errors about the tensors say where they come from.
+    origin = "the state dict" if isinstance(source, Mapping) else repr(os.fspath(source))
     if config is not None and name is not None:
         raise ValueError(f"{_OWNER}: pass `name` or `config`, not both.")
     if config is None:
@@ -569,20 +588,25 @@ def from_timm_coatnet(
             if any(marker in key for key in unexpected)
         ]
         raise ValueError(
-            f"{_OWNER}: the state dict does not match the {config.get('name', 'CoAtNet')} "
-            f"architecture; missing keys: {missing}; unexpected keys: {unexpected}."
-            + "".join(f" {hint}" for hint in hints)
+            f"{_OWNER}: {origin} does not match the {config.get('name', 'CoAtNet')} "
+            f"architecture; missing keys: {excerpt(missing)}; unexpected keys: "
+            f"{excerpt(unexpected)}." + "".join(f" {hint}" for hint in hints)
         )
     values = []
-    for variable, key, transform, _ in plan.entries:
-        value = np.asarray(transform(np.asarray(state[key], dtype=np.float32)))
-        if tuple(value.shape) != tuple(variable.shape):
+    for variable, key, transform, inverse in plan.entries:
+        given = tuple(np.shape(state[key]))
+        # timm's shape of the variable; a transform alone could drop or miss rows
+        # (the qkv reordering indexes rows) instead of failing.
+        needed = tuple(np.shape(inverse(np.zeros(variable.shape, np.float32))))
+        if given != needed and key not in plan.resizable:
             raise ValueError(
-                f"{_OWNER}: {key!r} of shape {np.shape(state[key])} does not fit the "
-                f"architecture (needs {tuple(variable.shape)} after conversion to Keras' "
-                "layout)."
+                f"{_OWNER}: {origin}: {key!r} must have shape {needed} for this "
+                f"architecture, got {given}."
             )
-        values.append(value)
+        try:
+            values.append(np.asarray(transform(np.asarray(state[key], dtype=np.float32))))
+        except ValueError as error:  # a relative position table that cannot be resized
+            raise ValueError(f"{_OWNER}: {origin}: {error}") from error
     for (variable, *_), value in zip(plan.entries, values):
         variable.assign(value.astype(variable.dtype))
     return model

@@ -74,11 +74,32 @@ def check_activation(caller: str, activation: Any, name: str = "activation") -> 
         ) from error
 
 
+def _is_finite_number(value: Any) -> bool:
+    """An int or float (numpy scalars too, e.g. np.float32(0.5)), not a bool, NaN or Inf."""
+    number = int | float | np.integer | np.floating
+    return (
+        isinstance(value, number)
+        and not isinstance(value, bool | np.bool_)
+        and bool(np.isfinite(value))
+    )
+
+
 def check_positive_number(caller: str, name: str, value: Any) -> float:
-    """A positive int or float (e.g. ``layer_norm_epsilon``) as a float."""
-    number = int | float | np.integer | np.floating  # numpy scalars too (e.g. np.float32(0.5))
-    if isinstance(value, bool | np.bool_) or not isinstance(value, number) or value <= 0:
+    """A finite positive int or float (e.g. ``layer_norm_epsilon``) as a float."""
+    if not _is_finite_number(value) or value <= 0:
         raise ValueError(f"{caller}: `{name}` must be a positive number, got {value!r}.")
+    return float(value)
+
+
+def check_non_negative_number(caller: str, name: str, value: Any) -> float:
+    """A finite int or float >= 0 (a tolerance, a length penalty) as a float.
+
+    NaN and Inf are refused: a NaN compares False with every bound, so a check
+    written as ``value < 0`` would let it through and every later comparison
+    with it would pass or fail silently.
+    """
+    if not _is_finite_number(value) or value < 0:
+        raise ValueError(f"{caller}: `{name}` must be a finite number >= 0, got {value!r}.")
     return float(value)
 
 
@@ -147,3 +168,45 @@ class SequenceChecks:
             )
         expected = (None,) * rank if like is None else tuple(like)
         return check_mask(self._describe(), argument, mask, expected, names)
+
+
+def has_empty_axis(*tensors: Any) -> bool:
+    """Whether a tensor has an axis of static size 0 (an empty batch or sequence).
+
+    Layers answer such inputs with empty outputs of the right shape without running
+    their computation: gathers of relative positions, ``arange`` over positions and
+    convolutions over an empty sequence fail on empty axes, differently on each
+    backend (an error inside TensorFlow, a division by zero in JAX). ``None`` entries
+    and axes of unknown size do not count.
+    """
+    return any(0 in shape_of(tensor) for tensor in tensors if tensor is not None)
+
+
+def excerpt(value: Any, limit: int = 10) -> str:
+    """``value`` for an error message, cut short when it is long.
+
+    A list, tuple or set shows its first ``limit`` items and how many more there
+    are, anything else its ``str``; on one line, cut after ``100 * limit``
+    characters (a sequence) or ``20 * limit`` (anything else) with the length it
+    had. Messages about untrusted files quote them through this, so a crafted
+    file cannot make a message of megabytes.
+
+    Examples:
+
+        >>> excerpt(list(range(25)), limit=3)
+        '[0, 1, 2] and 22 more'
+        >>> excerpt((512, 3.5))
+        '(512, 3.5)'
+        >>> excerpt("x" * 50, limit=2)
+        'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... (50 characters)'
+    """
+    sequence = isinstance(value, list | tuple | set | frozenset)
+    if sequence and len(value) > limit:
+        text = f"{list(value)[:limit]!r} and {len(value) - limit} more"
+    else:
+        text = repr(value) if sequence else str(value)
+    text = " ".join(text.split())
+    width = (100 if sequence else 20) * limit
+    if len(text) <= width:
+        return text
+    return f"{text[:width]}... ({len(text)} characters)"

@@ -18,7 +18,7 @@ import numpy as np
 from keras import ops
 
 from keras_posenc.layers import _attention
-from keras_posenc.layers._checks import check_bool, check_int, check_rate, shape_of
+from keras_posenc.layers._checks import check_bool, check_int, check_rate, has_empty_axis, shape_of
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._specs import CachedSequenceSpec
 
@@ -186,7 +186,8 @@ class GLUConv1D(CachedSequenceSpec, keras.layers.Layer):
             does not depend on it.
 
     Returns:
-        ``(batch, time, filters)``; with a cache, ``(output, new_cache)``.
+        ``(batch, time, filters)``; with a cache, ``(output, new_cache)``. An
+        empty batch or sequence gives an empty output.
 
     Examples:
 
@@ -327,6 +328,9 @@ class GLUConv1D(CachedSequenceSpec, keras.layers.Layer):
         bias = ops.cast(self.bias, x.dtype)
         if cache is not None:
             return self._decode(x, kernel, bias, cache)
+        if has_empty_axis(x):
+            batch, time = ops.shape(x)[:2]
+            return ops.zeros((batch, time, self.filters), x.dtype)
         left, right = self.padding
         x = ops.pad(x, ((0, 0), (left, right), (0, 0)))
         return self._glu(ops.conv(x, kernel, padding="valid") + bias)

@@ -14,7 +14,7 @@ import numpy as np
 from keras import ops
 
 from keras_posenc.layers import _attention, position_schemes
-from keras_posenc.layers._checks import check_bool, check_int, check_rate
+from keras_posenc.layers._checks import check_bool, check_int, check_rate, has_empty_axis
 from keras_posenc.layers.relative_position import RelativePositionBias, RelativePositionEmbedding
 
 __all__ = ["MultiHeadRelativeAttention"]
@@ -214,7 +214,9 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         ``output`` of shape ``(batch, q_len, output_shape or query_dim)``;
         ``(output, scores)`` with ``return_attention_scores``; with a cache,
         the updated cache is appended: ``(output, cache)`` or
-        ``(output, scores, cache)``.
+        ``(output, scores, cache)``. An empty batch or query sequence gives
+        an empty output; queries with no keys get what a fully masked row
+        gets (zeros, then the output projection's bias).
 
     Examples:
 
@@ -422,6 +424,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         if key is None:
             key = value
         self._check_shapes(tuple(query.shape), tuple(value.shape), tuple(key.shape))
+        if cache is None and has_empty_axis(query, key):
+            return self._empty_result(query, key, return_attention_scores)
         query_mask, value_mask, key_mask, attention_mask = self._check_masks(
             query, value, cache, query_mask, value_mask, key_mask, attention_mask
         )
@@ -504,6 +508,21 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         if cache is not None:
             results.append(cache)
         return results[0] if len(results) == 1 else tuple(results)
+
+    def _empty_result(self, query: Any, key: Any, return_attention_scores: bool) -> Any:
+        """The result for an empty batch, query or key sequence (see ``has_empty_axis``).
+
+        Attending to no keys is what a fully masked query row does: zeros before
+        the output projection, so only its bias remains.
+        """
+        batch, query_length = ops.shape(query)[:2]
+        key_length = ops.shape(key)[1]
+        heads = (batch, query_length, self.num_heads, self.value_dim)
+        output = self.output_dense(ops.zeros(heads, self.compute_dtype))
+        if not return_attention_scores:
+            return output
+        scores = (batch, self.num_heads, query_length, key_length)
+        return output, ops.zeros(scores, self.compute_dtype)
 
     def _query_block(
         self, query_length: Any, key_length: Any, attention_mask: Any, attention_bias: Any

@@ -2,7 +2,8 @@
 
 :class:`PosENet` is the probe model of Islam et al. (ICLR 2020); the zoo
 registers it on three backbones, each with weights=None (no pretrained weights
-are downloaded; pass ``backbone_weights`` to probe your own):
+are downloaded; pass ``backbone_weights`` to probe your own, or
+``backbone_weights="imagenet"`` to download keras.applications' ImageNet weights):
 
     name               backbone (frozen)                   taps (stages)       readout (trainable)
     posenet_vgg16      keras.applications VGG16            5: block1..5 conv   66,245
@@ -473,15 +474,31 @@ REFERENCE = (
 )
 
 
+# keras.applications' ImageNet weights without the top, as the Keras cache stores them.
+_IMAGENET_DOWNLOADS = {"vgg16": ("VGG16", "58.9 MB"), "resnet50": ("ResNet50", "94.8 MB")}
+
+
 def _backbone(name: str, input_shape: tuple[int, int, int], weights: Any) -> keras.Model:
-    if name == "vgg16":
-        return keras.applications.VGG16(include_top=False, weights=weights, input_shape=input_shape)
-    if name == "resnet50":
-        return keras.applications.ResNet50(
+    if name == "coatnet_0":
+        # The zoo's CoAtNet-0 in features mode: its five stage outputs S0..S4 are the taps.
+        return create(name, weights=weights, input_shape=input_shape, features=True)
+    application, size = _IMAGENET_DOWNLOADS[name]
+    try:
+        return getattr(keras.applications, application)(
             include_top=False, weights=weights, input_shape=input_shape
         )
-    # The zoo's CoAtNet-0 in features mode: its five stage outputs S0..S4 are the taps.
-    return create(name, weights=weights, input_shape=input_shape, features=True)
+    except Exception as error:
+        # keras.utils.get_file raises a bare Exception ("URL fetch failure on ...") when
+        # the download fails; anything more specific is not about the download.
+        if weights != "imagenet" or type(error) is not Exception:
+            raise
+        raise ConnectionError(
+            f"build_posenet: backbone_weights='imagenet' downloads the ImageNet weights of "
+            f"{application} ({size}, once, into the Keras cache folder, ~/.keras/models by "
+            f"default), and the download failed: {error}. Without network access, copy the "
+            "file into that folder from a machine that has it, pass its path as "
+            "backbone_weights, or use backbone_weights=None (random weights)."
+        ) from error
 
 
 def build_posenet(
@@ -505,9 +522,13 @@ def build_posenet(
         input_shape: ``(height, width, channels)`` of the images; at least 32 x
             32 for the keras.applications backbones, a multiple of 32 for CoAtNet.
         backbone_weights: None (random initialisation: nothing is downloaded),
-            or a weights file for the backbone (for keras.applications a path
-            as their ``weights`` argument takes; for CoAtNet a ``.weights.h5``
-            or ``.keras`` file of ``coatnet_0`` with ``features=True``).
+            ``"imagenet"`` (VGG16 and ResNet50 only: **downloads** keras.applications'
+            ImageNet weights, 58.9 MB for VGG16 and 94.8 MB for ResNet50, from
+            Google's storage into the Keras cache folder, ``~/.keras/models`` by
+            default, the first time; later calls read the cached file), or a
+            weights file for the backbone (for keras.applications a path as
+            their ``weights`` argument takes; for CoAtNet a ``.weights.h5`` or
+            ``.keras`` file of ``coatnet_0`` with ``features=True``).
             ``zoo.create(name, weights=...)`` instead loads a whole saved PosENet.
         tap_layers: layers to read; None reads every stage (:func:`default_tap_layers`).
         readout_layers: readout convolutions (1 in the paper's default).
@@ -526,6 +547,8 @@ def build_posenet(
 
     Raises:
         ValueError: for an unknown backbone or invalid readout arguments.
+        ConnectionError: ``backbone_weights="imagenet"`` and the download
+            failed (e.g. no network); the message says what to do offline.
 
     Examples:
 

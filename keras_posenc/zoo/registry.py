@@ -21,12 +21,18 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import io
 import os
 import re
+import tempfile
+import zipfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import h5py
 import keras
+
+from keras_posenc.layers._checks import excerpt
 
 _NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 _WEIGHT_SUFFIXES = (".weights.h5", ".keras")
@@ -189,7 +195,13 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
 
     Raises:
         ValueError: for an unknown name, an override the builder does not take
-            (both list close matches), or a weights file of another kind.
+            (both list close matches), a weights file of another kind, a
+            ``.keras`` file that is not a valid one (e.g. truncated), or
+            weights saved from another configuration: variables the model does
+            not have are listed (a larger configuration's extra blocks), and
+            Keras itself refuses missing variables and shapes that differ.
+            Relative position tables (``RelativePositionBias2D``) saved at
+            another grid size are resized instead.
         FileNotFoundError: if ``weights`` does not exist.
 
     Examples:
@@ -210,6 +222,8 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
     """
     spec = get_spec(name)
     _check_arguments(spec, overrides, what="override")
+    if weights is not None:  # before building: a bad file fails fast
+        _check_weights_file(name, weights)
     model = spec.builder(**{**spec.config, **overrides})
     if not isinstance(model, keras.Model):
         raise TypeError(
@@ -234,17 +248,97 @@ def _check_arguments(spec: ModelSpec, arguments: Mapping[str, Any], what: str) -
             )
 
 
-def _load_weights(model: keras.Model, name: str, weights: str | os.PathLike) -> None:
+def check_keras_file(path: str | os.PathLike, who: str = "") -> None:
+    """Raises unless ``path`` is a readable ``.keras`` archive (a zip with a config
+    and weights); Keras itself reports a truncated one as "File not found".
+
+    Args:
+        path: the file.
+        who: the function named at the start of the message (none if empty,
+            e.g. where the CLI names its command itself).
+
+    Raises:
+        FileNotFoundError: nothing is at ``path``.
+        ValueError: ``not a valid .keras file: PATH``, with the reason.
+    """
+    path = os.fspath(path)
+    prefix = f"{who}: " if who else ""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{prefix}{path!r} does not exist.")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+    except (zipfile.BadZipFile, OSError) as error:
+        raise ValueError(f"{prefix}not a valid .keras file: {path!r} ({error}).") from error
+    needed = {"config.json", "model.weights.h5"}
+    if not needed <= names:
+        raise ValueError(
+            f"{prefix}not a valid .keras file: {path!r} (it lacks "
+            f"{', '.join(sorted(needed - names))})."
+        )
+
+
+def _check_weights_file(name: str, weights: str | os.PathLike) -> None:
     path = os.fspath(weights)
+    who = f"zoo.create({name!r})"
     if not path.endswith(_WEIGHT_SUFFIXES):
         raise ValueError(
-            f"zoo.create({name!r}): `weights` must be a path ending in "
+            f"{who}: `weights` must be a path ending in "
             f"{' or '.join(_WEIGHT_SUFFIXES)}; got {path!r}. Checkpoints of other libraries "
             "(timm .safetensors/.pth, fairseq .pt) convert with keras_posenc.convert "
             "(`posenc convert timm|fairseq SRC --out FILE.keras`)."
         )
     if not os.path.exists(path):
-        raise FileNotFoundError(f"zoo.create({name!r}): weights file {path!r} does not exist.")
+        raise FileNotFoundError(f"{who}: weights file {path!r} does not exist.")
+    if path.endswith(".keras"):
+        check_keras_file(path, who)
+
+
+def _stored_variables(path: str) -> set[str]:
+    """The paths of the arrays in a ``.weights.h5`` file, or in a ``.keras`` file's weights."""
+    found: set[str] = set()
+
+    def visit(name: str, item: Any) -> None:
+        if isinstance(item, h5py.Dataset):
+            found.add(name)
+
+    source: Any = path
+    if path.endswith(".keras"):
+        with zipfile.ZipFile(path) as archive:
+            source = io.BytesIO(archive.read("model.weights.h5"))
+    with h5py.File(source, "r") as stored:
+        stored.visititems(visit)
+    return found
+
+
+def _load_weights(model: keras.Model, name: str, weights: str | os.PathLike) -> None:
+    """Loads ``weights`` into ``model``, refusing saved variables it has no place for.
+
+    Keras refuses a file that lacks some of the model's variables or holds
+    another shape, but silently skips saved variables the model does not have:
+    a larger configuration's weights would load into a smaller one. A file with
+    no more arrays than the model has weights has none to skip; otherwise the
+    model's own variable paths come from saving it once to a temporary file
+    (the paths Keras writes are the paths it reads).
+    """
+    path = os.fspath(weights)
+    stored = _stored_variables(path)
+    extra: list[str] = []
+    if len(stored) > len(model.weights):
+        with tempfile.TemporaryDirectory() as folder:
+            fresh = os.path.join(folder, "model.weights.h5")
+            model.save_weights(fresh)
+            own = _stored_variables(fresh)
+        # Only the groups the model saves: a .keras file may also hold optimizer state.
+        groups = {variable.split("/")[0] for variable in own}
+        extra = sorted(v for v in stored - own if v.split("/")[0] in groups)
+    if extra:
+        raise ValueError(
+            f"zoo.create({name!r}): {path!r} holds {len(extra)} saved variables this "
+            "configuration has no place for (saved from a larger or different "
+            f"configuration?): {excerpt(extra)}. Create the model with the configuration "
+            "the weights were saved with."
+        )
     model.load_weights(path)
 
 

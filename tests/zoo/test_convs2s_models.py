@@ -342,7 +342,7 @@ def test_wrapper_errors_come_before_the_graph():
         generation.greedy_search(model, np.ones((3,), "int32"))
     with pytest.raises(ValueError, match="`beam_size` must be an int >= 1"):
         generation.beam_search(model, np.ones((1, 3), "int32"), beam_size=0)
-    with pytest.raises(ValueError, match="`length_penalty` must be >= 0"):
+    with pytest.raises(ValueError, match="`length_penalty` must be a finite number >= 0"):
         generation.beam_search(model, np.ones((1, 3), "int32"), length_penalty=-1.0)
     with pytest.raises(ValueError, match="`min_length` = 9 is larger"):
         generation.greedy_search(model, np.ones((1, 3), "int32"), max_length=8, min_length=9)
