@@ -486,7 +486,8 @@ def cli_runs(tmp_path_factory):
     file = folder / "file.txt"
     file.write_text("a file, not a folder")
     (folder / "empty.pt").write_bytes(b"")
-    model = str(folder / "tiny.keras")  # never read: --out is checked first
+    model = str(folder / "tiny.keras")  # a real one: the commands used to load it first
+    rescaling_model().save(model)
     cases = {
         "export-out-is-a-file": ["export", model, "--out", str(file)],
         "export-out-below-a-file": ["export", model, "--out", str(file / "sub")],
