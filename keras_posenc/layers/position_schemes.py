@@ -471,16 +471,33 @@ def resolve(
     return position
 
 
-def set_position_attributes(layer: Any, position: Any, given: bool, loose: dict) -> None:
-    """Sets ``layer.position`` and the loose attributes its config writes.
+def set_position_attributes(
+    layer: Any,
+    scheme: Any,
+    position: Any,
+    bucketing: Any,
+    max_distance: Any,
+    num_buckets: Any,
+    bidirectional: Any,
+) -> None:
+    """Sets ``layer.position`` (the resolved ``scheme``) and the loose attributes its config writes.
 
-    ``given``: whether the user passed ``position`` (then the loose attributes
-    describe it, so the config's two agree); else ``loose`` (the four loose
-    arguments as given) are kept, and the config is the one older releases wrote.
+    If the user passed ``position``, the loose attributes describe the scheme, so the
+    config's two agree; else the four loose arguments are kept as given, and the config
+    is the one older releases wrote.
     """
-    layer.position = position
-    layer._position_given = given
-    described = position.loose_arguments() if given else loose
+    layer.position = scheme
+    layer._position_given = position is not None
+    described = (
+        scheme.loose_arguments()
+        if position is not None
+        else dict(
+            bucketing=bucketing,
+            max_distance=max_distance,
+            num_buckets=num_buckets,
+            bidirectional=bidirectional,
+        )
+    )
     for name in ("bucketing", "max_distance", "num_buckets", "bidirectional"):
         setattr(layer, name, described[name])
 

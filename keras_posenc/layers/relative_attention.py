@@ -292,13 +292,9 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             position,
         )
         self.relative = relative
-        loose = dict(
-            bucketing=bucketing,
-            max_distance=max_distance,
-            num_buckets=num_buckets,
-            bidirectional=bidirectional,
+        position_schemes.set_position_attributes(
+            self, scheme, position, bucketing, max_distance, num_buckets, bidirectional
         )
-        position_schemes.set_position_attributes(self, scheme, position is not None, loose)
         if rotary_max_wavelength is not None:
             if self.key_dim % 2:
                 raise ValueError(

@@ -81,13 +81,9 @@ class _SingleTableLayer(_RelativeTableLayer):
             caller, position, bucketing, max_distance, num_buckets, bidirectional, defaults
         )
         scheme.check_mode(caller, self._mode)
-        loose = dict(
-            bucketing=bucketing,
-            max_distance=max_distance,
-            num_buckets=num_buckets,
-            bidirectional=bidirectional,
+        position_schemes.set_position_attributes(
+            self, scheme, position, bucketing, max_distance, num_buckets, bidirectional
         )
-        position_schemes.set_position_attributes(self, scheme, position is not None, loose)
         self.table_size = scheme.table_size
 
     def _table_columns(self) -> int:

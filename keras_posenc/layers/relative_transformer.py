@@ -136,13 +136,9 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             self._loose_defaults,
         )
         self.relative = relative
-        loose = dict(
-            bucketing=bucketing,
-            max_distance=max_distance,
-            num_buckets=num_buckets,
-            bidirectional=bidirectional,
+        position_schemes.set_position_attributes(
+            self, scheme, position, bucketing, max_distance, num_buckets, bidirectional
         )
-        position_schemes.set_position_attributes(self, scheme, position is not None, loose)
         self.rotary_max_wavelength = rotary_max_wavelength
         self.query_block_size = (
             None
