@@ -40,7 +40,7 @@ from keras import backend, ops
 from keras_posenc.layers._checks import check_bool, check_int
 
 __all__ = [
-    "BUCKETINGS",
+    "BUCKETINGS",  # noqa: F822 (a lazy module attribute, `__getattr__` below)
     "bucket_index",
     "clip_index",
     "log_bucket_index",
