@@ -37,6 +37,7 @@ import keras
 from keras import ops
 
 from keras_posenc.layers import position_schemes
+from keras_posenc.layers._attention import zero_invalid
 from keras_posenc.layers._checks import (
     KerasMask,
     SequenceChecks,
@@ -748,13 +749,15 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
 
         cross_cache = ()
         if self.cross_attention is not None:
-            encoder_keras_mask = self._mask_reader(encoder_sequence)
-            if encoder_keras_mask is not None:
-                if encoder_padding_mask is None:
-                    encoder_padding_mask = encoder_keras_mask
-                # A fresh tensor carries no Keras mask: the cross-attention's
-                # projections do not support masking and would warn about it.
-                encoder_sequence = ops.add(encoder_sequence, ops.zeros((), encoder_sequence.dtype))
+            if encoder_padding_mask is None:
+                encoder_padding_mask = self._mask_reader(encoder_sequence)
+            if encoder_padding_mask is not None:
+                # Padding zeroed by a select (a fresh tensor, so it carries no Keras mask,
+                # which the projections do not support): keras_hub's cross-attention
+                # multiplies masked weights by the values, and 0 * NaN would carry a
+                # non-finite padding into real outputs ("Architecture" in
+                # docs/development.md: masked keys and values are zeroed).
+                encoder_sequence = zero_invalid(encoder_sequence, encoder_padding_mask)
             cross_mask = encoder_attention_mask
             if encoder_padding_mask is not None:
                 keys = ops.expand_dims(encoder_padding_mask, 1)  # (batch, 1, encoder_length)
