@@ -315,9 +315,9 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
 
     Call arguments:
         inputs: ``(batch, length, hidden)``.
-        padding_mask: ``(batch, length)`` bool, ``True`` for real tokens;
+        padding_mask: ``(batch, length)`` boolean or integer 0/1, ``True`` for real tokens;
             default the inputs' Keras mask.
-        attention_mask: ``(batch, length, length)`` bool, ``True`` where query
+        attention_mask: ``(batch, length, length)`` boolean or integer 0/1, ``True`` where query
             ``i`` may attend to key ``j``; combined with the padding mask.
         attention_bias: an additive float bias broadcastable to ``(batch,
             num_heads, length, length)`` (a T5 bias shared across layers,
@@ -507,16 +507,16 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         decoder_sequence: ``(batch, length, hidden)``.
         encoder_sequence: ``(batch, encoder_length, encoder_hidden)``, or
             ``None`` for a decoder-only block.
-        decoder_padding_mask: bool, ``True`` for real tokens; ``(batch,
+        decoder_padding_mask: boolean or integer 0/1, ``True`` for real tokens; ``(batch,
             length)``, or with a self-attention cache ``(batch, max_length)``
             (it masks the cached keys). Default: the decoder sequence's Keras
             mask (not used with a cache, whose keys it does not cover).
-        decoder_attention_mask: ``(batch, length, key_length)`` bool, combined
+        decoder_attention_mask: ``(batch, length, key_length)`` boolean or integer 0/1, combined
             with the causal and padding masks (``key_length`` is
             ``max_length`` with a cache).
-        encoder_padding_mask: ``(batch, encoder_length)`` bool; default the
+        encoder_padding_mask: ``(batch, encoder_length)`` boolean or integer 0/1; default the
             encoder sequence's Keras mask.
-        encoder_attention_mask: ``(batch, length, encoder_length)`` bool for
+        encoder_attention_mask: ``(batch, length, encoder_length)`` boolean or integer 0/1, for
             the cross-attention.
         self_attention_cache: ``(batch, 2, max_length, num_heads, key_dim)``.
         self_attention_cache_update_index: int or scalar int tensor, the
