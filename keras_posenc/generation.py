@@ -53,7 +53,7 @@ import numpy as np
 from keras import ops
 
 from keras_posenc._compile import compile_inference
-from keras_posenc.layers._checks import check_non_negative_number
+from keras_posenc.layers._checks import check_int, check_non_negative_number
 
 __all__ = ["beam_search", "greedy_search"]
 
@@ -83,18 +83,12 @@ def _check_model(model: Any, function: str) -> None:
         )
 
 
-def _check_int(function: str, name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{function}: `{name}` must be an int >= {minimum}, got {value!r}.")
-    return int(value)
-
-
 def _max_length(model: Any, function: str, max_length: Any, source_length: int) -> int:
     limit = model.max_target_length
     if max_length is None:
         max_length = 2 * source_length + 10
         return max_length if limit is None else min(max_length, limit)
-    max_length = _check_int(function, "max_length", max_length, 1)
+    max_length = check_int(function, "max_length", max_length, 1)
     if limit is not None and max_length > limit:
         raise ValueError(
             f"{function}: `max_length` = {max_length} needs {max_length} target positions, "
@@ -250,7 +244,7 @@ def _prepare(
             f"(e.g. just eos_id = {model.eos_id}), got shape {source.shape}."
         )
     max_length = _max_length(model, function, max_length, source.shape[1])
-    min_length = _check_int(function, "min_length", min_length, 0)
+    min_length = check_int(function, "min_length", min_length, 0)
     if min_length > max_length:
         raise ValueError(
             f"{function}: `min_length` = {min_length} is larger than `max_length` = {max_length}."
@@ -385,7 +379,7 @@ def beam_search(
     source, max_length, min_length = _prepare(
         model, function, encoder_token_ids, max_length, min_length
     )
-    beam = _check_int(function, "beam_size", beam_size, 1)
+    beam = check_int(function, "beam_size", beam_size, 1)
     length_penalty = check_non_negative_number(function, "length_penalty", length_penalty)
     batch = source.shape[0]
     if batch == 0:  # nothing to decode (and an empty batch breaks some backends' kernels)

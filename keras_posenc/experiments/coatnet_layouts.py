@@ -65,6 +65,7 @@ from keras_posenc.experiments._raster import draw_marker as _marker
 from keras_posenc.experiments._raster import draw_text as _text
 from keras_posenc.experiments._raster import write_png
 from keras_posenc.experiments._settings import merge_settings
+from keras_posenc.layers._checks import check_int, check_non_negative_number
 from keras_posenc.zoo.coatnet import parse_layout
 
 __all__ = [
@@ -131,12 +132,6 @@ QUICK_SETTINGS = {
     "batch_size": 32,
     "learning_rate": 2e-3,
 }
-
-
-def _check_positive_int(caller: str, name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{caller}: `{name}` must be an integer >= {minimum}; got {value!r}.")
-    return int(value)
 
 
 # ----------------------------------------------------------------------------- the task
@@ -234,17 +229,16 @@ def texture_layout_data(
         True
     """
     caller = "texture_layout_data"
-    num_images = _check_positive_int(caller, "num_images", num_images)
-    patch_size = _check_positive_int(caller, "patch_size", patch_size, 2)
-    image_size = _check_positive_int(caller, "image_size", image_size)
+    num_images = check_int(caller, "num_images", num_images, 1)
+    patch_size = check_int(caller, "patch_size", patch_size, 2)
+    image_size = check_int(caller, "image_size", image_size, 1)
     if image_size < 2 * patch_size:
         raise ValueError(
             f"{caller}: `image_size` must be at least 2 * patch_size = {2 * patch_size} so "
             f"that two patches fit side by side; got image_size={image_size}, "
             f"patch_size={patch_size}."
         )
-    if isinstance(noise, bool) or not isinstance(noise, int | float) or not noise >= 0:
-        raise ValueError(f"{caller}: `noise` must be a number >= 0; got {noise!r}.")
+    check_non_negative_number(caller, "noise", noise)
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, len(CLASSES), num_images).astype("int32")
     room = image_size - patch_size  # corners lie in 0 .. room

@@ -73,6 +73,7 @@ from keras_posenc.experiments._raster import draw_line as _line
 from keras_posenc.experiments._raster import draw_marker as _marker
 from keras_posenc.experiments._raster import draw_text as _text
 from keras_posenc.experiments._settings import merge_settings
+from keras_posenc.layers._checks import check_choice, check_int
 from keras_posenc.layers.relative_position import (
     MultiScaleRelativePositionEmbedding,
     RelativePositionBias,
@@ -152,20 +153,6 @@ QUICK_TASKS = ("copy_back",)
 _EVAL_TOKENS_PER_BATCH = 8192
 
 
-def _check_choice(caller: str, name: str, value: Any, allowed: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(
-            f"{caller}: `{name}` must be one of {', '.join(map(repr, allowed))}; got {value!r}."
-        )
-    return value
-
-
-def _check_positive_int(caller: str, name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{caller}: `{name}` must be an integer >= {minimum}; got {value!r}.")
-    return int(value)
-
-
 # ----------------------------------------------------------------------------- tasks
 
 
@@ -211,20 +198,20 @@ def task_data(
         (True, [0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
     """
     caller = "task_data"
-    _check_choice(caller, "task", task, TASKS)
-    num_sequences = _check_positive_int(caller, "num_sequences", num_sequences)
-    length = _check_positive_int(caller, "length", length)
-    vocabulary_size = _check_positive_int(caller, "vocabulary_size", vocabulary_size, 2)
+    check_choice(caller, "task", task, TASKS)
+    num_sequences = check_int(caller, "num_sequences", num_sequences, 1)
+    length = check_int(caller, "length", length, 1)
+    vocabulary_size = check_int(caller, "vocabulary_size", vocabulary_size, 2)
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, vocabulary_size, size=(num_sequences, length)).astype("int32")
     labels = np.zeros_like(tokens)
     weights = np.zeros(tokens.shape, "float32")
     if task == "copy_back":
-        shift = _check_positive_int(caller, "shift", shift)
+        shift = check_int(caller, "shift", shift, 1)
         labels[:, shift:] = tokens[:, : max(length - shift, 0)]
         weights[:, shift:] = 1.0
     else:
-        position = _check_positive_int(caller, "position", position, minimum=0)
+        position = check_int(caller, "position", position, minimum=0)
         if position < length:
             labels[:, position:] = tokens[:, position : position + 1]
             weights[:, position:] = 1.0
@@ -274,7 +261,7 @@ class LengthGeneralizationModel(keras.Model):
         super().__init__(**kwargs)
         import keras_hub  # keras_hub imports TensorFlow; only load it when needed
 
-        self.encoding = _check_choice(type(self).__name__, "encoding", encoding, ENCODINGS)
+        self.encoding = check_choice(type(self).__name__, "encoding", encoding, ENCODINGS)
         self.num_heads = num_heads
         self.train_length = train_length
         self.max_length = train_length if encoding == "learned_absolute" else None

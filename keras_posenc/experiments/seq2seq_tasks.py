@@ -22,6 +22,8 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_posenc.layers._checks import check_int
+
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 FIRST_WORD = 3
 
@@ -60,8 +62,7 @@ def reverse_task(
     checks = {"num_examples": (num_examples, 1), "min_length": (min_length, 1)}
     checks.update(max_length=(max_length, min_length), vocab_size=(vocab_size, FIRST_WORD + 1))
     for name, (value, minimum) in checks.items():
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-            raise ValueError(f"reverse_task: `{name}` must be an int >= {minimum}, got {value!r}.")
+        check_int("reverse_task", name, value, minimum)
     rng = np.random.default_rng(seed)
     width = max_length + 1
     source = np.full((num_examples, width), PAD_ID, "int32")

@@ -51,13 +51,45 @@ def check_choice(caller: str, name: str, value: Any, choices: tuple) -> Any:
     return value
 
 
-def check_rate(caller: str, name: str, value: Any) -> float:
-    """A dropout-like rate as a float in [0, 1); errors name ``caller`` and ``name``."""
+def check_rate(caller: str, name: str, value: Any, allow_one: bool = False) -> float:
+    """A dropout-like rate as a float in [0, 1) (or [0, 1] with ``allow_one``).
+
+    Errors name ``caller`` and ``name``.
+    """
+    bound = "[0, 1]" if allow_one else "[0, 1)"
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise TypeError(f"{caller}: `{name}` must be a float in [0, 1), got {value!r}.")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{caller}: `{name}` must be in [0, 1), got {value!r}.")
+        raise TypeError(f"{caller}: `{name}` must be a float in {bound}, got {value!r}.")
+    if not (0.0 <= value <= 1.0 if allow_one else 0.0 <= value < 1.0):
+        raise ValueError(f"{caller}: `{name}` must be in {bound}, got {value!r}.")
     return float(value)
+
+
+def check_ints(
+    caller: str, name: str, value: Any, count: int | None = None, minimum: int = 1, what: str = ""
+) -> tuple[int, ...]:
+    """A sequence of ints (each at least ``minimum``), of ``count`` entries when given.
+
+    ``what`` is said after the expectation (e.g. ``", one per stage S0..S4"``).
+    """
+    try:
+        items = None if isinstance(value, str) else tuple(value)
+    except TypeError:
+        items = None
+    valid = items is not None and all(
+        isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_) and v >= minimum
+        for v in items
+    )
+    entries = "" if count is None else f"{count} "
+    if not valid:
+        raise ValueError(
+            f"{caller}: `{name}` must be a sequence of {entries}integers >= {minimum}{what}, "
+            f"got {value!r}."
+        )
+    if count is not None and len(items) != count:
+        raise ValueError(
+            f"{caller}: `{name}` must have {count} entries{what}, got {len(items)}: {value!r}."
+        )
+    return tuple(int(v) for v in items)
 
 
 def check_activation(caller: str, activation: Any, name: str = "activation") -> Any:

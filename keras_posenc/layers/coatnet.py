@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import keras
-import numpy as np
 from keras import ops
 
 from keras_posenc._compile import check_synchronized_batch_norm
@@ -24,6 +23,7 @@ from keras_posenc.layers._checks import (
     check_choice,
     check_int,
     check_positive_number,
+    check_rate,
 )
 from keras_posenc.layers.activations import exact_gelu
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
@@ -44,17 +44,6 @@ _CONV_INITIALIZER = {
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def _rate(value: Any, who: str, argument: str, allow_one: bool = False) -> float:
-    numeric = isinstance(value, int | float | np.floating | np.integer) and not isinstance(
-        value, bool
-    )
-    upper_ok = numeric and (value <= 1 if allow_one else value < 1)
-    if not numeric or value < 0 or not upper_ok:
-        bound = "[0, 1]" if allow_one else "[0, 1)"
-        raise ValueError(f"{who}: `{argument}` must be a float in {bound}; received {value!r}")
-    return float(value)
 
 
 def _strides(value: Any, who: str) -> int:
@@ -365,14 +354,14 @@ class MBConv(keras.layers.Layer):
         self.filters = check_int(who, "filters", filters, 1)
         self.strides = _strides(strides, who)
         self.expansion_rate = check_int(who, "expansion_rate", expansion_rate, 1)
-        self.se_ratio = _rate(se_ratio, who, "se_ratio", allow_one=True)
+        self.se_ratio = check_rate(who, "se_ratio", se_ratio, allow_one=True)
         self.stride_on = check_choice(who, "stride_on", stride_on, STRIDE_ON)
-        self.drop_path_rate = _rate(drop_path_rate, who, "drop_path_rate")
+        self.drop_path_rate = check_rate(who, "drop_path_rate", drop_path_rate)
         self.synchronized = check_bool(who, "synchronized", synchronized)
         check_synchronized_batch_norm(who, synchronized)
         self.kernel_size = check_int(who, "kernel_size", kernel_size, 1)
-        self.norm_epsilon = _rate(norm_epsilon, who, "norm_epsilon")
-        self.norm_momentum = _rate(norm_momentum, who, "norm_momentum")
+        self.norm_epsilon = check_rate(who, "norm_epsilon", norm_epsilon)
+        self.norm_momentum = check_rate(who, "norm_momentum", norm_momentum)
         self.seed = seed
         self.activation = activation
         self._activation_fn = check_activation(who, activation)
@@ -661,8 +650,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         self.attention_dim = self.filters
         self.strides = _strides(strides, who)
         self.expansion_rate = check_int(who, "expansion_rate", expansion_rate, 1)
-        self.drop_path_rate = _rate(drop_path_rate, who, "drop_path_rate")
-        self.norm_epsilon = _rate(norm_epsilon, who, "norm_epsilon")
+        self.drop_path_rate = check_rate(who, "drop_path_rate", drop_path_rate)
+        self.norm_epsilon = check_rate(who, "norm_epsilon", norm_epsilon)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if self.drop_path_rate > 0 else None
 

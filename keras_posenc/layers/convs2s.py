@@ -173,7 +173,7 @@ class GLUConv1D(CachedSequenceSpec, keras.layers.Layer):
 
     Call arguments:
         inputs: ``(batch, time, input_channels)``.
-        mask: optional ``(batch, time)`` bool, True for real tokens; by default
+        mask: optional ``(batch, time)`` boolean or integer 0/1, True for real tokens; by default
             the input's Keras mask (e.g. from ``Embedding(mask_zero=True)``).
             The output carries the same mask.
         training: whether dropout is active.
@@ -444,7 +444,7 @@ class ConvS2SAttention(keras.layers.Layer):
         target_embedding: ``(batch, target_time, embed_dim)``.
         encoder_out: the pair ``(keys, values)``, each ``(batch, source_time,
             embed_dim)``.
-        encoder_mask: optional ``(batch, source_time)`` bool, True for real
+        encoder_mask: optional ``(batch, source_time)`` boolean or integer 0/1, True for real
             source tokens.
 
     Returns:

@@ -184,7 +184,7 @@ class MUSEAttention(CachedSequenceSpec, keras.layers.Layer):
 
     Call arguments:
         inputs: ``(batch, time, num_heads * key_dim)``.
-        mask: optional ``(batch, time)`` bool, True for real tokens; by default
+        mask: optional ``(batch, time)`` boolean or integer 0/1, True for real tokens; by default
             the input's Keras mask (e.g. from ``Embedding(mask_zero=True)``).
             The output carries the same mask.
         training: whether dropout is active.
@@ -802,7 +802,7 @@ class MUSEEncoderLayer(_MUSEBlock):
 
     Call arguments:
         inputs: ``(batch, time, hidden)``.
-        padding_mask: ``(batch, time)`` bool, True for real tokens; default
+        padding_mask: ``(batch, time)`` boolean or integer 0/1, True for real tokens; default
             the inputs' Keras mask.
         training: whether dropout is active.
 
@@ -921,9 +921,9 @@ class MUSEDecoderLayer(_MUSEBlock):
         encoder_sequence: ``(batch, source_time, encoder_hidden)``; required
             without a cache (and on the first call, which builds the
             cross-attention), None with one.
-        decoder_padding_mask: ``(batch, time)`` bool, True for real tokens;
+        decoder_padding_mask: ``(batch, time)`` boolean or integer 0/1, True for real tokens;
             not with a cache.
-        encoder_padding_mask: ``(batch, source_time)`` bool, True for real
+        encoder_padding_mask: ``(batch, source_time)`` boolean or integer 0/1, True for real
             tokens.
         cache: ``(self_attention_cache, cross_attention_cache)``, see above.
         cache_update_index: position of ``decoder_sequence[:, 0]`` in the

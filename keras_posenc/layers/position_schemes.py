@@ -34,7 +34,7 @@ import numpy as np
 
 from keras_posenc.layers import relative_index
 from keras_posenc.layers._checks import check_bool, check_int
-from keras_posenc.layers.relative_position_2d import relative_index_2d
+from keras_posenc.layers.relative_position_2d import grid_size, relative_index_2d
 
 __all__ = [
     "ClipPositions",
@@ -366,14 +366,7 @@ class Grid2DPositions(PositionScheme):
 
     @classmethod
     def _check(cls, caller: str, size: Any = (7, 7)) -> dict:
-        if isinstance(size, int | np.integer) and not isinstance(size, bool):
-            size = (size, size)
-        if not isinstance(size, tuple | list) or len(size) != 2:
-            raise ValueError(
-                f"{caller}: `size` must be an int or a pair (height, width), got {size!r}."
-            )
-        height, width = (check_int(caller, "size", s, 1) for s in size)
-        return {"size": (height, width)}
+        return {"size": grid_size(size, caller, "size")}
 
     def get_config(self) -> dict:
         return {"size": list(self.size)}
@@ -395,9 +388,16 @@ class Grid2DPositions(PositionScheme):
         return False
 
 
-#: The schemes the loose ``bucketing`` argument names.
+#: Every 1D scheme by its name (``bucketing``): the one allow-list of names, read by
+#: `relative_index.bucket_index` / `relative_index.BUCKETINGS` too.
+BY_NAME: dict[str, type[PositionScheme]] = {
+    scheme.bucketing: scheme
+    for scheme in (ClipPositions, LogBuckets, PiecewiseBuckets, MultiScaleBins)
+}
+
+#: The schemes the layers' loose ``bucketing`` argument names (those with loose arguments).
 SCHEMES: dict[str, type[PositionScheme]] = {
-    scheme.bucketing: scheme for scheme in (ClipPositions, LogBuckets, PiecewiseBuckets)
+    name: scheme for name, scheme in BY_NAME.items() if scheme.loose_names
 }
 
 
@@ -428,6 +428,27 @@ def from_arguments(
         "bidirectional": bidirectional,
     }
     return scheme.checked(caller, **{name: given[name] for name in scheme.loose_names})
+
+
+def by_name(
+    caller: str,
+    bucketing: Any,
+    max_distance: Any = 16,
+    num_buckets: Any = 32,
+    bidirectional: Any = True,
+    scale: Any = None,
+) -> PositionScheme:
+    """The scheme named ``bucketing`` (any of `BY_NAME`), ``scale`` for ``"multiscale"``."""
+    if not isinstance(bucketing, str) or bucketing not in BY_NAME:
+        raise ValueError(
+            f"{caller}: `bucketing` must be one of {', '.join(map(repr, BY_NAME))}, "
+            f"got {bucketing!r}."
+        )
+    if bucketing != "multiscale":
+        return from_arguments(caller, bucketing, max_distance, num_buckets, bidirectional)
+    if scale is None:
+        raise ValueError(f"{caller}: bucketing='multiscale' needs `scale` (an int >= 2).")
+    return MultiScaleBins.checked(caller, scale=scale)
 
 
 def resolve(

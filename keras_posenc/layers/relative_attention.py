@@ -188,11 +188,14 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         query: ``(batch, q_len, query_dim)``.
         value: ``(batch, k_len, value_dim_in)``.
         key: ``(batch, k_len, key_dim_in)``; default ``value``.
-        query_mask: ``(batch, q_len)`` bool, True for real queries; default
+        query_mask: ``(batch, q_len)`` boolean or integer 0/1, True for real queries; default
             the query's Keras mask.
-        value_mask: ``(batch, k_len)`` bool; default the value's Keras mask.
-        key_mask: ``(batch, k_len)`` bool; default the key's Keras mask.
-        attention_mask: bool, broadcastable to ``(batch, q_len, k_len)``.
+        value_mask: ``(batch, k_len)`` boolean or integer 0/1; default the value's Keras mask.
+        key_mask: ``(batch, k_len)`` boolean or integer 0/1; default the key's Keras mask.
+        attention_mask: boolean or integer 0/1, broadcastable to ``(batch, q_len, k_len)``.
+            A floating mask raises a `TypeError`: unlike ``keras.layers.MultiHeadAttention``,
+            which casts any mask to bool (so an additive 0 / -1e9 mask is inverted),
+            additive masks go in ``attention_bias``.
         return_attention_scores: also return the attention probabilities
             ``(batch, heads, q_len, k_len)``.
         training: whether dropout is active.

@@ -40,7 +40,7 @@ from keras import backend, ops
 from keras_posenc.layers._checks import check_bool, check_int
 
 __all__ = [
-    "BUCKETINGS",
+    "BUCKETINGS",  # noqa: F822 (a lazy module attribute, `__getattr__` below)
     "bucket_index",
     "clip_index",
     "log_bucket_index",
@@ -51,8 +51,15 @@ __all__ = [
     "table_size",
 ]
 
-#: The names accepted by `bucket_index` / `table_size` (and the layers' ``bucketing``).
-BUCKETINGS = ("clip", "log", "piecewise", "multiscale")
+
+def __getattr__(name: str) -> Any:
+    # ``BUCKETINGS`` is read from the scheme registry (`position_schemes.BY_NAME`), the
+    # one allow-list of names; looked up lazily because that module imports this one.
+    if name == "BUCKETINGS":
+        from keras_posenc.layers import position_schemes
+
+        return tuple(position_schemes.BY_NAME)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- validation
@@ -87,15 +94,6 @@ def _check_length(caller: str, name: str, value: Any) -> Any:
 
 def _as_int32(r: Any) -> Any:
     return ops.cast(ops.convert_to_tensor(r), "int32")
-
-
-def _check_bucketing(caller: str, bucketing: Any) -> str:
-    if not isinstance(bucketing, str) or bucketing not in BUCKETINGS:
-        raise ValueError(
-            f"{caller}: `bucketing` must be one of {', '.join(map(repr, BUCKETINGS))}, "
-            f"got {bucketing!r}."
-        )
-    return bucketing
 
 
 # --------------------------------------------------------------------------- distances
@@ -425,6 +423,7 @@ def table_size(
 
     Examples:
 
+        >>> from keras_posenc.layers.relative_index import BUCKETINGS
         >>> [table_size(b, max_distance=16, num_buckets=32, scale=10) for b in BUCKETINGS]
         [33, 32, 33, 11]
     """
@@ -454,14 +453,9 @@ def _scheme(
     # Imported here: position_schemes is built on the index functions of this module.
     from keras_posenc.layers import position_schemes
 
-    bucketing = _check_bucketing(caller, bucketing)
-    if bucketing != "multiscale":
-        return position_schemes.from_arguments(
-            caller, bucketing, max_distance, num_buckets, bidirectional
-        )
-    if scale is None:
-        raise ValueError(f"{caller}: bucketing='multiscale' needs `scale` (an int >= 2).")
-    return position_schemes.MultiScaleBins.checked(caller, scale=scale)
+    return position_schemes.by_name(
+        caller, bucketing, max_distance, num_buckets, bidirectional, scale
+    )
 
 
 def bucket_index(

@@ -304,7 +304,7 @@ _COMBINES = ("mean", "sum", "concat")
 class MultiScaleRelativePositionEmbedding(_RelativeTableLayer):
     """Relative position vectors at several resolutions, combined.
 
-    One table per scale ``s``, indexed by `relative_index.multiscale_index`
+    One table per scale ``s``, indexed by the scheme `MultiScaleBins` ``(scale=s)``
     (bins of width ``s // 2``, clamped, ``2 * (s // 2) + 1`` rows): a small
     scale sees nearby distances one by one, a large one sees far distances
     coarsely. Clamping keeps every distance inside every table, so any length
@@ -361,6 +361,8 @@ class MultiScaleRelativePositionEmbedding(_RelativeTableLayer):
                 f"{caller}: `scales` must be a non-empty sequence of ints >= 2, got {scales!r}."
             )
         self.scales = tuple(check_int(caller, "scales", s, minimum=2) for s in scales)
+        # One scheme per scale owns its table size and index (one home each).
+        self._schemes = tuple(position_schemes.MultiScaleBins(scale) for scale in self.scales)
         if combine not in _COMBINES:
             raise ValueError(
                 f"{caller}: `combine` must be one of {', '.join(map(repr, _COMBINES))}, "
@@ -385,12 +387,12 @@ class MultiScaleRelativePositionEmbedding(_RelativeTableLayer):
         self.embeddings = [
             self.add_weight(
                 name=f"embeddings_{index}",
-                shape=(relative_index.multiscale_table_size(scale), self.table_dim),
+                shape=(scheme.table_size, self.table_dim),
                 initializer=sublayer_initializer(
                     self.embeddings_initializer, f"embeddings_{index}"
                 ),
             )
-            for index, scale in enumerate(self.scales)
+            for index, scheme in enumerate(self._schemes)
         ]
 
     def tables(self) -> list:
@@ -404,7 +406,7 @@ class MultiScaleRelativePositionEmbedding(_RelativeTableLayer):
         r = relative_index._relative_positions(
             type(self).__name__, query_length, key_length, offset
         )
-        return [relative_index.multiscale_index(r, scale) for scale in self.scales]
+        return [scheme.index(r) for scheme in self._schemes]
 
     def call(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
         parts = [

@@ -11,8 +11,11 @@ from keras import ops
 _CLASS = "RelativePositionBias2D"
 
 
-def _grid_size(value: Any, who: str, argument: str) -> tuple[int, int]:
-    """``value`` as a ``(height, width)`` pair of positive ints; an int means a square grid."""
+def grid_size(value: Any, who: str, argument: str) -> tuple[int, int]:
+    """``value`` as a ``(height, width)`` pair of positive ints; an int means a square grid.
+
+    The one check of grid sizes: `Grid2DPositions` and `RelativePositionBias2D` use it.
+    """
     pair = (value, value) if isinstance(value, int | np.integer) else value
     try:
         pair = tuple(pair)
@@ -73,7 +76,7 @@ def bilinear_matrix(in_size: int, out_size: int) -> np.ndarray:
 
 def _resize_table(table: Any, size: Any, who: str, num_heads: int | None = None) -> np.ndarray:
     """Validate ``table`` (heads, 2H-1, 2W-1) and resize it bilinearly for grid ``size``."""
-    height, width = _grid_size(size, who, "size")
+    height, width = grid_size(size, who, "size")
     table = np.asarray(table if isinstance(table, np.ndarray) else ops.convert_to_numpy(table))
     odd = table.ndim == 3 and all(n > 0 and n % 2 == 1 for n in table.shape[1:])
     if not odd or table.shape[0] < 1:
@@ -122,6 +125,9 @@ class RelativePositionBias2D(keras.layers.Layer):
         num_heads: number of attention heads (one table per head), a positive int.
         size: the grid ``(height, width)`` the queries and keys live on, or one int
             for a square grid.
+        position: the position scheme instead of ``size``: a `Grid2DPositions`
+            (the one scheme that indexes pairs of grid cells). With it, ``size``
+            must be left at its default or agree with it.
         embeddings_initializer: initializer of the table. The default (``None``)
             means ``TruncatedNormal(stddev=0.02)``, Swin's and timm's choice; it
             starts the bias near zero (attention starts almost content-only)
@@ -155,6 +161,9 @@ class RelativePositionBias2D(keras.layers.Layer):
         (1, 4, 15, 15)
         >>> tuple(bias_layer(size=(6, 10)).shape)
         (1, 4, 60, 60)
+        >>> grid = layers.Grid2DPositions(size=(3, 5))
+        >>> layers.RelativePositionBias2D(num_heads=4, position=grid).size
+        (3, 5)
         >>> table = np.ones((4, 5, 9), "float32")
         >>> layers.RelativePositionBias2D.resize_table(table, (6, 10)).shape
         (4, 11, 19)
@@ -171,6 +180,7 @@ class RelativePositionBias2D(keras.layers.Layer):
         num_heads: int,
         size: int | tuple[int, int] = (7, 7),
         embeddings_initializer: str | keras.initializers.Initializer | dict | None = None,
+        position: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -184,7 +194,9 @@ class RelativePositionBias2D(keras.layers.Layer):
                 f"{who}: `num_heads` must be a positive int; received num_heads={num_heads!r}"
             )
         self.num_heads = int(num_heads)
-        self.size = _grid_size(size, who, "size")
+        self.position = self._resolve_position(who, position, size)
+        self._position_given = position is not None
+        self.size = self.position.size
         if embeddings_initializer is None:
             # Keras' "truncated_normal" means stddev 0.05; Swin and timm use 0.02.
             embeddings_initializer = keras.initializers.TruncatedNormal(stddev=0.02)
@@ -195,6 +207,29 @@ class RelativePositionBias2D(keras.layers.Layer):
 
     def _who(self) -> str:
         return f"{_CLASS} '{self.name}'"
+
+    @staticmethod
+    def _resolve_position(who: str, position: Any, size: Any) -> Any:
+        """The `Grid2DPositions` of ``position`` (a scheme or its config) or of ``size``."""
+        # Imported here: position_schemes builds its 2D scheme on this module's index.
+        from keras_posenc.layers import position_schemes
+
+        if position is None:
+            return position_schemes.Grid2DPositions.checked(who, size=size)
+        if isinstance(position, dict):
+            position = keras.saving.deserialize_keras_object(position)
+        if not isinstance(position, position_schemes.Grid2DPositions):
+            raise TypeError(
+                f"{who}: `position` must be None or a Grid2DPositions (the scheme of pairs "
+                f"of grid cells), got {position!r}."
+            )
+        given = grid_size(size, who, "size")
+        if given != (7, 7) and given != position.size:
+            raise ValueError(
+                f"{who}: pass either `position` or `size`, not both: size={size!r} does not "
+                f"describe position={position!r}."
+            )
+        return position
 
     def build(self, input_shape: Any = None) -> None:
         self.table = self.add_weight(
@@ -207,11 +242,14 @@ class RelativePositionBias2D(keras.layers.Layer):
     def _index(self, height: int, width: int) -> np.ndarray:
         key = (height, width)
         if key not in self._index_cache:
-            self._index_cache[key] = relative_index_2d(height, width).reshape(-1)
+            scheme = self.position
+            if key != self.size:
+                scheme = type(scheme)(size=key)
+            self._index_cache[key] = scheme.index_matrix().reshape(-1)
         return self._index_cache[key]
 
     def call(self, size: int | tuple[int, int] | None = None) -> Any:
-        height, width = self.size if size is None else _grid_size(size, self._who(), "size")
+        height, width = self.size if size is None else grid_size(size, self._who(), "size")
         table = ops.cast(self.table, self.compute_dtype)
         if (height, width) != self.size:
             rows, cols = _table_shape(height, width)
@@ -227,7 +265,7 @@ class RelativePositionBias2D(keras.layers.Layer):
         return ops.reshape(bias, (1, self.num_heads, positions, positions))
 
     def compute_output_shape(self, size: int | tuple[int, int] | None = None) -> tuple:
-        height, width = self.size if size is None else _grid_size(size, self._who(), "size")
+        height, width = self.size if size is None else grid_size(size, self._who(), "size")
         return (1, self.num_heads, height * width, height * width)
 
     @staticmethod
@@ -260,5 +298,8 @@ class RelativePositionBias2D(keras.layers.Layer):
             num_heads=self.num_heads,
             size=list(self.size),
             embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
+            position=keras.saving.serialize_keras_object(
+                self.position if self._position_given else None
+            ),
         )
         return config

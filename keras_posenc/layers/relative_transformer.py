@@ -37,6 +37,7 @@ import keras
 from keras import ops
 
 from keras_posenc.layers import position_schemes
+from keras_posenc.layers._attention import zero_invalid
 from keras_posenc.layers._checks import (
     KerasMask,
     SequenceChecks,
@@ -314,9 +315,9 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
 
     Call arguments:
         inputs: ``(batch, length, hidden)``.
-        padding_mask: ``(batch, length)`` bool, ``True`` for real tokens;
+        padding_mask: ``(batch, length)`` boolean or integer 0/1, ``True`` for real tokens;
             default the inputs' Keras mask.
-        attention_mask: ``(batch, length, length)`` bool, ``True`` where query
+        attention_mask: ``(batch, length, length)`` boolean or integer 0/1, ``True`` where query
             ``i`` may attend to key ``j``; combined with the padding mask.
         attention_bias: an additive float bias broadcastable to ``(batch,
             num_heads, length, length)`` (a T5 bias shared across layers,
@@ -506,16 +507,16 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         decoder_sequence: ``(batch, length, hidden)``.
         encoder_sequence: ``(batch, encoder_length, encoder_hidden)``, or
             ``None`` for a decoder-only block.
-        decoder_padding_mask: bool, ``True`` for real tokens; ``(batch,
+        decoder_padding_mask: boolean or integer 0/1, ``True`` for real tokens; ``(batch,
             length)``, or with a self-attention cache ``(batch, max_length)``
             (it masks the cached keys). Default: the decoder sequence's Keras
             mask (not used with a cache, whose keys it does not cover).
-        decoder_attention_mask: ``(batch, length, key_length)`` bool, combined
+        decoder_attention_mask: ``(batch, length, key_length)`` boolean or integer 0/1, combined
             with the causal and padding masks (``key_length`` is
             ``max_length`` with a cache).
-        encoder_padding_mask: ``(batch, encoder_length)`` bool; default the
+        encoder_padding_mask: ``(batch, encoder_length)`` boolean or integer 0/1; default the
             encoder sequence's Keras mask.
-        encoder_attention_mask: ``(batch, length, encoder_length)`` bool for
+        encoder_attention_mask: ``(batch, length, encoder_length)`` boolean or integer 0/1, for
             the cross-attention.
         self_attention_cache: ``(batch, 2, max_length, num_heads, key_dim)``.
         self_attention_cache_update_index: int or scalar int tensor, the
@@ -748,13 +749,15 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
 
         cross_cache = ()
         if self.cross_attention is not None:
-            encoder_keras_mask = self._mask_reader(encoder_sequence)
-            if encoder_keras_mask is not None:
-                if encoder_padding_mask is None:
-                    encoder_padding_mask = encoder_keras_mask
-                # A fresh tensor carries no Keras mask: the cross-attention's
-                # projections do not support masking and would warn about it.
-                encoder_sequence = ops.add(encoder_sequence, ops.zeros((), encoder_sequence.dtype))
+            if encoder_padding_mask is None:
+                encoder_padding_mask = self._mask_reader(encoder_sequence)
+            if encoder_padding_mask is not None:
+                # Padding zeroed by a select (a fresh tensor, so it carries no Keras mask,
+                # which the projections do not support): keras_hub's cross-attention
+                # multiplies masked weights by the values, and 0 * NaN would carry a
+                # non-finite padding into real outputs ("Architecture" in
+                # docs/development.md: masked keys and values are zeroed).
+                encoder_sequence = zero_invalid(encoder_sequence, encoder_padding_mask)
             cross_mask = encoder_attention_mask
             if encoder_padding_mask is not None:
                 keys = ops.expand_dims(encoder_padding_mask, 1)  # (batch, 1, encoder_length)

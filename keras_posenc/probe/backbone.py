@@ -5,18 +5,14 @@ from __future__ import annotations
 import keras
 import numpy as np
 
+from keras_posenc.layers._checks import check_int
 from keras_posenc.layers.padding import PADDING_MODES, SpatialPadding2D
 
 BACKBONE_PADDINGS = (*PADDING_MODES, "valid")
 
 
 def _positive_int(value: object, argument: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(
-            f"probe.probe_backbone: `{argument}` must be a positive int; "
-            f"received {argument}={value!r}"
-        )
-    return int(value)
+    return check_int("probe.probe_backbone", argument, value, 1)
 
 
 def probe_tap_layers(stages: int, convs_per_stage: int = 2) -> list[str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from keras_posenc.layers._checks import check_int
+
 INPUT_KINDS = ("noise", "grey", "white")
 _CONSTANT_VALUE = {"grey": 0.5, "white": 1.0}
 
@@ -59,11 +61,7 @@ def content_free_images(
         ("width", width),
         ("channels", channels),
     ):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(
-                f"probe.content_free_images: `{argument}` must be a positive int; "
-                f"received {argument}={value!r}"
-            )
+        check_int("probe.content_free_images", argument, value, 1)
     shape = (count, height, width, channels)
     if kind == "noise":
         return (np.random.default_rng(seed).random(shape) * scale).astype(np.float32)

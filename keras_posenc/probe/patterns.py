@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from keras_posenc.layers._checks import check_int
+
 # The names are part of a PosENet model's configuration, so they are defined with the model.
 from keras_posenc.zoo.posenet import PATTERN_NAMES
 
@@ -45,10 +47,7 @@ def position_patterns(height: int, width: int) -> dict[str, np.ndarray]:
     Reference: Islam, Jia and Bruce, ICLR 2020, section 3.
     """
     for argument, value in (("height", height), ("width", width)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 3:
-            raise ValueError(
-                f"position_patterns: `{argument}` must be an integer >= 3; got {value!r}."
-            )
+        check_int("position_patterns", argument, value, 3)
     y, x = np.meshgrid(
         np.arange(height, dtype=np.float64), np.arange(width, dtype=np.float64), indexing="ij"
     )

@@ -16,6 +16,8 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_posenc.layers._checks import check_int
+
 GRATING_ORIENTATIONS = 4  # 0, 45, 90 and 135 degrees
 
 
@@ -51,11 +53,7 @@ def grating_images(count: int, size: int, seed: int = 0) -> tuple[np.ndarray, np
         ((4, 16, 16, 3), (4,), True)
     """
     for argument, value, least in (("count", count, 1), ("size", size, 8)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
-            raise ValueError(
-                f"probe.grating_images: `{argument}` must be an int >= {least}; "
-                f"received {argument}={value!r}"
-            )
+        check_int("probe.grating_images", argument, value, least)
     rng = np.random.default_rng(seed)
     noise = rng.random((count, size, size, 3))
     labels = rng.integers(0, GRATING_ORIENTATIONS, count).astype(np.int32)

@@ -37,7 +37,13 @@ import keras
 import numpy as np
 
 from keras_posenc._compile import check_synchronized_batch_norm
-from keras_posenc.layers._checks import check_int, check_positive_number
+from keras_posenc.layers._checks import (
+    check_bool,
+    check_int,
+    check_ints,
+    check_positive_number,
+    check_rate,
+)
 from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.zoo.registry import register_model
@@ -150,29 +156,8 @@ def rw_config(name: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- validation
 
 
-def _positive_ints_of(value: Any, argument: str, count: int, what: str = "") -> tuple[int, ...]:
-    try:
-        items = tuple(value)
-    except TypeError:
-        items = None
-    valid = items is not None and all(
-        isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0 for v in items
-    )
-    if not valid:
-        raise ValueError(
-            f"{_WHO}: `{argument}` must be a sequence of {count} positive ints{what}; "
-            f"received {argument}={value!r}"
-        )
-    if len(items) != count:
-        raise ValueError(
-            f"{_WHO}: `{argument}` must have {count} entries{what}; "
-            f"received {len(items)}: {argument}={value!r}"
-        )
-    return tuple(int(v) for v in items)
-
-
 def _positive_ints(value: Any, argument: str) -> tuple[int, ...]:
-    return _positive_ints_of(value, argument, NUM_STAGES, ", one per stage S0..S4")
+    return check_ints(_WHO, argument, value, NUM_STAGES, what=", one per stage S0..S4")
 
 
 def parse_layout(layout: Any) -> tuple[str, ...]:
@@ -216,7 +201,7 @@ def _input_shape(value: Any) -> tuple[int, int, int]:
 def _stem_widths(value: Any, blocks: int, last: int) -> tuple[int, ...]:
     if value is None:
         return (last,) * blocks
-    widths = _positive_ints_of(value, "stem_channels", blocks)
+    widths = check_ints(_WHO, "stem_channels", value, blocks)
     if widths[-1] != last:
         raise ValueError(
             f"{_WHO}: the last of `stem_channels` is the stem's output and must equal "
@@ -391,8 +376,7 @@ def build_coatnet(
         ("synchronized", synchronized),
         ("pre_logits", pre_logits),
     ):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{_WHO}: `{flag_name}` must be a bool; received {type(flag).__name__}")
+        check_bool(_WHO, flag_name, flag)
     check_synchronized_batch_norm(_WHO, synchronized)
     head_dim = check_int(_WHO, "head_dim", head_dim, 1)
     if include_top and not features:
@@ -402,14 +386,7 @@ def build_coatnet(
                 f"{_WHO}: `pooling` must be 'avg' or 'max' when include_top=True; "
                 "received pooling=None"
             )
-    if (
-        isinstance(drop_path_rate, bool)
-        or not isinstance(drop_path_rate, int | float)
-        or not (0 <= drop_path_rate < 1)
-    ):
-        raise ValueError(
-            f"{_WHO}: `drop_path_rate` must be a float in [0, 1); received {drop_path_rate!r}"
-        )
+    check_rate(_WHO, "drop_path_rate", drop_path_rate)
     widths = _stem_widths(stem_channels, blocks[0], channels[0])
     conv_options = _block_options(conv_options, "conv_options", MBConv)
     transformer_options = _block_options(

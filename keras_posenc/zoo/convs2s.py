@@ -44,7 +44,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc.layers._checks import check_int
+from keras_posenc.layers._checks import check_bool, check_int, check_rate
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import FunctionalModel, Seq2SeqModel
@@ -143,12 +143,6 @@ def parse_layer_specs(owner: str, argument: str, specs: Any) -> tuple[tuple[int,
     return tuple(parsed)
 
 
-def _rate(owner: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-        raise ValueError(f"{owner}: `dropout` must be a float in [0, 1), got {value!r}.")
-    return float(value)
-
-
 def _policy(kwargs: dict) -> Any:
     """The dtype policy the model's layers use: the ``dtype`` argument, else the global one."""
     dtype = kwargs.get("dtype")
@@ -235,15 +229,9 @@ class ConvS2SEmbedding(keras.layers.Layer):
         owner = type(self).__name__
         self.vocab_size = check_int(owner, "vocab_size", vocab_size, 1)
         self.embed_dim = check_int(owner, "embed_dim", embed_dim, 1)
-        if isinstance(max_positions, bool) or not isinstance(max_positions, int | np.integer):
-            raise ValueError(
-                f"{owner}: `max_positions` must be an int >= 0, got {max_positions!r}."
-            )
-        if max_positions < 0:
-            raise ValueError(f"{owner}: `max_positions` must be an int >= 0, got {max_positions}.")
-        self.max_positions = int(max_positions)
+        self.max_positions = check_int(owner, "max_positions", max_positions, 0)
         self.pad_id = int(pad_id)
-        self.dropout = _rate(owner, dropout)
+        self.dropout = check_rate(owner, "dropout", dropout)
         self.token_embedding = keras.layers.Embedding(
             self.vocab_size,
             self.embed_dim,
@@ -411,12 +399,8 @@ class _ConvStack:
 
 
 def _check_vocab(owner: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 3:
-        raise ValueError(
-            f"{owner}: `{name}` must be an int >= 3 (pad, bos and eos ids plus words); "
-            f"got {value!r}."
-        )
-    return int(value)
+    # At least the pad, bos and eos ids plus one word.
+    return check_int(owner, name, value, 3)
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -500,10 +484,8 @@ class ConvS2S(Seq2SeqModel):
         self.max_target_positions = check_int(
             owner, "max_target_positions", max_target_positions, 1
         )
-        self.dropout = _rate(owner, dropout)
-        if not isinstance(weight_norm, bool):
-            raise TypeError(f"{owner}: `weight_norm` must be a bool, got {weight_norm!r}.")
-        self.weight_norm = weight_norm
+        self.dropout = check_rate(owner, "dropout", dropout)
+        self.weight_norm = check_bool(owner, "weight_norm", weight_norm)
         self._init_seq2seq(
             src_vocab_size,
             tgt_vocab_size,
@@ -694,10 +676,8 @@ class ConvS2SLanguageModel(FunctionalModel):
         self.decoder_out_embed_dim = check_int(
             owner, "decoder_out_embed_dim", decoder_out_embed_dim, 1
         )
-        self.dropout = _rate(owner, dropout)
-        if not isinstance(weight_norm, bool):
-            raise TypeError(f"{owner}: `weight_norm` must be a bool, got {weight_norm!r}.")
-        self.weight_norm = weight_norm
+        self.dropout = check_rate(owner, "dropout", dropout)
+        self.weight_norm = check_bool(owner, "weight_norm", weight_norm)
         self.pad_id = check_int(owner, "pad_id", pad_id, 0)
         policy = _policy(kwargs)
         p = self.dropout

@@ -47,10 +47,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import keras
-import numpy as np
 from keras import ops
 
-from keras_posenc.layers._checks import check_bool, check_int
+from keras_posenc.layers._checks import check_bool, check_int, check_rate
 from keras_posenc.layers.muse import MUSEDecoderLayer, MUSEEncoderLayer
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
@@ -242,14 +241,8 @@ class MUSEEmbedding(keras.layers.Layer):
         self.embed_dim = check_int(owner, "embed_dim", embed_dim, 1)
         if self.embed_dim < 2:
             raise ValueError(f"{owner}: `embed_dim` must be at least 2, got {embed_dim}.")
-        if isinstance(pad_id, bool) or not isinstance(pad_id, int | np.integer) or pad_id < 0:
-            raise ValueError(f"{owner}: `pad_id` must be an int >= 0, got {pad_id!r}.")
-        self.pad_id = int(pad_id)
-        if isinstance(dropout, bool) or not isinstance(dropout, int | float):
-            raise ValueError(f"{owner}: `dropout` must be a float in [0, 1), got {dropout!r}.")
-        if not 0 <= dropout < 1:
-            raise ValueError(f"{owner}: `dropout` must be a float in [0, 1), got {dropout!r}.")
-        self.dropout = float(dropout)
+        self.pad_id = check_int(owner, "pad_id", pad_id, 0)
+        self.dropout = check_rate(owner, "dropout", dropout)
         self.tie_weights = check_bool(owner, "tie_weights", tie_weights)
         self.token_embedding = keras.layers.ReversibleEmbedding(
             self.vocab_size,

@@ -268,11 +268,7 @@ class PosENet(keras.Model):
         kernel_size = check_int("PosENet", "kernel_size", kernel_size, 1)
         feature_size = check_int("PosENet", "feature_size", feature_size, 1)
         readout_filters = check_int("PosENet", "readout_filters", readout_filters, 1)
-        if isinstance(readout_padding, bool) or not isinstance(readout_padding, int | np.integer):
-            raise ValueError(
-                f"PosENet: `readout_padding` must be a non-negative int; received "
-                f"{readout_padding!r}"
-            )
+        readout_padding = check_int("PosENet", "readout_padding", readout_padding, 0)
         targets = [targets] if isinstance(targets, str) else list(targets)
         unknown = [t for t in targets if t not in PATTERN_NAMES]
         if not targets or unknown or len(set(targets)) != len(targets):

@@ -106,17 +106,21 @@ def test_layout_label_examples():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"num_images": 0}, r"`num_images` must be an integer >= 1; got 0"),
-        ({"patch_size": 1}, r"`patch_size` must be an integer >= 2; got 1"),
+        ({"num_images": 0}, r"`num_images` must be an integer >= 1, got 0"),
+        ({"patch_size": 1}, r"`patch_size` must be an integer >= 2, got 1"),
         ({"image_size": 20, "patch_size": 12}, r"`image_size` must be at least 2 \* patch_size"),
-        ({"noise": -0.1}, r"`noise` must be a number >= 0; got -0.1"),
-        ({"image_size": 32.0}, r"`image_size` must be an integer >= 1; got 32.0"),
+        ({"noise": -0.1}, r"`noise` must be a finite number >= 0, got -0.1"),
     ],
 )
 def test_bad_arguments(overrides, message):
     arguments = {"num_images": 4, "image_size": SIZE, "patch_size": PATCH, **overrides}
     with pytest.raises(ValueError, match=r"texture_layout_data: " + message):
         texture_layout_data(**arguments)
+
+
+def test_a_float_size_is_a_type_error():
+    with pytest.raises(TypeError, match=r"`image_size` must be an integer, got 32.0 \(type float"):
+        texture_layout_data(num_images=4, image_size=32.0, patch_size=PATCH)
 
 
 def test_experiment_rejects_bad_selections():

@@ -71,7 +71,7 @@ def test_task_data_is_seeded_and_uses_every_token():
 def test_task_data_rejects_bad_arguments():
     with pytest.raises(ValueError, match=r"task_data: `task` must be one of .*got 'reverse'"):
         task_data("reverse", 2, 8)
-    with pytest.raises(ValueError, match=r"task_data: `length` must be an integer >= 1; got 0"):
+    with pytest.raises(ValueError, match=r"task_data: `length` must be an integer >= 1, got 0"):
         task_data("copy_back", 2, 0)
 
 

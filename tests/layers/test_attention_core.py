@@ -17,7 +17,10 @@ from keras_posenc.layers import _attention
 from keras_posenc.layers.convs2s import ConvS2SAttention
 from keras_posenc.layers.muse import MUSEAttention, MUSEDecoderLayer
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
-from keras_posenc.layers.relative_transformer import RelativeTransformerEncoder
+from keras_posenc.layers.relative_transformer import (
+    RelativeTransformerDecoder,
+    RelativeTransformerEncoder,
+)
 
 ATOL = 1e-5
 PADDING = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)  # (batch 2, length 5)
@@ -69,6 +72,15 @@ def test_relative_transformer_encoder_nan_in_padding(rng):
     finite = layer(with_zero_padding(x, PADDING), padding_mask=PADDING)
     nan = layer(with_nan_padding(x, PADDING), padding_mask=PADDING)
     assert_real_rows_unchanged(nan, finite, PADDING, "encoder")
+
+
+def test_relative_transformer_decoder_cross_attention_nan_in_padding(rng):
+    layer = RelativeTransformerDecoder(8, 2, relative="bias", bucketing="log", num_buckets=8)
+    target, source = normal(rng, 2, 3, 4), normal(rng, 2, 5, 4)
+    finite = layer(target, with_zero_padding(source, PADDING), encoder_padding_mask=PADDING)
+    nan = layer(target, with_nan_padding(source, PADDING), encoder_padding_mask=PADDING)
+    real = np.ones((2, 3), bool)
+    assert_real_rows_unchanged(nan, finite, real, "RelativeTransformerDecoder cross-attention")
 
 
 @pytest.mark.parametrize("conv", ["static", "dynamic"])

@@ -11,9 +11,10 @@ import pytest
 from keras import ops
 
 from keras_posenc import layers
-from keras_posenc.layers import position_schemes
+from keras_posenc.layers import position_schemes, relative_index
 from reference import relative_index as reference
 from reference.relative_attention import relative_attention
+from reference.relative_position_2d import relative_position_bias_2d
 
 ATOL = 1e-5
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "position_schemes")
@@ -166,3 +167,32 @@ def test_keras_file_written_before_the_scheme_type_loads():
     assert model.get_layer("t5").position == layers.LogBuckets(8, 10)
     assert model.get_layer("irpe").position == layers.PiecewiseBuckets(6)
     assert model.get_layer("decoder").position == layers.LogBuckets(8, 10, bidirectional=False)
+
+
+def test_the_2d_bias_takes_the_grid_scheme(rng):
+    grid = layers.Grid2DPositions(size=(2, 3))
+    layer = layers.RelativePositionBias2D(num_heads=2, position=grid)
+    assert layer.size == (2, 3) and layer.position == grid
+    table = rng.normal(size=(2, 3, 5)).astype("float32")
+    layer.table.assign(table)
+    np.testing.assert_allclose(
+        to_numpy(layer()), relative_position_bias_2d(table, 2, 3), atol=ATOL
+    )
+    config = layer.get_config()
+    restored = layers.RelativePositionBias2D.from_config(config)
+    assert restored.position == grid and restored.size == (2, 3)
+    # Without `position` the config is the one older releases wrote, plus position=None.
+    assert layers.RelativePositionBias2D(2, size=(2, 3)).get_config()["position"] is None
+    with pytest.raises(TypeError, match=r"RelativePositionBias2D '.*': `position` must be None"):
+        layers.RelativePositionBias2D(2, position=layers.ClipPositions(3))
+    with pytest.raises(ValueError, match=r"either `position` or `size`, not both"):
+        layers.RelativePositionBias2D(2, size=(4, 4), position=grid)
+
+
+def test_one_allow_list_of_scheme_names():
+    assert relative_index.BUCKETINGS == tuple(position_schemes.BY_NAME)
+    assert set(position_schemes.SCHEMES) < set(position_schemes.BY_NAME)
+    for name, scheme in position_schemes.BY_NAME.items():
+        assert scheme.bucketing == name
+    with pytest.raises(ValueError, match=r"bucket_index: `bucketing` must be one of 'clip'"):
+        relative_index.bucket_index([0], "grid2d")

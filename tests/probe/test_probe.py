@@ -105,7 +105,7 @@ def test_content_free_images():
     assert np.all(probe.content_free_images("white", 2, 4, 4, scale=255.0) == 255.0)
     with pytest.raises(ValueError, match=r"`kind` must be one of 'noise', 'grey', 'white'"):
         probe.content_free_images("black", 1, 4, 4)
-    with pytest.raises(ValueError, match=r"`count` must be a positive int"):
+    with pytest.raises(ValueError, match=r"`count` must be an integer >= 1"):
         probe.content_free_images("grey", 0, 4, 4)
 
 
@@ -154,7 +154,7 @@ def test_circular_backbone_is_shift_equivariant_and_zero_padding_is_not():
     [
         ({"padding": "same"}, r"`padding` must be one of 'zeros', 'circular'"),
         ({"kernel_size": 4}, r"`kernel_size` must be odd"),
-        ({"width": 0}, r"`width` must be a positive int"),
+        ({"width": 0}, r"`width` must be an integer >= 1"),
         ({"input_shape": (16, 16)}, r"`input_shape` must be \(height, width, channels\)"),
         ({"padding": "valid", "input_shape": (12, 12, 3)}, r"would shrink .* to nothing"),
     ],
@@ -332,7 +332,7 @@ def test_posenet_config_round_trip():
         ({"kernel_size": 0}, r"`kernel_size` must be an integer >= 1"),
         ({"feature_size": 4, "readout_layers": 2}, r"leave no output of a 4 x 4 feature grid"),
         ({"image_shape": (8, 8)}, r"`image_shape` \(8, 8\) must be"),
-        ({"readout_padding": -1}, r"leave no output|non-negative"),
+        ({"readout_padding": -1}, r"PosENet: `readout_padding` must be an integer >= 0, got -1"),
     ],
 )
 def test_posenet_rejects_bad_arguments(kwargs, message):

@@ -149,7 +149,7 @@ def test_grating_images_carry_no_position():
     assert np.ptp(images.mean(axis=(0, 3))) < 0.06
     again, _ = probe.grating_images(256, 16, seed=0)
     np.testing.assert_array_equal(images, again)
-    with pytest.raises(ValueError, match=r"probe.grating_images: `size` must be an int >= 8"):
+    with pytest.raises(ValueError, match=r"probe.grating_images: `size` must be an integer >= 8"):
         probe.grating_images(4, 4)
 
 

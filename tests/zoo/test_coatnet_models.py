@@ -276,11 +276,11 @@ def test_unknown_layout(layout):
     [
         (
             {"blocks": (2, 2, 3, 5)},
-            r"`blocks` must have 5 entries, one per stage S0..S4; received 4",
+            r"`blocks` must have 5 entries, one per stage S0..S4, got 4",
         ),
         ({"channels": (64, 96, 192, 384, 768, 1024)}, r"`channels` must have 5 entries"),
-        ({"blocks": (2, 2, 0, 5, 2)}, r"`blocks` must be a sequence of 5 positive ints"),
-        ({"channels": 64}, r"`channels` must be a sequence of 5 positive ints"),
+        ({"blocks": (2, 2, 0, 5, 2)}, r"`blocks` must be a sequence of 5 integers >= 1"),
+        ({"channels": 64}, r"`channels` must be a sequence of 5 integers >= 1"),
         (
             {"channels": (8, 8, 16, 40, 32)},
             r"Transformer stage S3 must be a multiple of head_dim=16",
@@ -288,7 +288,7 @@ def test_unknown_layout(layout):
         ({"pooling": "sum"}, r"`pooling` must be one of"),
         ({"pooling": None}, r"`pooling` must be 'avg' or 'max' when include_top=True"),
         ({"num_classes": 0}, r"`num_classes` must be an integer >= 1"),
-        ({"drop_path_rate": 1.0}, r"`drop_path_rate` must be a float in \[0, 1\)"),
+        ({"drop_path_rate": 1.0}, r"`drop_path_rate` must be in \[0, 1\)"),
         ({"stride_on": "conv"}, r"`stride_on` must be one of"),
     ],
 )
@@ -305,7 +305,9 @@ def test_registry_overrides_are_checked():
 
 
 def test_flags_must_be_bools():
-    with pytest.raises(TypeError, match=r"build_coatnet: `features` must be a bool; received str"):
+    with pytest.raises(
+        TypeError, match=r"build_coatnet: `features` must be True or False, got 'yes' \(type str"
+    ):
         tiny(features="yes")
 
 

@@ -340,7 +340,7 @@ def test_wrapper_errors_come_before_the_graph():
         generation.greedy_search(model, np.ones((1, 3), "float32"))
     with pytest.raises(ValueError, match="shape \\(batch, time\\)"):
         generation.greedy_search(model, np.ones((3,), "int32"))
-    with pytest.raises(ValueError, match="`beam_size` must be an int >= 1"):
+    with pytest.raises(ValueError, match="`beam_size` must be an integer >= 1"):
         generation.beam_search(model, np.ones((1, 3), "int32"), beam_size=0)
     with pytest.raises(ValueError, match="`length_penalty` must be a finite number >= 0"):
         generation.beam_search(model, np.ones((1, 3), "int32"), length_penalty=-1.0)
@@ -357,7 +357,7 @@ def test_wrapper_errors_come_before_the_graph():
         ({"decoder_layers": [(16, 3), (16, 3, 3)]}, r"`decoder_layers\[1\]` must be"),
         ({"decoder_layers": []}, "non-empty sequence"),
         ({"embed_dim": 0}, "`embed_dim` must be an integer >= 1"),
-        ({"dropout": 1.0}, r"`dropout` must be a float in \[0, 1\)"),
+        ({"dropout": 1.0}, r"`dropout` must be in \[0, 1\)"),
         ({"eos_id": 0}, "must differ"),
         ({"bos_id": 40}, "below both vocabulary sizes"),
     ],
@@ -370,7 +370,7 @@ def test_bad_configurations(overrides, message):
 def test_create_needs_the_vocabulary_sizes():
     with pytest.raises(TypeError, match="src_vocab_size"):
         zoo.create("convs2s_iwslt_de_en")
-    with pytest.raises(ValueError, match="`src_vocab_size` must be an int >= 3"):
+    with pytest.raises(ValueError, match="`src_vocab_size` must be an integer >= 3"):
         zoo.create("convs2s_iwslt_de_en", src_vocab_size=2, tgt_vocab_size=10)
 
 
