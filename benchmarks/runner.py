@@ -363,7 +363,7 @@ def cases(benchmark: Benchmark, script_args: list[str]) -> list[tuple[str, list[
 
 
 def _tail(text: str, replacements: dict[str, str], lines: int = 5) -> str:
-    tail = " | ".join(text.strip().splitlines()[-lines:])
+    tail = " | ".join(text.strip().splitlines()[-lines:]) or "(nothing on stderr)"
     for old, new in replacements.items():
         tail = tail.replace(old, new)
     return tail
@@ -623,19 +623,23 @@ def render_block(record: dict, backend: str, benchmark: Benchmark | None = None)
     else:
         verdict = "not under load"
     trees = record["trees"]
+    rounds = record["rounds"]
+    compared = f", against {_tree_text(trees['ref'])}" if "ref" in trees else ""
     lines = [
-        f"{BACKEND_NAMES[backend]} {versions.get(backend)}, Keras {versions['keras']}, "
-        f"Python {host['python']}; {host['cpu']}, {host['cores']} cores, AVX-512 {avx}, "
-        f"{host['memory_gib']} GiB. Run {date}, {_tree_text(trees['current'])}"
-        + (f", against {_tree_text(trees['ref'])}" if "ref" in trees else "")
-        + f"; {record['rounds']} round(s) per case, medians. "
-        f"Load average {result['load_before']} before, at most {result['load_max']} during and "
-        f"after (limits {limits['before']:g} and {limits['during']:g}): {verdict}"
-        + ("; **some runs failed**." if result.get("failed") else "."),
-        "",
-        f"`{record['command']}`" if record["command"] else "(command not recorded)",
-        "",
+        f"- Run: {date}, {_tree_text(trees['current'])}{compared}; "
+        + ("one round per case." if rounds == 1 else f"{rounds} rounds per case, medians."),
+        f"- Software: {BACKEND_NAMES[backend]} {versions.get(backend)}, Keras "
+        f"{versions['keras']}, Python {host['python']}.",
+        f"- Machine: {host['cpu']}, {host['cores']} cores, AVX-512 {avx}, "
+        f"{host['memory_gib']} GiB.",
+        f"- Load average (1 minute): {result['load_before']} before, at most "
+        f"{result['load_max']} during and after (limits {limits['before']:g} and "
+        f"{limits['during']:g}): {verdict}.",
+        f"- Command: `{record['command']}`" if record["command"] else "- Command: not recorded.",
     ]
+    if result.get("failed"):
+        lines.append("- **Some runs failed** (their rows say so, or are missing).")
+    lines.append("")
     if "ref" in trees:
         headers = [c.header for c in benchmark.columns if c.field in benchmark.keys]
         short = (trees["ref"].get("commit") or "")[:7]
@@ -664,7 +668,11 @@ def render_block(record: dict, backend: str, benchmark: Benchmark | None = None)
     return "\n".join(lines)
 
 
-_MARKER = re.compile(r"<!-- benchmarks:(?P<stem>[\w.-]+):(?P<backend>\w+) (?P<edge>start|end) -->")
+# A marker is a line of its own, so the page's prose can quote one.
+_MARKER = re.compile(
+    r"^<!-- benchmarks:(?P<stem>[\w.-]+):(?P<backend>\w+) (?P<edge>start|end) -->[ \t]*$",
+    re.MULTILINE,
+)
 
 
 def _note(stem: str) -> str:

@@ -268,7 +268,7 @@ def test_against_runs_both_trees_interleaved(runner, fake, capsys):
     block = runner.render_block(record, "tensorflow", benchmark)
     assert "| impl | size | field | HEAD " in block
     assert "| ours | 4 | x_base | 2.00 | 3.00 | +50.0% |" in block
-    assert "**some runs failed**" in block
+    assert "**Some runs failed**" in block
 
 
 @needs_git
@@ -309,7 +309,7 @@ def test_render_reproduces_the_fixture(runner):
     assert runner.render_document(expected, FIXTURES) == expected
     assert runner.stale_blocks(expected, FIXTURES) == []
     record = json.loads((FIXTURES / "relative_attention.json").read_text())
-    for backend, result in record["backends"].items():
+    for result in record["backends"].values():
         assert result["under_load"] is True
         for row in result["results"]["current"]:
             assert row["extra_S"] == row["extra_peak_bytes"] / (8 * row["length"] ** 2 * 4)
@@ -330,6 +330,8 @@ def test_render_detects_a_hand_edited_number(runner):
 def test_render_rejects_broken_markers(runner, tmp_path):
     start = "<!-- benchmarks:relative_attention:jax start -->\n"
     end = "<!-- benchmarks:relative_attention:jax end -->\n"
+    quoted = f"Markers such as `{start.strip()}` quoted in prose are not markers.\n"
+    assert runner.render_document(quoted, tmp_path) == quoted
     with pytest.raises(ValueError, match="line 1: relative_attention:jax is never ended"):
         runner.render_document(start, FIXTURES)
     with pytest.raises(ValueError, match="line 2: end of relative_attention:jax without"):
