@@ -309,8 +309,10 @@ def probe(python: str, env: dict, root: pathlib.Path, backend: str) -> dict:
     """Versions seen by a subprocess with ``env``, and a check that its ``keras_posenc`` is
     the one in ``root`` (read by metadata and import specs, without importing a backend)."""
     names = json.dumps(BACKEND_DISTRIBUTIONS[backend])
+    # -P: no current folder on sys.path, as for the scripts (whose first entry is
+    # benchmarks/): the library must come through PYTHONPATH.
     result = subprocess.run(
-        [python, "-c", _PROBE, names], env=env, capture_output=True, text=True, check=False
+        [python, "-P", "-c", _PROBE, names], env=env, capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
         raise RuntimeError(f"probing the environment failed: {result.stderr.strip()}")
