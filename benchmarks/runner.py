@@ -459,7 +459,7 @@ def comparison_line(benchmark: Benchmark, item: dict) -> str:
     change = "n/a" if item["change"] is None else f"{item['change']:+.1%}"
     return (
         f"{_key_label(benchmark, item['key'])} {item['field']}: "
-        f"{_format(item['ref'], 'num')} -> {_format(item['current'], 'num')} ({change})"
+        f"{_compared(item['ref'])} -> {_compared(item['current'])} ({change})"
     )
 
 
@@ -593,6 +593,16 @@ def _format(value: object, style: str) -> str:
     )
 
 
+def _compared(value: object) -> str:
+    """A compared value: two decimals (ratios), whole numbers from 100 on."""
+    return _format(value, "ratio" if _is_number(value) and abs(value) < 100 else "num")
+
+
+def _right(column: Column) -> bool:
+    """Numbers are right-aligned, and so are sequence lengths (written as text)."""
+    return column.style != "text" or column.field == "length"
+
+
 def _table(header: list[str], right: list[bool], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join("---:" if r else "---" for r in right) + "|")
@@ -643,16 +653,17 @@ def render_block(record: dict, backend: str, benchmark: Benchmark | None = None)
         lines.append("- **Some runs failed** (their rows say so, or are missing).")
     lines.append("")
     if "ref" in trees:
-        headers = [c.header for c in benchmark.columns if c.field in benchmark.keys]
+        key_columns = [c for c in benchmark.columns if c.field in benchmark.keys]
+        headers = [c.header for c in key_columns]
         short = (trees["ref"].get("commit") or "")[:7]
         header = [*headers, "field", f"{trees['ref']['name']} {short}".strip(), "working tree"]
         rows = [
             [_format(v, "text") for v in item["key"].values()]
-            + [item["field"], _format(item["ref"], "num"), _format(item["current"], "num")]
+            + [item["field"], _compared(item["ref"]), _compared(item["current"])]
             + ["-" if item["change"] is None else f"{item['change']:+.1%}"]
             for item in result["comparison"]
         ]
-        right = [False] * (len(headers) + 1) + [True, True, True]
+        right = [_right(c) for c in key_columns] + [False, True, True, True]
         lines += _table([*header, "change"], right, rows)
     else:
         rows = []
@@ -665,7 +676,7 @@ def render_block(record: dict, backend: str, benchmark: Benchmark | None = None)
             else:
                 cells = [_format(row.get(c.field), c.style) for c in benchmark.columns]
             rows.append(cells)
-        right = [c.style != "text" or c.field == "length" for c in benchmark.columns]
+        right = [_right(c) for c in benchmark.columns]
         lines += _table([c.header for c in benchmark.columns], right, rows)
     return "\n".join(lines)
 
