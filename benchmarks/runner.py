@@ -73,6 +73,21 @@ BACKEND_DISTRIBUTIONS = {
     "torch": ("torch",),
 }
 DATA_FOLDER = pathlib.Path("docs", "data", "benchmarks")
+# Environment variables that change speed or memory: recorded (and printed above the
+# tables) when set, since the scripts inherit them.
+ENVIRONMENT = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "XLA_FLAGS",
+    "JAX_DISABLE_MOST_OPTIMIZATIONS",
+    "JAX_ENABLE_X64",
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_ARENA_MAX",
+)
 DEFAULT_LOAD_THRESHOLD = 0.5
 
 
@@ -503,6 +518,7 @@ def run(
         "command": command,
         "script_args": list(script_args),
         "machine": host,
+        "environment": {name: os.environ[name] for name in ENVIRONMENT if name in os.environ},
         "load_threshold_per_core": load_threshold,
         "load_limits": {"before": before_limit, "during": during_limit},
         "rounds": rounds,
@@ -636,6 +652,7 @@ def render_block(record: dict, backend: str, benchmark: Benchmark | None = None)
         verdict = "not under load"
     trees = record["trees"]
     rounds = record["rounds"]
+    environment = record.get("environment", {})
     compared = f", against {_tree_text(trees['ref'])}" if "ref" in trees else ""
     lines = [
         f"- Run: {date}, {_tree_text(trees['current'])}{compared}; "
@@ -644,6 +661,11 @@ def render_block(record: dict, backend: str, benchmark: Benchmark | None = None)
         f"{versions['keras']}, Python {host['python']}.",
         f"- Machine: {host['cpu']}, {host['cores']} cores, AVX-512 {avx}, "
         f"{host['memory_gib']} GiB.",
+        *(
+            ["- Environment: " + ", ".join(f"`{k}={v}`" for k, v in environment.items()) + "."]
+            if environment
+            else []
+        ),
         f"- Load average (1 minute): {result['load_before']} before, at most "
         f"{result['load_max']} during and after (limits {limits['before']:g} and "
         f"{limits['during']:g}): {verdict}.",

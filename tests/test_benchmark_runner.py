@@ -184,6 +184,8 @@ def test_merge_takes_medians_and_keeps_errors(runner, fake):
 @needs_git
 def test_main_writes_the_json_record(runner, fake, tmp_path, monkeypatch):
     repo, benchmark = fake
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("JAX_DISABLE_MOST_OPTIMIZATIONS", raising=False)  # set by conftest.py
     monkeypatch.setitem(runner.BENCHMARKS, "fake", benchmark)
     monkeypatch.setattr(runner, "HERE", repo / "benchmarks")  # the working tree is the repo
     out = tmp_path / "out" / "fake.json"
@@ -197,6 +199,9 @@ def test_main_writes_the_json_record(runner, fake, tmp_path, monkeypatch):
     assert record["script_args"] == ["--sizes", "5"] and record["rounds"] == 1
     assert set(record["machine"]) == {"cpu", "cores", "avx512", "memory_gib", "system", "python"}
     assert record["machine"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert record["environment"].get("OMP_NUM_THREADS") == "1"
+    assert "JAX_DISABLE_MOST_OPTIMIZATIONS" not in record["environment"]
+    assert "- Environment: `OMP_NUM_THREADS=1`" in runner.render_block(record, "jax", benchmark)
     head = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
