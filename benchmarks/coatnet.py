@@ -20,6 +20,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--onnx", action="store_true", help="also time ONNX Runtime")
     parser.add_argument("--out", help="folder for the ONNX file (default: a temporary one)")
+    parser.add_argument("--json", help="also write the rows (mode, seconds, images/s) here")
     args = parser.parse_args(argv)
 
     import keras
@@ -81,6 +83,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'mode':<12}{'setting':<46}{'s/batch':>9}{'images/s':>10}")
     for mode, setting, seconds in rows:
         print(f"{mode:<12}{setting:<46}{seconds:>9.3f}{args.batch / seconds:>10.1f}")
+    if args.json:
+        records = [
+            {
+                "backend": backend,
+                "model": args.model,
+                "batch": args.batch,
+                "size": args.size,
+                "mode": mode,
+                "setting": setting,
+                "seconds": seconds,
+                "images_per_second": args.batch / seconds,
+            }
+            for mode, setting, seconds in rows
+        ]
+        with open(args.json, "w") as handle:
+            json.dump(records, handle, indent=1)
     return 0
 
 

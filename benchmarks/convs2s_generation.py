@@ -19,6 +19,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--source-length", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--json", help="also write the rows (path, seconds, tokens/s, x recompute) here"
+    )
     args = parser.parse_args(argv)
 
     import keras
@@ -55,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         f"backend {keras.backend.backend()}, batch {args.batch}, source {args.source_length}, "
         f"{args.tokens} generated tokens, {os.cpu_count()} CPUs, python {sys.version.split()[0]}"
     )
-    results, outputs = {}, {}
+    results, seconds_per_batch, outputs = {}, {}, {}
     for name, use_cache in (("cached", True), ("recompute", False)):
 
         def run(use_cache=use_cache, name=name):
@@ -63,12 +67,29 @@ def main(argv: list[str] | None = None) -> int:
                 model, source, max_length=args.tokens, min_length=args.tokens, use_cache=use_cache
             )
 
-        seconds = median_seconds(run, args.repeats)
+        seconds = seconds_per_batch[name] = median_seconds(run, args.repeats)
         results[name] = args.batch * args.tokens / seconds
         print(f"  {name:<10} {results[name]:10.1f} tokens/s  ({seconds:.2f} s per batch)")
     same = bool(np.array_equal(outputs["cached"], outputs["recompute"]))
     ratio = results["cached"] / results["recompute"]
     print(f"  cached / recompute: {ratio:.1f}x; same tokens: {same}")
+    if args.json:
+        records = [
+            {
+                "backend": keras.backend.backend(),
+                "model": args.model,
+                "batch": args.batch,
+                "tokens": args.tokens,
+                "path": name,
+                "seconds": seconds_per_batch[name],
+                "tokens_per_second": results[name],
+                "x_recompute": results[name] / results["recompute"],
+                "same_tokens": same,
+            }
+            for name in ("cached", "recompute")
+        ]
+        with open(args.json, "w") as handle:
+            json.dump(records, handle, indent=1)
     return 0 if same else 1
 
 

@@ -29,6 +29,7 @@ Usage (one backend per run):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -158,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--vocab", type=int, default=1000, help="ConvS2S vocabulary sizes")
     parser.add_argument("--cases", nargs="+", default=["coatnet", "convs2s"])
+    parser.add_argument("--json", help="also write the rows (case, runtime, ms/call) here")
     args = parser.parse_args(argv)
 
     import keras
@@ -182,6 +184,21 @@ def main(argv: list[str] | None = None) -> int:
         ratio_text = "" if ratio is None else f"{ratio:.3g}"
         difference_text = "" if difference is None else f"{difference:.1e}"
         print(f"{case:<30}{runtime:<36}{ms:>10.1f}{ratio_text:>11}{difference_text:>10}")
+    if args.json:
+        records = [
+            {
+                "backend": keras.backend.backend(),
+                "onnxruntime": onnxruntime.__version__,
+                "case": case,
+                "runtime": runtime,
+                "ms": ms,
+                "ort_over_keras": ratio,
+                "max_abs_difference": difference,
+            }
+            for case, runtime, ms, ratio, difference in rows
+        ]
+        with open(args.json, "w") as handle:
+            json.dump(records, handle, indent=1)
     return 0
 
 

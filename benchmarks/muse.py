@@ -53,6 +53,8 @@ IMPLEMENTATIONS = (
     "muse_static",
     "attention_only",
 )
+# The runner (benchmarks/runner.py) reads this default to run one length per case.
+DEFAULT_LENGTHS = "64,128,256,512,1024"
 
 
 def _peak_rss_bytes() -> int:
@@ -173,21 +175,25 @@ def _subprocess(arguments: list[str]) -> tuple[object, str]:
     return json.loads(result.stdout.strip().splitlines()[-1]), ""
 
 
-def _ratio(row: dict, baseline: dict | None, key: str) -> str:
+def _ratio(row: dict, baseline: dict | None, key: str) -> float | None:
     if not baseline or not baseline[key] or row[key] is None:
-        return "-"
-    return f"{row[key] / baseline[key]:.2f}"
+        return None
+    return row[key] / baseline[key]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", default="64,128,256,512,1024")
+    parser.add_argument("--lengths", default=DEFAULT_LENGTHS)
     parser.add_argument("--impls", default=",".join(IMPLEMENTATIONS))
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--memory", nargs=2, metavar=("IMPL", "LENGTH"), help=argparse.SUPPRESS)
     parser.add_argument("--times", metavar="LENGTH", help=argparse.SUPPRESS)
-    parser.add_argument("--json", help="also write the rows to this JSON file")
+    parser.add_argument(
+        "--json",
+        help="also write the rows (with eager_x_mha, compiled_x_mha and memory_x_mha, the "
+        "ratios to keras_mha) to this JSON file",
+    )
     args = parser.parse_args(argv)
 
     implementations = [i for i in args.impls.split(",") if i]
@@ -221,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if timed is None:
             print(f"L = {length}: timing failed: {error}")
+            rows.append({"length": length, "error": f"timing failed: {error}"})
             failed = True
             continue
         for row in timed:
@@ -232,9 +239,15 @@ def main(argv: list[str] | None = None) -> int:
         baseline = timed[0]
         for row in timed:
             rows.append(row)
+            for key, name in (
+                ("eager_seconds", "eager_x_mha"),
+                ("compiled_seconds", "compiled_x_mha"),
+                ("extra_peak_bytes", "memory_x_mha"),
+            ):
+                row[name] = _ratio(row, baseline, key)
             eager, compiled, memory = (
-                _ratio(row, baseline, key)
-                for key in ("eager_seconds", "compiled_seconds", "extra_peak_bytes")
+                "-" if row[name] is None else f"{row[name]:.2f}"
+                for name in ("eager_x_mha", "compiled_x_mha", "memory_x_mha")
             )
             extra = row["extra_peak_bytes"]
             megabytes = "-" if extra is None else f"{extra / 2**20:.0f}"

@@ -37,6 +37,8 @@ import time
 HEADS, HEAD_DIM, MAX_DISTANCE = 8, 64, 16
 IMPLEMENTATIONS = ("keras_mha", "rel_bias", "rel_keys", "rel_keys_values", "naive_shaw")
 NAIVE_MAX_LENGTH = 2048
+# The runner (benchmarks/runner.py) reads this default to run one length per case.
+DEFAULT_LENGTHS = "256,512,1024,2048,4096"
 
 
 def _peak_rss_bytes() -> int:
@@ -143,11 +145,15 @@ def _run_in_subprocess(implementation: str, length: int, repeats: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", default="256,512,1024,2048,4096")
+    parser.add_argument("--lengths", default=DEFAULT_LENGTHS)
     parser.add_argument("--impls", default=",".join(IMPLEMENTATIONS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--case", nargs=2, metavar=("IMPL", "LENGTH"), help=argparse.SUPPRESS)
-    parser.add_argument("--json", help="also write the rows to this JSON file")
+    parser.add_argument(
+        "--json",
+        help="also write the rows (with x_mha, the time ratio, and extra_S, the memory in S) "
+        "to this JSON file",
+    )
     args = parser.parse_args(argv)
 
     if args.case:
@@ -175,11 +181,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if implementation == "keras_mha":
                 baseline = row["seconds"]
-            ratio = f"{row['seconds'] / baseline:.2f}" if baseline else "-"
+            row["x_mha"] = row["seconds"] / baseline if baseline else None
+            row["extra_S"] = row["extra_peak_bytes"] / score_bytes
+            ratio = f"{row['x_mha']:.2f}" if baseline else "-"
             print(
                 f"{implementation:<16}{length:>6}{row['seconds'] * 1e3:>10.1f}{ratio:>8}"
                 f"{row['extra_peak_bytes'] / 2**20:>10.0f}"
-                f"{row['extra_peak_bytes'] / score_bytes:>7.2f}",
+                f"{row['extra_S']:>7.2f}",
                 flush=True,
             )
     if args.json:

@@ -1,0 +1,382 @@
+"""The benchmark runner (benchmarks/runner.py): its JSON, the load flag, --against, rendering.
+
+No benchmark is measured here: a tiny fake script in a throwaway git repository stands in
+for one (except in the `large` smoke run). benchmarks/ is not in the wheel, so the runner is
+loaded from its file, found through POSENC_BENCHMARKS (the repository's benchmarks/ folder,
+set by .ci/run, whose tests run from a copy of tests/ outside the repository) or next to this
+file in a checkout; docs/benchmarks.md through POSENC_DOCS, as in test_guides.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "benchmarks"
+needs_git = pytest.mark.skipif(
+    shutil.which("git") is None, reason="git is needed to make the throwaway repository"
+)
+
+
+def benchmarks_folder() -> pathlib.Path:
+    given = os.environ.get("POSENC_BENCHMARKS")
+    if given:
+        folder = pathlib.Path(given)
+        assert (folder / "runner.py").is_file(), f"POSENC_BENCHMARKS={given} has no runner.py"
+        return folder
+    folder = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    if not (folder / "runner.py").is_file():
+        pytest.skip(
+            "no benchmarks/runner.py next to tests/: set POSENC_BENCHMARKS to the "
+            "repository's benchmarks/ folder"
+        )
+    return folder
+
+
+def docs_folder() -> pathlib.Path:
+    folder = pathlib.Path(
+        os.environ.get("POSENC_DOCS", pathlib.Path(__file__).resolve().parents[1] / "docs")
+    )
+    assert (folder / "benchmarks.md").is_file(), (
+        f"no benchmarks.md in {folder}: set POSENC_DOCS to the repository's docs/ folder"
+    )
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runner():
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_runner", benchmarks_folder() / "runner.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+# A stand-in benchmark: "ours" takes keras_posenc.SPEED seconds against 1 for "base", so its
+# ratio tells which tree's library it ran with. The committed version has no --json, like a
+# parent commit older than the runner: --against must never run the ref's script.
+OLD_SCRIPT = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--sizes", default="1")
+parser.parse_args()
+"""
+SCRIPT = """
+import argparse, json, os, sys
+import keras_posenc
+DEFAULT_SIZES = "4,8"
+parser = argparse.ArgumentParser()
+parser.add_argument("--sizes", default=DEFAULT_SIZES)
+parser.add_argument("--fail", default="")
+parser.add_argument("--json")
+args = parser.parse_args()
+rows = []
+for size in map(int, args.sizes.split(",")):
+    rows.append({"impl": "base", "size": size, "seconds": 1.0, "x_base": 1.0})
+    if str(size) == args.fail:
+        rows.append({"impl": "ours", "size": size, "error": "boom"})
+        continue
+    speed = keras_posenc.SPEED
+    row = {"impl": "ours", "size": size, "seconds": speed, "x_base": speed}
+    rows.append(dict(row, backend=os.environ["KERAS_BACKEND"]))
+    print("ours", size, speed)
+with open(args.json, "w") as handle:
+    json.dump(rows, handle)
+sys.exit(1 if args.fail else 0)
+"""
+
+
+def _git(repo, *arguments):
+    command = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*command, *arguments], check=True, capture_output=True)
+
+
+@pytest.fixture
+def fake(runner, tmp_path):
+    """A git repository whose committed keras_posenc has SPEED 2 and working tree SPEED 3."""
+    repo = tmp_path / "repo"
+    (repo / "keras_posenc").mkdir(parents=True)
+    (repo / "benchmarks").mkdir()
+    (repo / "keras_posenc" / "__init__.py").write_text("SPEED = 2.0\n")
+    (repo / "benchmarks" / "fake.py").write_text(OLD_SCRIPT)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "parent")
+    (repo / "keras_posenc" / "__init__.py").write_text("SPEED = 3.0\n")
+    (repo / "benchmarks" / "fake.py").write_text(SCRIPT)
+    benchmark = runner.Benchmark(
+        "fake",
+        str(repo / "benchmarks" / "fake.py"),
+        keys=("impl", "size"),
+        columns=(
+            runner.Column("impl", "impl", "text"),
+            runner.Column("size", "size", "text"),
+            runner.Column("ms", "seconds", "ms"),
+            runner.Column("x base", "x_base", "ratio"),
+        ),
+        compare=("x_base",),
+        split="--sizes",
+        split_default="DEFAULT_SIZES",
+    )
+    return repo, benchmark
+
+
+def test_every_script_takes_json(runner):
+    """Every registered script accepts --json (its --help says so) and, where the runner
+    splits it into cases, has the default it reads."""
+    for name, benchmark in runner.BENCHMARKS.items():
+        result = subprocess.run(
+            [sys.executable, str(benchmark.script_path()), "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, (name, result.stderr)
+        assert "--json" in result.stdout, name
+        if benchmark.split:
+            assert runner.cases(benchmark, []), name
+
+
+def test_cases_split_the_option_and_keep_the_rest(runner, fake):
+    _, benchmark = fake
+    assert runner.cases(benchmark, ["--sizes=1,2", "--fail", "2"]) == [
+        ("1", ["--sizes", "1", "--fail", "2"]),
+        ("2", ["--sizes", "2", "--fail", "2"]),
+    ]
+    assert [label for label, _ in runner.cases(benchmark, [])] == ["4", "8"]
+    with pytest.raises(ValueError, match="--json is the runner's"):
+        runner.cases(benchmark, ["--json", "x.json"])
+
+
+def test_load_flag(runner):
+    assert runner.load_limits(2, 0.5) == (1.0, 3.0)
+    assert not runner.under_load(0.2, 2.9, cores=2, threshold=0.5)  # its own threads: fine
+    assert runner.under_load(1.1, 1.5, cores=2, threshold=0.5)  # busy before it started
+    assert runner.under_load(0.2, 3.1, cores=2, threshold=0.5)  # someone joined while it ran
+    assert not runner.under_load(3.5, 10.0, cores=8, threshold=0.5)
+    assert runner.under_load(0.6, 0.0, cores=1, threshold=0.5)
+
+
+def test_merge_takes_medians_and_keeps_errors(runner, fake):
+    _, benchmark = fake
+    runs = [
+        {"rows": [{"impl": "a", "size": 1, "seconds": s, "x_base": s, "note": "n"}]}
+        for s in (1.0, 3.0, 2.0)
+    ]
+    runs.append({"rows": [{"impl": "b", "size": 1, "error": "boom"}]})
+    merged = runner.merge_rounds(benchmark, runs)
+    assert merged == [
+        {"impl": "a", "size": 1, "seconds": 2.0, "x_base": 2.0, "note": "n", "rounds": 3},
+        {"impl": "b", "size": 1, "error": "boom"},
+    ]
+
+
+@needs_git
+def test_main_writes_the_json_record(runner, fake, tmp_path, monkeypatch):
+    repo, benchmark = fake
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("JAX_DISABLE_MOST_OPTIMIZATIONS", raising=False)  # set by conftest.py
+    monkeypatch.setitem(runner.BENCHMARKS, "fake", benchmark)
+    monkeypatch.setattr(runner, "HERE", repo / "benchmarks")  # the working tree is the repo
+    out = tmp_path / "out" / "fake.json"
+    argv = ["run", "fake", "--backends", "jax,torch", "--settle", "0", "--out", str(out)]
+    assert runner.main([*argv, "--", "--sizes", "5"]) == 0
+    record = json.loads(out.read_text())
+    assert record["schema"] == 1 and record["benchmark"] == "fake"
+    assert record["command"] == (
+        "python -m benchmarks run fake --backends jax,torch --settle 0 -- --sizes 5"
+    )
+    assert record["script_args"] == ["--sizes", "5"] and record["rounds"] == 1
+    assert set(record["machine"]) == {"cpu", "cores", "avx512", "memory_gib", "system", "python"}
+    assert record["machine"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert record["environment"].get("OMP_NUM_THREADS") == "1"
+    assert "JAX_DISABLE_MOST_OPTIMIZATIONS" not in record["environment"]
+    assert "- Environment: `OMP_NUM_THREADS=1`" in runner.render_block(record, "jax", benchmark)
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert record["trees"]["current"]["commit"] == head
+    assert record["trees"]["current"]["dirty"] is True
+    assert set(record["backends"]) == {"jax", "torch"}
+    for backend, result in record["backends"].items():
+        assert {"keras", backend, "numpy"} <= set(result["versions"])
+        for field in ("load_before", "load_after", "load_max"):
+            assert isinstance(result[field], float)
+        assert result["under_load"] is runner.under_load(
+            result["load_before"], result["load_max"], record["machine"]["cores"], 0.5
+        )
+        assert result["failed"] is False
+        assert result["results"]["current"][1] == {
+            "impl": "ours",
+            "size": 5,
+            "seconds": 3.0,
+            "x_base": 3.0,
+            "backend": backend,
+            "rounds": 1,
+        }
+        assert [(r["tree"], r["case"], r["returncode"]) for r in result["runs"]] == [
+            ("current", "5", 0)
+        ]
+
+
+@needs_git
+def test_against_runs_both_trees_interleaved(runner, fake, capsys):
+    repo, benchmark = fake
+    record = runner.run(
+        benchmark,
+        tree=repo,
+        backends=["tensorflow"],
+        script_args=["--sizes", "4,8", "--fail", "8"],
+        against="HEAD",
+        settle=0,
+    )
+    result = record["backends"]["tensorflow"]
+    order = [(r["case"], r["round"], r["tree"]) for r in result["runs"]]
+    assert order == [
+        (case, round_index, tree)
+        for case in ("4", "8")
+        for round_index in (0, 1)
+        for tree in ("current", "ref")
+    ]
+    assert record["trees"]["ref"]["name"] == "HEAD" and record["trees"]["ref"]["dirty"] is False
+    # The ref's library (SPEED 2) measured by the working tree's script (the ref's has no --json).
+    ours = {side: rows[1] for side, rows in result["results"].items()}
+    assert ours["ref"]["x_base"] == 2.0 and ours["current"]["x_base"] == 3.0
+    assert ours["current"]["rounds"] == 2
+    assert result["results"]["current"][3] == {"impl": "ours", "size": 8, "error": "boom"}
+    assert result["failed"] is True  # the script exits 1 when a case failed
+    assert result["comparison"] == [
+        {"key": {"impl": "base", "size": 4}, "field": "x_base", "ref": 1.0, "current": 1.0,
+         "change": 0.0},
+        {"key": {"impl": "ours", "size": 4}, "field": "x_base", "ref": 2.0, "current": 3.0,
+         "change": 0.5},
+        {"key": {"impl": "base", "size": 8}, "field": "x_base", "ref": 1.0, "current": 1.0,
+         "change": 0.0},
+    ]  # fmt: skip
+    line = runner.comparison_line(benchmark, result["comparison"][1])
+    assert line == "impl=ours size=4 x_base: 2.00 -> 3.00 (+50.0%)"
+    # The temporary worktree is gone, and git knows it.
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True
+    ).stdout
+    assert len(listed.strip().splitlines()) == 1
+    block = runner.render_block(record, "tensorflow", benchmark)
+    assert "| impl | size | field | HEAD " in block
+    assert "| ours | 4 | x_base | 2.00 | 3.00 | +50.0% |" in block
+    assert "**Some runs failed**" in block
+
+
+@needs_git
+def test_against_an_unknown_ref_fails_cleanly(runner, fake):
+    repo, benchmark = fake
+    with pytest.raises(RuntimeError, match="rev-parse"):
+        runner.run(
+            benchmark, tree=repo, backends=["jax"], script_args=[], against="no-such-ref", settle=0
+        )
+
+
+def test_probe_refuses_a_library_from_elsewhere(runner, tmp_path):
+    """Without keras_posenc in the tree on PYTHONPATH, the runner cannot say what it measured."""
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    with pytest.raises(RuntimeError, match="not from that tree"):
+        runner.probe(sys.executable, env, tmp_path, "jax")
+
+
+def _emptied(text: str) -> str:
+    """``text`` with every rendered block's content removed (only the markers left)."""
+    lines, inside = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("<!-- benchmarks:") and line.rstrip().endswith(" end -->"):
+            inside = False
+        if not inside:
+            lines.append(line)
+        if line.startswith("<!-- benchmarks:") and line.rstrip().endswith(" start -->"):
+            inside = True
+    return "".join(lines)
+
+
+def test_render_reproduces_the_fixture(runner):
+    """The fixture page's blocks are what rendering the fixture record gives (a real tiny
+    relative_attention run on the three backends, on a loaded machine: flagged)."""
+    expected = (FIXTURES / "benchmarks.md").read_text()
+    assert expected.count(" start -->") == 3
+    assert runner.render_document(_emptied(expected), FIXTURES) == expected
+    assert runner.render_document(expected, FIXTURES) == expected
+    assert runner.stale_blocks(expected, FIXTURES) == []
+    record = json.loads((FIXTURES / "relative_attention.json").read_text())
+    for result in record["backends"].values():
+        assert result["under_load"] is True
+        for row in result["results"]["current"]:
+            assert row["extra_S"] == row["extra_peak_bytes"] / (8 * row["length"] ** 2 * 4)
+    assert "**taken under load**" in expected
+
+
+def test_render_detects_a_hand_edited_number(runner):
+    text = (FIXTURES / "benchmarks.md").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("| rel_keys |"))  # TensorFlow's
+    cells = line.split(" | ")
+    cells[3] = "0.01"  # the "x mha" column
+    edited = text.replace(line, " | ".join(cells), 1)
+    assert edited != text
+    assert runner.stale_blocks(edited, FIXTURES) == ["relative_attention:tensorflow"]
+    assert runner.render_document(edited, FIXTURES) == text
+
+
+def test_render_rejects_broken_markers(runner, tmp_path):
+    start = "<!-- benchmarks:relative_attention:jax start -->\n"
+    end = "<!-- benchmarks:relative_attention:jax end -->\n"
+    quoted = f"Markers such as `{start.strip()}` quoted in prose are not markers.\n"
+    assert runner.render_document(quoted, tmp_path) == quoted
+    with pytest.raises(ValueError, match="line 1: relative_attention:jax is never ended"):
+        runner.render_document(start, FIXTURES)
+    with pytest.raises(ValueError, match="line 2: end of relative_attention:jax without"):
+        runner.render_document("text\n" + end, FIXTURES)
+    with pytest.raises(ValueError, match="no data/benchmarks/relative_attention.json"):
+        runner.render_document(start + end, tmp_path)
+    record = json.loads((FIXTURES / "relative_attention.json").read_text())
+    (tmp_path / "one.json").write_text(json.dumps(dict(record, backends={})))
+    with pytest.raises(ValueError, match="has no jax run"):
+        runner.render_document(start.replace("relative_attention", "one") + end.replace(
+            "relative_attention", "one"), tmp_path)  # fmt: skip
+
+
+def test_docs_page_matches_its_json(runner):
+    """Every rendered block of docs/benchmarks.md is what its JSON gives: a number typed
+    into one by hand fails here (`python -m benchmarks render` rewrites them)."""
+    docs = docs_folder()
+    text = (docs / "benchmarks.md").read_text()
+    assert runner.render_document(text, docs / "data" / "benchmarks") == text
+
+
+@pytest.mark.large
+def test_relative_attention_through_the_runner(runner):
+    """A real (tiny) run on the session's backend: rows with time ratios and memory in S."""
+    import keras
+
+    backend = keras.backend.backend()
+    benchmark = runner.BENCHMARKS["relative_attention"]
+    record = runner.run(
+        benchmark,
+        tree=benchmarks_folder().parent,
+        backends=[backend],
+        script_args=["--lengths", "64", "--impls", "keras_mha,rel_keys", "--repeats", "1"],
+        settle=0,
+    )
+    rows = record["backends"][backend]["results"]["current"]
+    assert [(r["implementation"], r["length"]) for r in rows] == [
+        ("keras_mha", 64),
+        ("rel_keys", 64),
+    ]
+    for row in rows:
+        assert row["x_mha"] > 0 and row["extra_S"] == row["extra_peak_bytes"] / (8 * 64 * 64 * 4)
+    assert "| rel_keys | 64 |" in runner.render_block(record, backend)
