@@ -1,4 +1,5 @@
-"""The docs' zoo table: every registered model has card metadata, and the cards' counts are right.
+"""The docs' zoo table: every registered model has card metadata, the cards' counts are right,
+and the table has one line per model, with the columns the zoo page explains.
 
 The zoo page's table is rendered at build time by docs/hooks/zoo_table.py from the registry,
 the front matter of the model cards (zoo/<family>/README.md) and docs/data/zoo_export.csv.
