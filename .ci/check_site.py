@@ -5,7 +5,7 @@ Usage: python .ci/check_site.py SITE_DIR [--chromedriver PATH]
 
 Serves SITE_DIR on 127.0.0.1, drives headless Chromium through Selenium (with
 Debian's chromedriver, so nothing is downloaded) and checks that:
-- the home page, an API page and the zoo page render with their content;
+- the home page, an API page, the zoo page and a model card render with their content;
 - the site search (Material's, run in the browser) returns results;
 - no internal link or in-page anchor of any page is broken (parsed from the HTML).
 Exits non-zero with a list of problems otherwise. Nothing leaves the machine.
@@ -27,10 +27,12 @@ from typing import Any
 
 # Each page, and text its rendered DOM must contain.
 PAGES = {
-    "": ["keras-posenc", "Install and run", "posenc info"],
+    "": ["keras-posenc", "Install and run", "posenc info", "RelativeTransformerEncoder"],
     "api/layers/": ["MultiHeadRelativeAttention", "RelativePositionBias2D", "log_bucket_index"],
-    # "coatnet_0" and "measured speed" come from the table docs/hooks/zoo_table.py renders.
-    "zoo/": ["zoo.create", "register_model", "coatnet_0", "measured speed"],
+    # "coatnet_0" and "SavedModel" come from the table docs/hooks/zoo_table.py renders, the
+    # card page from zoo/coatnet/README.md through the same hook.
+    "zoo/": ["zoo.create", "register_model", "coatnet_0", "SavedModel"],
+    "zoo/coatnet/": ["CoAtNet", "Configurations", "coatnet_4"],
 }
 SEARCH_QUERY = "relative"
 

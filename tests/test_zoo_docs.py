@@ -1,4 +1,5 @@
-"""The docs' zoo table: every registered model has card metadata, and the cards' counts are right.
+"""The docs' zoo table: every registered model has card metadata, the cards' counts are right,
+and the table has one line per model, with the columns the zoo page explains.
 
 The zoo page's table is rendered at build time by docs/hooks/zoo_table.py from the registry,
 the front matter of the model cards (zoo/<family>/README.md) and docs/data/zoo_export.csv.
@@ -99,13 +100,54 @@ def test_card_counts_equal_the_models(name):
     check_count(name, load_hook().card_entries(repository())[name])
 
 
-def test_table_has_a_row_per_registered_model(hook, cards):
+HEADER = "| model | parameters | paper | input | ONNX | SavedModel | speed |"
+
+
+def table_rows(table):
+    """The body rows of a rendered table, each as its list of cells."""
+    lines = table.splitlines()
+    body = lines[lines.index(HEADER) + 2 :]
+    rows = [line for line in body[: body.index("")]]
+    assert all(row.startswith("| ") and row.endswith(" |") for row in rows), rows
+    return [row[2:-2].split(" | ") for row in rows]
+
+
+def test_table_has_one_line_per_registered_model(hook, cards):
+    exports = hook.export_rows(repository() / hook.EXPORT_CSV)
+    table = hook.render_table(hook.registry(), cards, exports)
+    rows = table_rows(table)
+    names = [cells[0].split('nowrap">')[1].split("<")[0] for cells in rows]
+    assert names == zoo.list_models()
+    for name, cells in zip(names, rows, strict=True):
+        # One line of seven cells: a name linking to its card, short counts, short marks.
+        assert len(cells) == 7 and "<br>" not in "".join(cells), (name, cells)
+        family = zoo.get_spec(name).family
+        assert f"](zoo/{family}.md)" in cells[0], (name, cells[0])
+        for mark in cells[4:6]:
+            assert hook.EXPORT_STATUS in mark or mark == "–", (name, mark)
+    by_name = dict(zip(names, rows, strict=True))
+    coatnet_0, coatnet_1 = by_name["coatnet_0"], by_name["coatnet_1"]
+    assert coatnet_0[1].endswith(">25.0M*</span>") and coatnet_0[2].endswith(">25M</span>")
+    assert 'title="25,036,820 trainable; 224 x 224, 1000 classes"' in coatnet_0[1]
+    # The full-size coatnet_1 went to SavedModel, verified, but not to ONNX.
+    assert ">small</span>](" in coatnet_1[4] and "full: not run" in coatnet_1[4]
+    assert ">✓</span>](" in coatnet_1[5]
+    assert "Export: `docs/data/zoo_export.csv`" in table
+
+
+def test_table_without_export_runs(hook, cards):
     table = hook.render_table(hook.registry(), cards, [])
-    rows = [line for line in table.splitlines() if line.startswith("| <code")]
-    assert [row.split(">")[1].split("<")[0] for row in rows] == zoo.list_models()
-    assert "| 25M (Dai et al. 2021) |" in table  # the registry: the paper's count and reference
-    assert "25,036,820 (trainable" in table  # the card: ours
+    assert all(cells[4:6] == ["–", "–"] for cells in table_rows(table))
     assert "Export: no run recorded yet" in table
+
+
+def test_cards_become_pages(hook, cards):
+    assert {hook.card_page(entry["card"]) for entry in cards.values()} == {
+        f"zoo/{family}.md" for family in {zoo.get_spec(name).family for name in cards}
+    }
+    card = "---\nzoo: {}\n---\n\n# Fam\n\n[bench](../../docs/benchmarks.md#a) [x](https://x.org)\n"
+    assert hook.card_markdown(card) == "# Fam\n\n[bench](../benchmarks.md#a) [x](https://x.org)\n"
+    assert hook.card_markdown("# No front matter\n") == "# No front matter\n"
 
 
 # --------------------------------------------------------------------------- the hook's rules
@@ -148,8 +190,21 @@ def test_missing_or_unregistered_card_entries_fail(hook):
 def test_rows_render_counts_paper_export_and_speed(hook):
     speed = {"value": "3 images/s", "setting": "batch 8", "page": "benchmarks.md#x"}
     cards = {
-        "a_net": {**ENTRY, "counted": "trainable", "note": "10 classes", "speed": speed},
-        "b_net": {**ENTRY, "input": "token | ids", "speed": None},
+        "a_net": {
+            **ENTRY,
+            "counted": "trainable",
+            "note": "10 classes",
+            "speed": speed,
+            "card": "zoo/a/README.md",
+        },
+        "b_net": {
+            **ENTRY,
+            "parameters": 2_345_678,
+            "overrides": {"vocab_size": 10},
+            "input": "token | ids",
+            "speed": {"value": "5 steps/s"},
+            "card": "zoo/b/README.md",
+        },
     }
     exports = [
         export_row("a_net", "small", "onnx", "tensorflow", "8.6e-07"),
@@ -158,31 +213,61 @@ def test_rows_render_counts_paper_export_and_speed(hook):
         export_row("other", "full", "onnx", "tensorflow", "1e-3"),  # not registered: ignored
     ]
     table = hook.render_table(MODELS, cards, exports)
-    a_row, b_row = (line for line in table.splitlines() if line.startswith("| <code"))
-    assert a_row == (
-        '| <code style="white-space: nowrap">a_net</code> | 1,234 (trainable; 10 classes) | '
-        "2.5M (Doe et al. 2026) | images | small: "
-        "ONNX (TF, JAX), max diff 1.0e-06; failed: SavedModel (PyTorch)<br>full: not run | "
-        "3 images/s (batch 8), [details](benchmarks.md#x) |"
-    )
-    assert b_row.endswith(
-        "b_net</code> | 1,234 | not reported | token \\| ids | not run | not measured |"
+    a_row, b_row = table_rows(table)
+    status = hook.EXPORT_STATUS
+    assert a_row == [
+        '<span title="A"><a_link>](zoo/a.md)</span>'.replace(
+            "<a_link>", '[<code style="white-space: nowrap">a_net</code>'
+        ),
+        '<span title="1,234 trainable; 10 classes">1.2K*</span>',
+        '<span title="Doe et al. 2026, A Net (arXiv:0000.00000)">2.5M</span>',
+        "images",
+        f'[<span title="full: not run; small: TF, JAX, max diff 1.0e-06">small</span>]({status})',
+        f'[<span title="full: not run; small: failed from PyTorch">✗</span>]({status})',
+        "[3 images/s](benchmarks.md#x) <sup>1</sup>",
+    ]
+    assert b_row == [
+        '[<code style="white-space: nowrap">b_net</code>](zoo/b.md)',  # no description
+        '<span title="2,345,678; vocab_size=10">2.3M†</span>',
+        "–",
+        "token \\| ids",
+        "–",
+        "–",
+        "5 steps/s <sup>2</sup>",
+    ]
+    assert (
+        "Speed: <sup>1</sup> `a_net`: batch 8 ([details](benchmarks.md#x)); "
+        "<sup>2</sup> `b_net`: setting not recorded ([details](zoo/b.md))." in table
     )
     assert "(2026-11-29; 2 CPU cores)" in table
 
 
-def test_export_formats_are_grouped_by_backends(hook):
+def test_export_marks(hook):
     rows = [
         export_row("a_net", "full", "onnx", "tensorflow", "1e-6"),
-        export_row("a_net", "full", "tf_saved_model", "tensorflow", "2e-6"),
         export_row("a_net", "full", "onnx", "torch", "3e-6"),
+        export_row("a_net", "small", "onnx", "jax", "0"),
     ]
-    assert hook.export_cell(rows) == (
-        "small: not run<br>full: ONNX (TF, PyTorch); SavedModel (TF), max diff 3.0e-06"
+    status = hook.EXPORT_STATUS
+    assert hook.export_mark(rows) == (
+        '[<span title="full: TF, PyTorch, max diff 3.0e-06; small: JAX, max diff 0">✓</span>]'
+        f"({status})"
     )
-    assert hook.export_cell(rows[:2]) == (
-        "small: not run<br>full: ONNX, SavedModel (TF), max diff 2.0e-06"
-    )
+    failed_full = [rows[2], export_row("a_net", "full", "onnx", "jax", "failed: MemoryError")]
+    assert ">small (full ✗)</span>" in hook.export_mark(failed_full)
+    assert hook.export_mark([]) == "–"
+    counts = (950, 1000, 1234, 9_949, 9_950, 285_204, 999_499, 999_500, 25_036_820)
+    assert [hook.compact(n) for n in counts] == [
+        "950",
+        "1.0K",
+        "1.2K",
+        "9.9K",
+        "10K",
+        "285K",
+        "999K",
+        "1.0M",
+        "25.0M",
+    ]
 
 
 def test_export_file_is_optional_and_its_columns_are_checked(hook, tmp_path):

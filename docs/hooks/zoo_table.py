@@ -1,16 +1,19 @@
 """MkDocs hook: the zoo page's table, built from the zoo registry and the model cards.
 
 At build time the marker ``<!-- zoo-table -->`` in ``docs/zoo.md`` is replaced by one table
-with a row per registered zoo model:
+with a line per registered zoo model (name, parameters, the paper's count, input, ONNX and
+SavedModel marks, measured speed); details and caveats stay in the cards and the export
+guide's status section, which the cells link to (and show on hover):
 
-- names, the paper's parameter count and the paper (``reference``, shortened to its authors
-  and year) come from the registry (``keras_posenc.zoo``; importing it registers every model
-  without building any);
+- names, descriptions, the paper's parameter count and the paper come from the registry
+  (``keras_posenc.zoo``; importing it registers every model without building any);
 - our parameter count, the input and the measured speed come from the YAML front matter of
   the model cards, ``zoo/<family>/README.md``, under the key ``zoo``, one entry per model
   (fields in ``ENTRY_FIELDS``; tests/test_zoo_docs.py checks the counts against the models);
-- the export status comes from ``docs/data/zoo_export.csv`` (written by
-  ``benchmarks/export_zoo.py``; "not run" while it is missing).
+- the export marks come from ``docs/data/zoo_export.csv`` (written by
+  ``benchmarks/export_zoo.py``; "–" while it is missing).
+
+Each card is also published as a page of the site, ``zoo/<family>.md`` (``on_files``).
 
 A registered model without a card entry, a card entry for a model that is not registered, or
 a malformed entry fails the build. tests/test_zoo_docs.py imports this file to check the cards.
@@ -19,6 +22,7 @@ a malformed entry fails the build. tests/test_zoo_docs.py imports this file to c
 from __future__ import annotations
 
 import csv
+import html
 import logging
 import os
 import pathlib
@@ -187,38 +191,76 @@ def registry(root: str | os.PathLike | None = None) -> list[dict[str, Any]]:
 
 # --------------------------------------------------------------------------- rendering
 
+# Where the ONNX / SavedModel marks link: the export guide's per-model, per-variant table.
+EXPORT_STATUS = "guides/export.md#zoo-export-status"
+# The table's formats, in column order (benchmarks/export_zoo.py writes SavedModel as
+# "tf_saved_model"; "saved_model" is accepted too).
+FORMAT_COLUMNS = (("ONNX", ("onnx",)), ("SavedModel", ("tf_saved_model", "saved_model")))
+TRAINABLE_MARK = "*"
+OVERRIDES_MARK = "†"
+
 
 def _cell(text: Any) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def paper_cell(parameters: int | None, reference: str | None = None) -> str:
-    """The paper's count and who: ``25M (Dai et al. 2021)``, ``not reported (...)``.
+def _title(text: str) -> str:
+    """``text`` for an HTML title attribute inside a Markdown table cell."""
+    return html.escape(" ".join(text.split()), quote=True).replace("|", "&#124;")
 
-    ``reference`` is shortened to its text before the first comma (the authors and year).
-    """
-    count = "not reported" if parameters is None else f"{parameters / 1e6:g}M"
-    who = (reference or "").split(",")[0].strip()
-    return f"{count} ({who})" if who else count
+
+def _hover(text: str, title: str) -> str:
+    """``text`` that shows ``title`` when the pointer rests on it (no title if it is empty)."""
+    return f'<span title="{_title(title)}">{text}</span>' if title else text
+
+
+def compact(count: int) -> str:
+    """A parameter count in few digits: ``25.0M``, ``4.7M``, ``285K``, ``1.2K``, ``950``."""
+    if count >= 999_500:  # what would print as 1000K
+        return f"{count / 1e6:.1f}M"
+    if count >= 9_950:  # what would print as 10.0K
+        return f"{count / 1e3:.0f}K"
+    if count >= 1000:
+        return f"{count / 1e3:.1f}K"
+    return str(count)
+
+
+def card_page(card: str) -> str:
+    """The site page of a card: ``zoo/coatnet/README.md`` -> ``zoo/coatnet.md``."""
+    return f"{pathlib.PurePosixPath(card).parent}.md"
+
+
+def paper_cell(parameters: int | None, reference: str | None = None) -> str:
+    """The paper's count, ``25M``, or ``–``; the reference shows on hover."""
+    count = "–" if parameters is None else f"{parameters / 1e6:g}M"
+    return _hover(count, reference or "")
 
 
 def parameters_cell(entry: Mapping[str, Any]) -> str:
-    qualifiers = ["trainable"] if entry["counted"] == "trainable" else []
-    if entry.get("note"):
-        qualifiers.append(entry["note"])
-    text = f"{entry['parameters']:,}"
-    return f"{text} ({'; '.join(qualifiers)})" if qualifiers else text
+    """Our count, compact, marked ``*`` when only trainable weights count and ``†`` when it is
+    for the card's overrides (e.g. vocabulary sizes); the exact count and its setting on hover."""
+    marks = TRAINABLE_MARK if entry["counted"] == "trainable" else ""
+    marks += OVERRIDES_MARK if entry.get("overrides") else ""
+    exact = f"{entry['parameters']:,}" + (" trainable" if entry["counted"] == "trainable" else "")
+    setting = "; ".join(
+        part
+        for part in (
+            entry.get("note"),
+            ", ".join(f"{k}={v}" for k, v in entry.get("overrides", {}).items()),
+        )
+        if part
+    )
+    return _hover(compact(entry["parameters"]) + marks, f"{exact}; {setting}" if setting else exact)
 
 
-def speed_cell(speed: Mapping[str, Any] | None) -> str:
+def speed_cell(speed: Mapping[str, Any] | None, note: int | None = None) -> str:
+    """The measured value (``–`` if none), linked to its page, with a numbered note mark."""
     if speed is None:
-        return "not measured"
-    text = str(speed["value"])
-    if speed.get("setting"):
-        text += f" ({speed['setting']})"
+        return "–"
+    text = _cell(speed["value"])
     if speed.get("page"):
-        text += f", [details]({speed['page']})"
-    return text
+        text = f"[{text}]({speed['page']})"
+    return f"{text} <sup>{note}</sup>" if note is not None else text
 
 
 def _difference(row: Mapping[str, str]) -> float | None:
@@ -235,40 +277,46 @@ def _names(values: Iterable[str], names: Mapping[str, str]) -> list[str]:
     return [names.get(value, value) for value in ordered]
 
 
-def _by_backends(rows: list[Mapping[str, str]]) -> str:
-    """``ONNX, SavedModel (TF); ONNX (JAX)``: formats grouped by the backends they came from."""
-    backends: dict[str, set[str]] = {}
-    for row in rows:
-        backends.setdefault(row["format"], set()).add(row["backend"])
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for fmt in sorted(backends):
-        key = tuple(_names(backends[fmt], BACKEND_NAMES))
-        groups.setdefault(key, []).append(FORMAT_NAMES.get(fmt, fmt))
-    return "; ".join(f"{', '.join(fmts)} ({', '.join(key)})" for key, fmts in groups.items())
-
-
-def export_cell(rows: Iterable[Mapping[str, str]]) -> str:
-    """Per variant: formats that exported (from which backends), failures, the largest
-    difference against Keras; "not run" when no row is there."""
+def export_detail(rows: Iterable[Mapping[str, str]]) -> str:
+    """Per variant, for one format's rows: the backends it was verified from and the largest
+    difference against Keras, and the backends it failed from, e.g.
+    ``full: TF, JAX, max diff 1.5e-06; small: TF, max diff 8.6e-07``."""
     rows = list(rows)
-    if not rows:
-        return "not run"
     parts = []
-    for variant in VARIANTS:
+    for variant in reversed(VARIANTS):  # full size first: it is what the mark reports
         mine = [row for row in rows if row["variant"] == variant]
-        if not mine:
-            parts.append(f"{variant}: not run")
-            continue
         done = [row for row in mine if _difference(row) is not None]
         failed = [row for row in mine if _difference(row) is None]
         text = []
         if done:
             largest = max(_difference(row) for row in done)
-            text.append(f"{_by_backends(done)}, max diff {largest:.1e}")
+            backends = ", ".join(_names((row["backend"] for row in done), BACKEND_NAMES))
+            text.append(
+                f"{backends}, max diff {largest:.1e}" if largest else f"{backends}, max diff 0"
+            )
         if failed:
-            text.append(f"failed: {_by_backends(failed)}")
-        parts.append(f"{variant}: {'; '.join(text)}")
-    return "<br>".join(parts)
+            backends = ", ".join(_names((row["backend"] for row in failed), BACKEND_NAMES))
+            text.append(f"failed from {backends}")
+        parts.append(f"{variant}: {'; '.join(text) if text else 'not run'}")
+    return "; ".join(parts)
+
+
+def export_mark(rows: Iterable[Mapping[str, str]]) -> str:
+    """One format's mark: ``✓`` verified at full size (from at least one backend), ``small``
+    verified only in the reduced configuration, ``✗`` failed and never verified, ``–`` not
+    run; linked to the export status section, the details on hover."""
+    rows = list(rows)
+    if not rows:
+        return "–"
+    verified = {row["variant"] for row in rows if _difference(row) is not None}
+    failed = {row["variant"] for row in rows if _difference(row) is None}
+    if "full" in verified:
+        mark = "✓"
+    elif "small" in verified:
+        mark = "small" + (" (full ✗)" if "full" in failed else "")
+    else:
+        mark = "✗"
+    return f"[{_hover(mark, export_detail(rows))}]({EXPORT_STATUS})"
 
 
 def render_table(
@@ -276,7 +324,7 @@ def render_table(
     cards: Mapping[str, Mapping[str, Any]],
     exports: list[Mapping[str, str]],
 ) -> str:
-    """The zoo table in Markdown.
+    """The zoo table in Markdown: one line per model, then the speed notes and the export source.
 
     Raises:
         ZooTableError: if a registered model has no card entry, or a card lists a model
@@ -291,21 +339,36 @@ def render_table(
             f"zoo/<family>/README.md); registered without an entry: {missing or 'none'}; "
             f"entries for unregistered names: {unknown or 'none'}"
         )
+    header = ["model", "parameters", "paper", "input"]
+    header += [name for name, _ in FORMAT_COLUMNS] + ["speed"]
     lines = [
-        "| name | parameters (ours) | paper | input | export | measured speed |",
-        "|---|---:|---|---|---|---|",
+        "| " + " | ".join(header) + " |",
+        "|---|--:|--:|---|:-:|:-:|---|",
     ]
+    notes: list[str] = []
     for model in models:
         entry = cards[model["name"]]
         rows = [row for row in exports if row["name"] == model["name"]]
+        speed = entry.get("speed")
+        if speed is not None:
+            setting = _cell(speed.get("setting") or "setting not recorded")
+            where = speed.get("page") or card_page(entry["card"])
+            notes.append(
+                f"<sup>{len(notes) + 1}</sup> `{model['name']}`: {setting} ([details]({where}))"
+            )
+        name = f'<code style="white-space: nowrap">{model["name"]}</code>'
         cells = [
-            # Not wrapped inside a name (Material breaks inline code anywhere).
-            f'<code style="white-space: nowrap">{model["name"]}</code>',
-            _cell(parameters_cell(entry)),
-            _cell(paper_cell(model["paper_parameters"], model.get("reference"))),
+            # Not wrapped inside a name (Material breaks inline code anywhere); the name links
+            # to the family's card, the model's details and caveats.
+            _hover(f"[{name}]({card_page(entry['card'])})", model.get("description") or ""),
+            parameters_cell(entry),
+            paper_cell(model["paper_parameters"], model.get("reference")),
             _cell(entry["input"]),
-            export_cell(rows),
-            _cell(speed_cell(entry.get("speed"))),
+            *(
+                export_mark(row for row in rows if row["format"] in formats)
+                for _, formats in FORMAT_COLUMNS
+            ),
+            speed_cell(speed, len(notes) if speed is not None else None),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     dates = sorted({row["date"] for row in exports if row["name"] in registered})
@@ -318,7 +381,8 @@ def render_table(
         )
     else:
         source = f"Export: no run recorded yet (`benchmarks/export_zoo.py` writes `{EXPORT_CSV}`)."
-    return "\n".join(lines) + "\n\n" + source + "\n"
+    speeds = ("Speed: " + "; ".join(notes) + ".\n\n") if notes else ""
+    return "\n".join(lines) + "\n\n" + speeds + source + "\n"
 
 
 def zoo_table(root: str | os.PathLike) -> str:
@@ -338,6 +402,28 @@ def on_config(config: Any) -> Any:
     # `mkdocs serve` rebuilds when a card changes (the export CSV is under docs/ already).
     config["watch"].append(str(_root(config) / "zoo"))
     return config
+
+
+def card_markdown(text: str) -> str:
+    """A card as a page of the site: without its front matter (the table has it), its links to
+    ``../../docs/...`` (the repository's docs, as GitHub shows the card) made relative to the
+    card's page, ``zoo/<family>.md``."""
+    match = _FRONT_MATTER.match(text)
+    body = text[match.end() :].lstrip("\n") if match else text
+    return body.replace("](../../docs/", "](../")
+
+
+def on_files(files: Any, config: Any) -> Any:
+    # Each model card becomes a page, zoo/<family>.md, which the table's names link to; a
+    # link in a card that does not resolve on the site fails the strict build.
+    from mkdocs.structure.files import File
+
+    root = _root(config)
+    for path in sorted(root.glob(CARDS)):
+        card = path.relative_to(root).as_posix()
+        content = card_markdown(path.read_text(encoding="utf-8"))
+        files.append(File.generated(config, card_page(card), content=content))
+    return files
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:

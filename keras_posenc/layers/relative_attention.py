@@ -91,7 +91,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
       (`RelativePositionBias`).
 
     ``rotary_max_wavelength`` additionally rotates the projected queries and
-    keys (RoPE, `keras_hub.layers.RotaryEmbedding`); it combines with any mode.
+    keys (RoPE, `keras_hub.layers.RotaryEmbedding`), on top of the relative
+    term of any of the three modes. There is no rotary-only mode; for RoPE
+    alone take ``relative="bias"`` with ``bucketing="clip", max_distance=0``:
+    one bucket, a constant per head that the softmax cancels (as the
+    length-generalisation experiment's ``rope`` encoding does).
 
     Memory (``S`` = one float32 ``(batch, heads, q_len, k_len)`` tensor): the
     key term is ``Q W_K^T`` of shape ``(batch, heads, q_len, rows)``, read
