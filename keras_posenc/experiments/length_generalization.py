@@ -809,7 +809,7 @@ def plot(rows: Sequence[dict[str, Any]], chance: float | None = None) -> Any:
         ...     for n, a in ((64, 1.0), (128, 0.8))]
         >>> figure = plot(rows, chance=0.1)
         >>> [int(v) for v in figure.get_size_inches() * figure.dpi]
-        [1200, 450]
+        [1200, 440]
     """
     encodings = list(dict.fromkeys(r["encoding"] for r in rows))
     tasks = list(dict.fromkeys(r["task"] for r in rows))
