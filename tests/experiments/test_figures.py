@@ -184,9 +184,7 @@ MISSING = {
     "length_generalization.plot": lambda out: length_generalization.plot(length_rows()),
     "length_generalization.redraw": lambda out: length_generalization.redraw(out),
     "coatnet_layouts.plot": lambda out: coatnet_layouts.plot(coatnet_rows()),
-    "coatnet_layouts.write_results": lambda out: coatnet_layouts.write_results(
-        coatnet_rows(), out
-    ),
+    "coatnet_layouts.write_results": lambda out: coatnet_layouts.write_results(coatnet_rows(), out),
     "plot_maps": lambda out: padding.plot_maps({"a": np.zeros((4, 4, 1))}, ["H"]),
     "padding.redraw": lambda out: padding.redraw(out),
     # The studies check before they train or probe anything, not when they write.
