@@ -8,7 +8,7 @@ backend of a user's session (a notebook keeps its own).
 
 Every figure is at least `MIN_WIDTH_PX` pixels wide when saved (its width in
 inches times `DPI`), so that it stays readable at the documentation's content
-width; the docs' browser check (.ci/check_site.py) and tests/test_figures.py
+width; the docs' browser check (.ci/check_site.py) and tests/experiments/test_figures.py
 hold the committed figures to the same width.
 """
 

@@ -235,3 +235,10 @@ def test_committed_figures_are_wide_and_keep_their_data():
         assert png_size(path)[0] >= 800, path
         data = [path.with_suffix(".npz"), path.with_suffix(".csv")]
         assert any(p.exists() for p in data), f"{path}: no {data[0].name} or {data[1].name}"
+
+
+def test_a_figure_narrower_than_800_px_is_refused():
+    from keras_posenc.experiments._figures import new_figure
+
+    with pytest.raises(ValueError, match=r"caller: a figure must be at least 800 px wide; got "):
+        new_figure("caller", height=3.0, width=7.0)
