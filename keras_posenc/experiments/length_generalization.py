@@ -809,14 +809,15 @@ def plot(rows: Sequence[dict[str, Any]], chance: float | None = None) -> Any:
         ...     for n, a in ((64, 1.0), (128, 0.8))]
         >>> figure = plot(rows, chance=0.1)
         >>> [int(v) for v in figure.get_size_inches() * figure.dpi]
-        [1200, 440]
+        [1200, 500]
     """
     encodings = list(dict.fromkeys(r["encoding"] for r in rows))
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     lengths = sorted({r["test_length"] for r in rows})
     columns = min(_COLUMNS, len(encodings))
     grid_rows = math.ceil(len(encodings) / columns)
-    figure = new_figure("length_generalization.plot", height=1.8 + 2.6 * grid_rows)
+    # At least 5 inches: the y label spans the grid's height, even of one row of panels.
+    figure = new_figure("length_generalization.plot", height=max(5.0, 1.8 + 2.6 * grid_rows))
     # The legend gets a row of its own above the panels: constrained layout places a
     # figure legend "outside" without regard to the suptitle or supxlabel (they overlap).
     grid = figure.add_gridspec(grid_rows + 1, columns, height_ratios=[0.12] + [1] * grid_rows)
