@@ -7,7 +7,10 @@ Serves SITE_DIR on 127.0.0.1, drives headless Chromium through Selenium (with
 Debian's chromedriver, so nothing is downloaded) and checks that:
 - the home page, an API page, the zoo page and a model card render with their content;
 - the site search (Material's, run in the browser) returns results;
-- no internal link or in-page anchor of any page is broken (parsed from the HTML).
+- no internal link or in-page anchor of any page is broken (parsed from the HTML);
+- every figure (an <img> whose file lies under experiments/: the experiments' plots and
+  maps) loads, at a natural width of at least MIN_FIGURE_WIDTH pixels, so it stays
+  readable at the content width.
 Exits non-zero with a list of problems otherwise. Nothing leaves the machine.
 """
 
@@ -35,6 +38,10 @@ PAGES = {
     "zoo/coatnet/": ["CoAtNet", "Configurations", "coatnet_4"],
 }
 SEARCH_QUERY = "relative"
+# Figures are the images stored under this folder of the site; each must load with at
+# least this natural width (keras_posenc/experiments/_figures.py draws them 1000-1200 px).
+FIGURE_FOLDER = "/experiments/"
+MIN_FIGURE_WIDTH = 800
 
 CHROMIUM_FLAGS = [
     "--headless=new",
@@ -57,6 +64,7 @@ class _Links(html.parser.HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.links: list[str] = []
+        self.images: list[str] = []
         self.ids: set[str] = set()
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -68,6 +76,8 @@ class _Links(html.parser.HTMLParser):
         for attribute in ("href", "src"):
             if tag in ("a", "link", "script", "img") and values.get(attribute):
                 self.links.append(values[attribute])
+        if tag == "img" and values.get("src"):
+            self.images.append(values["src"])
 
 
 def _parse(path: str) -> _Links:
@@ -118,6 +128,53 @@ def broken_links(site: str) -> list[str]:
     return problems
 
 
+def _page_url(site: str, path: str) -> str:
+    """The URL path of an HTML file of the site: ``/a/b/`` for ``a/b/index.html``."""
+    url = "/" + os.path.relpath(path, site).replace(os.sep, "/")
+    return url[: -len("index.html")] if url.endswith("/index.html") else url
+
+
+def figure_images(site: str) -> dict[str, list[str]]:
+    """``{page URL: [src of each figure]}`` for every page of the site that shows a figure.
+
+    A figure is an ``<img>`` whose ``src`` resolves to a path under `FIGURE_FOLDER`
+    (external images and images elsewhere are not figures). Page URLs are paths
+    from the site's root (``/experiments/coatnet-layouts/``); each ``src`` is as
+    written in the page, which the browser resolves against the page's URL.
+    """
+    pages: dict[str, list[str]] = {}
+    for root, _, files in os.walk(site):
+        for name in sorted(files):
+            if not name.endswith(".html"):
+                continue
+            path = os.path.join(root, name)
+            page = _page_url(site, path)
+            for source in _parse(path).images:
+                parts = urllib.parse.urlsplit(source)
+                if parts.scheme or parts.netloc:  # external, or data: URLs
+                    continue
+                resolved = posixpath.normpath(posixpath.join(posixpath.dirname(page), parts.path))
+                if resolved.startswith(FIGURE_FOLDER):
+                    pages.setdefault(page, []).append(source)
+    return dict(sorted(pages.items()))
+
+
+def narrow_figures(widths: dict[str, int], minimum: int = MIN_FIGURE_WIDTH) -> list[str]:
+    """One problem per figure whose natural width is below ``minimum`` (0: it did not load).
+
+    Args:
+        widths: ``{figure name: img.naturalWidth}`` as the browser reports it.
+        minimum: the narrowest acceptable width in pixels.
+    """
+    problems = []
+    for name, width in widths.items():
+        if width == 0:
+            problems.append(f"figure {name} did not load (naturalWidth 0)")
+        elif width < minimum:
+            problems.append(f"figure {name} is {width} px wide; figures need at least {minimum} px")
+    return problems
+
+
 def _browser(chromedriver: str) -> Any:  # a selenium WebDriver
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -163,6 +220,41 @@ def check_search(driver: Any, base: str) -> list[str]:
     return [] if hits else [f"search for {SEARCH_QUERY!r} returned no results"]
 
 
+def check_figures(driver: Any, base: str, site: str) -> list[str]:
+    """Loads every page with figures and checks each figure's natural width in the browser."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    pages = figure_images(site)
+    if not pages:  # a check that finds nothing to check would pass for the wrong reason
+        return [f"no figures (images under {FIGURE_FOLDER}) found in the site"]
+    problems = []
+    for page, sources in pages.items():
+        driver.get(base + page.lstrip("/"))
+        try:  # every image finished loading or failed (naturalWidth 0 then)
+            WebDriverWait(driver, 30).until(
+                lambda d: d.execute_script(
+                    "return Array.from(document.images).every(i => i.complete)"
+                )
+            )
+        except Exception:  # a timeout: the widths below show which did not load
+            pass
+        loaded = dict(
+            driver.execute_script(
+                "return Array.from(document.images).map(i => [i.src, i.naturalWidth])"
+            )
+        )
+        widths = {}
+        for source in sources:
+            url = urllib.parse.urljoin(base + page.lstrip("/"), source)
+            if url not in loaded:
+                problems.append(f"{page}: figure {source!r} is not in the rendered page")
+                continue
+            widths[f"{page}{source}"] = int(loaded[url])
+        print(f"page {page}: {len(widths)} figure(s), natural widths {sorted(widths.values())}")
+        problems.extend(narrow_figures(widths))
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("site")
@@ -179,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     driver = _browser(args.chromedriver)
     try:
         problems = check_pages(driver, base) + check_search(driver, base)
+        problems += check_figures(driver, base, args.site)
     finally:
         driver.quit()
         server.shutdown()

@@ -60,10 +60,7 @@ from keras import ops
 
 from keras_posenc import zoo
 from keras_posenc._compile import training_jit_compile
-from keras_posenc.experiments._raster import draw_line as _line
-from keras_posenc.experiments._raster import draw_marker as _marker
-from keras_posenc.experiments._raster import draw_text as _text
-from keras_posenc.experiments._raster import write_png
+from keras_posenc.experiments._figures import new_figure, require_matplotlib, save_figure
 from keras_posenc.experiments._settings import merge_settings
 from keras_posenc.layers._checks import check_int, check_non_negative_number
 from keras_posenc.zoo.coatnet import parse_layout
@@ -81,6 +78,8 @@ __all__ = [
     "layout_label",
     "markdown_table",
     "plot",
+    "read_results",
+    "redraw",
     "texture_layout_data",
     "train_and_evaluate",
     "trainable_parameters",
@@ -429,7 +428,8 @@ def layout_experiment(
             whose numbers are not the study's) instead of the full one (seeds
             0, 1, 2, 2048 training images, 8 epochs, 1024 test images).
         out: a folder to write ``coatnet_layouts.csv``, ``.md`` and ``.png``
-            (accuracy per layout) into; created if missing.
+            (accuracy per layout, drawn with matplotlib, the ``experiments``
+            extra; `redraw` draws it again from the CSV) into; created if missing.
         seeds: seeds; default ``(0,)`` quick, ``(0, 1, 2)`` full.
         layouts: a selection of layouts (default the paper's four, `LAYOUTS`).
         verbose: 1 prints Keras' progress bar for each training and a summary
@@ -444,8 +444,13 @@ def layout_experiment(
         the mean training accuracy and its standard deviation, the number of
         seeds, trainable parameters, training images, epochs and the
         seconds of all the layout's runs (compiling included).
+
+    Raises:
+        ImportError: with ``out`` but without matplotlib, before any training.
     """
     caller = "layout_experiment"
+    if out is not None:  # fail before the training, not after it
+        require_matplotlib(caller)
     model_settings, budget, task_settings = merge_settings(
         caller, quick, settings, QUICK_SETTINGS, FULL_SETTINGS, MODEL_SETTINGS, TASK_SETTINGS
     )
@@ -534,11 +539,17 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 def write_results(rows: Sequence[dict[str, Any]], out: str | os.PathLike) -> list[str]:
     """Writes ``coatnet_layouts.csv``, ``.md`` and ``.png`` into ``out``.
 
+    The CSV is the data behind the figure: `redraw` draws the PNG again from it.
+
     Returns:
         The paths written.
+
+    Raises:
+        ImportError: without matplotlib (the ``experiments`` extra), before anything is written.
     """
+    require_matplotlib("coatnet_layouts.write_results")
     os.makedirs(out, exist_ok=True)
-    csv_path = os.path.join(out, "coatnet_layouts.csv")
+    csv_path = os.path.join(out, CSV_NAME)
     with open(csv_path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
@@ -547,87 +558,155 @@ def write_results(rows: Sequence[dict[str, Any]], out: str | os.PathLike) -> lis
     md_path = os.path.join(out, "coatnet_layouts.md")
     with open(md_path, "w") as handle:
         handle.write(markdown_table(rows))
-    png_path = os.path.join(out, "coatnet_layouts.png")
-    write_png(png_path, plot(rows))
+    png_path = save_figure(plot(rows), os.path.join(out, FIGURE_NAME))
     return [csv_path, md_path, png_path]
 
 
-_WIDTH, _HEIGHT = 330, 200
-_LEFT, _RIGHT, _TOP, _BOTTOM = 34, 120, 16, 38
-_TEST_SHADE, _TRAIN_SHADE, _TEXT_SHADE = 0, 140, 0
-_GRID, _AXIS, _CHANCE = 232, 120, 170
+CSV_NAME = "coatnet_layouts.csv"
+FIGURE_NAME = "coatnet_layouts.png"
+_INT_COLUMNS = ("params", "seeds", "train_images", "epochs")
 
 
-# Capitals for the layout names (the shared 5 x 8 font has lower case only), same encoding.
-_CAPITALS = {"C": "0e11101010110e00", "T": "1f04040404040400"}
+def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of a ``coatnet_layouts.csv`` (or of the folder holding one).
+
+    Numbers come back as ints and floats: the rows `layout_experiment`
+    returned, ready for `plot` or `markdown_table`.
+
+    Raises:
+        ValueError: when the CSV lacks a column of `COLUMNS`.
+
+    Examples:
+
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> with open(os.path.join(folder, "coatnet_layouts.csv"), "w") as f:
+        ...     _ = f.write(",".join(COLUMNS) + "\\n"
+        ...                 "C-C-T-T,169840,0.8,0.04,0.74,0.84,0.99,0.003,3,2048,8,200.0\\n")
+        >>> row = read_results(folder)[0]
+        >>> row["layout"], row["params"], row["test_accuracy"]
+        ('C-C-T-T', 169840, 0.8)
+    """
+    if os.path.isdir(path):
+        path = os.path.join(path, CSV_NAME)
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(
+                f"read_results: {os.fspath(path)!r} lacks the column(s) {missing}; expected "
+                f"the columns {list(COLUMNS)} that write_results writes."
+            )
+        rows = []
+        for raw in reader:
+            row: dict[str, Any] = {"layout": raw["layout"]}
+            for key in COLUMNS[1:]:
+                row[key] = int(raw[key]) if key in _INT_COLUMNS else float(raw[key])
+            rows.append(row)
+    return rows
 
 
-def _label(canvas: np.ndarray, x: int, y: int, text: str, colour: int) -> None:
-    """Draws ``text`` like the shared ``_text``, with capital C and T."""
-    for index, char in enumerate(text):
-        left = x + 6 * index
-        if char not in _CAPITALS:
-            _text(canvas, left, y, char, colour)
-            continue
-        glyph = _CAPITALS[char]
-        for row in range(8):
-            bits = int(glyph[2 * row : 2 * row + 2], 16)
-            for col in range(5):
-                if bits & (1 << (4 - col)):
-                    canvas[y + row, left + col] = colour
+def redraw(folder: str | os.PathLike, out: str | os.PathLike | None = None) -> str:
+    """Draws ``coatnet_layouts.png`` again from the ``coatnet_layouts.csv`` beside it.
 
-
-def plot(rows: Sequence[dict[str, Any]], scale: int = 2) -> np.ndarray:
-    """Accuracy per layout as a greyscale image.
-
-    For each layout: the mean test accuracy (black filled square, a bar
-    from the lowest to the highest seed) and the mean training accuracy
-    (grey hollow square); dashed lines at chance (0.25) and at 0.50, the
-    best a model that sees the layout but not the textures can do.
+    No training: the CSV that `write_results` wrote holds everything the figure shows.
 
     Args:
-        rows: the rows of `layout_experiment`.
-        scale: each pixel is drawn as ``scale x scale`` pixels.
+        folder: the folder holding the CSV.
+        out: the folder for the PNG; default ``folder``.
 
     Returns:
-        A ``(height, width)`` uint8 array (0 black, 255 white).
+        The path of the PNG.
+
+    Raises:
+        ImportError: without matplotlib (the ``experiments`` extra).
     """
-    canvas = np.full((_HEIGHT, _WIDTH), 255, np.uint8)
-    x0, x1 = _LEFT, _WIDTH - _RIGHT
-    y0, y1 = _TOP, _HEIGHT - _BOTTOM  # y0: accuracy 1, y1: accuracy 0
+    require_matplotlib("coatnet_layouts.redraw")
+    rows = read_results(folder)
+    out = folder if out is None else out
+    os.makedirs(out, exist_ok=True)
+    return save_figure(plot(rows), os.path.join(out, FIGURE_NAME))
 
-    def height(value: float) -> int:
-        return round(y1 - value * (y1 - y0))
 
-    _text(canvas, x0, 3, "coatnet layouts: accuracy", _TEXT_SHADE)
-    for value in (0.0, 0.25, 0.5, 0.75, 1.0):
-        _line(canvas, (x0, height(value)), (x1, height(value)), _GRID)
-        label = f"{value:g}"
-        _text(canvas, x0 - 3 - 6 * len(label), height(value) - 3, label, _TEXT_SHADE)
-    _line(canvas, (x0, y0), (x0, y1), _AXIS)
-    _line(canvas, (x0, y1), (x1, y1), _AXIS)
-    for level in (0.25, 0.5):
-        _line(canvas, (x0, height(level)), (x1, height(level)), _CHANCE, dash=3)
-    step = (x1 - x0) / len(rows)
-    for index, row in enumerate(rows):
-        x = round(x0 + step * (index + 0.5))
-        name = row["layout"]
-        _label(canvas, x - 3 * len(name), y1 + 6 + 10 * (index % 2), name, _TEXT_SHADE)
-        low, high = height(row["test_accuracy_min"]), height(row["test_accuracy_max"])
-        _line(canvas, (x - 4, low), (x - 4, high), _TEST_SHADE)
-        _marker(canvas, x - 4, height(row["test_accuracy"]), _TEST_SHADE, filled=True)
-        _marker(canvas, x + 4, height(row["train_accuracy"]), _TRAIN_SHADE, filled=False)
-    x, y = x1 + 10, y0 + 4
-    _marker(canvas, x + 3, y + 3, _TEST_SHADE, filled=True)
-    _text(canvas, x + 10, y, "test (mean,", _TEXT_SHADE)
-    _text(canvas, x + 10, y + 10, "bar: seeds)", _TEXT_SHADE)
-    _marker(canvas, x + 3, y + 27, _TRAIN_SHADE, filled=False)
-    _text(canvas, x + 10, y + 24, "train (mean)", _TRAIN_SHADE)
-    _line(canvas, (x, y + 45), (x + 6, y + 45), _CHANCE, dash=3)
-    _text(canvas, x + 10, y + 42, "0.25: chance", _TEXT_SHADE)
-    _text(canvas, x + 10, y + 52, "0.5: layout", _TEXT_SHADE)
-    _text(canvas, x + 10, y + 62, "without texture", _TEXT_SHADE)
-    seeds, images = rows[0]["seeds"], rows[0]["train_images"]
-    _text(canvas, x, y + 82, f"{seeds} seed(s)", _TEXT_SHADE)
-    _text(canvas, x, y + 92, f"{images} train images", _TEXT_SHADE)
-    return np.repeat(np.repeat(canvas, scale, axis=0), scale, axis=1)
+def plot(rows: Sequence[dict[str, Any]]) -> Any:
+    """Test and training accuracy per layout, as a matplotlib figure.
+
+    For each layout: the mean test accuracy with an error bar from the lowest
+    to the highest seed, and the mean training accuracy with one standard
+    deviation; lines at chance (0.25) and at 0.50, the best a model that
+    sees the layout but not the textures can do. Each layout's label gives
+    its trainable parameters; the legend sits below the axes.
+
+    Args:
+        rows: the rows of `layout_experiment` (or `read_results`).
+
+    Returns:
+        A ``matplotlib.figure.Figure`` (Agg canvas) 1000 px wide at
+        `keras_posenc.experiments._figures.DPI`; save it with its ``savefig``.
+
+    Raises:
+        ImportError: without matplotlib (the ``experiments`` extra).
+
+    Examples:
+
+        >>> rows = [{"layout": "C-C-C-T", "params": 156936, "test_accuracy": 0.99,
+        ...          "test_accuracy_min": 0.98, "test_accuracy_max": 1.0,
+        ...          "train_accuracy": 1.0, "train_accuracy_std": 0.0, "seeds": 3,
+        ...          "train_images": 2048, "epochs": 8}]
+        >>> figure = plot(rows)
+        >>> [int(v) for v in figure.get_size_inches() * figure.dpi]
+        [1000, 500]
+    """
+    figure = new_figure("coatnet_layouts.plot", height=5.0, width=10.0)
+    axis = figure.subplots()
+    x = np.arange(len(rows))
+    test = np.array([row["test_accuracy"] for row in rows])
+    low = test - np.array([row["test_accuracy_min"] for row in rows])
+    high = np.array([row["test_accuracy_max"] for row in rows]) - test
+    train = np.array([row["train_accuracy"] for row in rows])
+    train_std = np.array([row["train_accuracy_std"] for row in rows])
+    seeds = rows[0]["seeds"]
+    axis.errorbar(
+        x - 0.08,
+        test,
+        yerr=np.maximum([low, high], 0),
+        fmt="o",
+        color="tab:blue",
+        markersize=8,
+        capsize=4,
+        label=f"test accuracy: mean of {seeds} seed(s), bar from lowest to highest seed",
+    )
+    axis.errorbar(
+        x + 0.08,
+        train,
+        yerr=train_std,
+        fmt="s",
+        color="tab:orange",
+        markerfacecolor="white",
+        markersize=8,
+        capsize=4,
+        label="training accuracy: mean, bar ± 1 standard deviation",
+    )
+    axis.axhline(1 / len(CLASSES), color="0.4", linestyle="--", linewidth=1, label="chance: 0.25")
+    axis.axhline(
+        0.5,
+        color="0.4",
+        linestyle=":",
+        linewidth=1.2,
+        label="best possible from layout without texture: 0.50",
+    )
+    axis.set_xticks(x, [f"{row['layout']}\n{row['params']:,} params" for row in rows])
+    axis.set_xlim(-0.5, len(rows) - 0.5)
+    axis.set_ylim(0, 1.05)
+    axis.grid(True, axis="y", color="0.9")
+    axis.set_xlabel(
+        "layout of stages S1..S4 (C: MBConv convolution, T: relative-attention Transformer)"
+    )
+    axis.set_ylabel("accuracy (fraction correct)")
+    figure.legend(loc="outside lower center", ncols=2, fontsize=9, frameon=False)
+    first = rows[0]
+    axis.set_title(
+        f"CoAtNet layouts on the texture-layout task: {first['train_images']} training "
+        f"images, {first['epochs']} epoch(s)"
+    )
+    return figure

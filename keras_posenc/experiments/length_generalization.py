@@ -68,10 +68,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc.experiments._raster import GLYPH_WIDTH, write_png
-from keras_posenc.experiments._raster import draw_line as _line
-from keras_posenc.experiments._raster import draw_marker as _marker
-from keras_posenc.experiments._raster import draw_text as _text
+from keras_posenc.experiments._figures import new_figure, require_matplotlib, save_figure
 from keras_posenc.experiments._settings import merge_settings
 from keras_posenc.layers._checks import check_choice, check_int
 from keras_posenc.layers.relative_position import (
@@ -518,7 +515,9 @@ def length_generalization_experiment(
             the full one (both tasks, seeds 0, 1, 2, two blocks, 1000 steps at
             3e-3, 4096 positions: about 20 minutes).
         out: a folder to write ``length_generalization.csv``, ``.md`` and
-            ``.png`` (accuracy against test length) into; created if missing.
+            ``.png`` (accuracy against test length, drawn with matplotlib, the
+            ``experiments`` extra; `redraw` draws it again from the CSV) into;
+            created if missing.
         seeds: seeds; default ``(0,)`` quick, ``(0, 1, 2)`` full.
         encodings: a selection of `ENCODINGS`.
         tasks: a selection of `TASKS`; default ``("copy_back",)`` quick, all full.
@@ -535,8 +534,13 @@ def length_generalization_experiment(
         minimum and maximum (all ``None`` with the note ``"n/a"`` where the
         model cannot run the length), the number of seeds, parameters, blocks
         and training steps.
+
+    Raises:
+        ImportError: with ``out`` but without matplotlib, before any training.
     """
     caller = "length_generalization_experiment"
+    if out is not None:  # fail before the training, not after it
+        require_matplotlib(caller)
     model_settings, budget, task_settings = merge_settings(
         caller, quick, settings, QUICK_SETTINGS, FULL_SETTINGS, MODEL_SETTINGS, TASK_SETTINGS
     )
@@ -658,11 +662,17 @@ def write_results(
 ) -> list[str]:
     """Writes ``length_generalization.csv``, ``.md`` and ``.png`` into ``out``.
 
+    The CSV is the data behind the figure: `redraw` draws the PNG again from it.
+
     Returns:
         The paths written.
+
+    Raises:
+        ImportError: without matplotlib (the ``experiments`` extra), before anything is written.
     """
+    require_matplotlib("length_generalization.write_results")
     os.makedirs(out, exist_ok=True)
-    csv_path = os.path.join(out, "length_generalization.csv")
+    csv_path = os.path.join(out, CSV_NAME)
     with open(csv_path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
@@ -671,126 +681,199 @@ def write_results(
     md_path = os.path.join(out, "length_generalization.md")
     with open(md_path, "w") as handle:
         handle.write(markdown_table(rows, vocabulary_size))
-    png_path = os.path.join(out, "length_generalization.png")
-    write_png(png_path, plot(rows, chance=1 / vocabulary_size))
+    png_path = save_figure(plot(rows, chance=1 / vocabulary_size), os.path.join(out, FIGURE_NAME))
     return [csv_path, md_path, png_path]
+
+
+CSV_NAME = "length_generalization.csv"
+FIGURE_NAME = "length_generalization.png"
+_INT_COLUMNS = ("test_length", "seeds", "params", "num_layers", "train_steps")
+_FLOAT_COLUMNS = ("accuracy", "accuracy_std", "accuracy_min", "accuracy_max")
+
+
+def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of a ``length_generalization.csv`` (or of the folder holding one).
+
+    Numbers come back as ints and floats, an empty cell (a length the model
+    cannot run) as ``None``: the rows `length_generalization_experiment`
+    returned, ready for `plot` or `markdown_table`.
+
+    Raises:
+        ValueError: when the CSV lacks a column of `COLUMNS`.
+
+    Examples:
+
+        >>> import os, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> with open(os.path.join(folder, "length_generalization.csv"), "w") as f:
+        ...     _ = f.write(",".join(COLUMNS) + "\\n"
+        ...                 "copy_back,rope,128,0.5,0.1,0.4,0.6,3,17806,2,1000,\\n")
+        >>> row = read_results(folder)[0]
+        >>> row["encoding"], row["test_length"], row["accuracy"]
+        ('rope', 128, 0.5)
+    """
+    if os.path.isdir(path):
+        path = os.path.join(path, CSV_NAME)
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(
+                f"read_results: {os.fspath(path)!r} lacks the column(s) {missing}; expected "
+                f"the columns {list(COLUMNS)} that write_results writes."
+            )
+        rows = []
+        for raw in reader:
+            row: dict[str, Any] = {key: raw[key] for key in COLUMNS}
+            for key in _INT_COLUMNS:
+                row[key] = int(raw[key])
+            for key in _FLOAT_COLUMNS:
+                row[key] = float(raw[key]) if raw[key] != "" else None
+            rows.append(row)
+    return rows
+
+
+def redraw(
+    folder: str | os.PathLike, out: str | os.PathLike | None = None, vocabulary_size: int = 10
+) -> str:
+    """Draws ``length_generalization.png`` again from the ``length_generalization.csv`` beside it.
+
+    No training: the CSV that `write_results` wrote holds everything the figure shows.
+
+    Args:
+        folder: the folder holding the CSV.
+        out: the folder for the PNG; default ``folder``.
+        vocabulary_size: the run's number of token types (chance is its inverse;
+            the CSV does not record it; default `MODEL_SETTINGS`'s).
+
+    Returns:
+        The path of the PNG.
+
+    Raises:
+        ImportError: without matplotlib (the ``experiments`` extra).
+    """
+    require_matplotlib("length_generalization.redraw")
+    rows = read_results(folder)
+    out = folder if out is None else out
+    os.makedirs(out, exist_ok=True)
+    return save_figure(plot(rows, chance=1 / vocabulary_size), os.path.join(out, FIGURE_NAME))
 
 
 # ----------------------------------------------------------------------------- the figure
 
-# Greyscale (`write_png` writes greyscale): the relative task dark with filled
-# markers, the absolute task mid-grey with hollow markers.
-_TASK_SHADES = {"copy_back": 0, "copy_position": 140}
-_GRID, _AXIS, _TEXT, _CHANCE = 232, 120, 0, 170
-_PANEL_WIDTH, _PANEL_HEIGHT = 200, 130
-_LEFT, _RIGHT, _TOP, _BOTTOM = 26, 10, 14, 16
+# One colour and marker per task (the relative task first), from matplotlib's default cycle.
+_TASK_STYLES = {
+    "copy_back": {"color": "tab:blue", "marker": "o"},
+    "copy_position": {"color": "tab:orange", "marker": "s"},
+}
 _COLUMNS = 4
 
 
-def _panel(
-    canvas: np.ndarray,
-    left: int,
-    top: int,
-    title: str,
-    series: dict[str, list[dict[str, Any]]],
-    chance: float | None,
-) -> None:
-    """One encoding: accuracy (0..1) against test length, one line per task."""
-    x0, x1 = left + _LEFT, left + _PANEL_WIDTH - _RIGHT
-    y0, y1 = top + _TOP, top + _PANEL_HEIGHT - _BOTTOM  # y0: accuracy 1, y1: accuracy 0
+def plot(rows: Sequence[dict[str, Any]], chance: float | None = None) -> Any:
+    """Accuracy against test length, one panel per encoding, as a matplotlib figure.
 
-    def height(value: float) -> int:
-        return round(y1 - value * (y1 - y0))
-
-    _text(canvas, x0, top + 3, title, _TEXT)
-    for value in (0.0, 0.25, 0.5, 0.75, 1.0):
-        _line(canvas, (x0, height(value)), (x1, height(value)), _GRID)
-        if value in (0.0, 0.5, 1.0):
-            label = f"{value:g}"
-            _text(canvas, x0 - 3 - GLYPH_WIDTH * len(label), height(value) - 3, label, _TEXT)
-    _line(canvas, (x0, y0), (x0, y1), _AXIS)
-    _line(canvas, (x0, y1), (x1, y1), _AXIS)
-    if chance is not None:
-        _line(canvas, (x0, height(chance)), (x1, height(chance)), _CHANCE, dash=3)
-    lengths = list(dict.fromkeys(r["test_length"] for rows in series.values() for r in rows))
-    # Test lengths double, so evenly spaced positions are a log scale.
-    xs = {
-        n: round(x0 + 14 + i * (x1 - x0 - 28) / max(len(lengths) - 1, 1))
-        for i, n in enumerate(lengths)
-    }
-    for n, x in xs.items():
-        _line(canvas, (x, y1), (x, y1 + 2), _AXIS)
-        _text(canvas, x - GLYPH_WIDTH * len(str(n)) // 2, y1 + 5, str(n), _TEXT)
-    for index, (task, rows) in enumerate(series.items()):
-        shade = _TASK_SHADES.get(task, _TEXT)
-        dodge = 3 * (2 * index - (len(series) - 1))  # keeps the two tasks' bars apart
-        points = []
-        for row in rows:
-            x = xs[row["test_length"]] + dodge
-            if row["accuracy"] is None:
-                _text(canvas, x - 8, height(0.55 - 0.15 * index) - 4, "n/a", shade)
-                continue
-            _line(canvas, (x, height(row["accuracy_min"])), (x, height(row["accuracy_max"])), shade)
-            points.append((x, height(row["accuracy"])))
-        for a, b in zip(points, points[1:]):
-            _line(canvas, a, b, shade, width=2)
-        for x, y in points:
-            _marker(canvas, x, y, shade, filled=index == 0)
-
-
-def plot(rows: Sequence[dict[str, Any]], chance: float | None = None, scale: int = 2) -> np.ndarray:
-    """Accuracy against test length, one small panel per encoding, as a greyscale image.
-
-    Each panel has one line per task (the mean over seeds; a vertical bar
-    spans the seeds' minimum to maximum; the first task dark with filled
-    markers, the second grey with hollow ones), the chance level dashed, and
-    "n/a" where the model cannot run the length. The last panel is the legend.
+    Each panel has one line per task: the mean over seeds, with an error bar
+    from the lowest to the highest seed; "n/a" marks a length the model
+    cannot run. The x axis is the test length in tokens on a log scale; a
+    dashed line marks chance. The legend sits above the panels.
 
     Args:
-        rows: the rows of `length_generalization_experiment`.
+        rows: the rows of `length_generalization_experiment` (or `read_results`).
         chance: accuracy of guessing, drawn as a dashed line; ``None`` for none.
-        scale: each pixel is drawn as ``scale x scale`` pixels.
 
     Returns:
-        A ``(height, width)`` uint8 array (0 black, 255 white).
+        A ``matplotlib.figure.Figure`` (Agg canvas) of 1200 px width at
+        `keras_posenc.experiments._figures.DPI`; save it with its ``savefig``.
+
+    Raises:
+        ImportError: without matplotlib (the ``experiments`` extra).
+
+    Examples:
+
+        >>> rows = [
+        ...     {"task": "copy_back", "encoding": "rope", "test_length": n, "accuracy": a,
+        ...      "accuracy_min": a - 0.1, "accuracy_max": a, "seeds": 3}
+        ...     for n, a in ((64, 1.0), (128, 0.8))]
+        >>> figure = plot(rows, chance=0.1)
+        >>> [int(v) for v in figure.get_size_inches() * figure.dpi]
+        [1200, 500]
     """
     encodings = list(dict.fromkeys(r["encoding"] for r in rows))
     tasks = list(dict.fromkeys(r["task"] for r in rows))
-    panels = len(encodings) + 1
-    columns = min(_COLUMNS, panels)
-    grid_rows = math.ceil(panels / columns)
-    canvas = np.full((grid_rows * _PANEL_HEIGHT + 4, columns * _PANEL_WIDTH + 4), 255, np.uint8)
-    for index, encoding in enumerate(encodings):
-        series = {
-            t: [r for r in rows if r["encoding"] == encoding and r["task"] == t] for t in tasks
-        }
-        series = {t: s for t, s in series.items() if s}
-        left, top = 2 + (index % columns) * _PANEL_WIDTH, 2 + (index // columns) * _PANEL_HEIGHT
-        _panel(canvas, left, top, encoding, series, chance)
-    # The legend, in the panel after the last encoding.
-    x = 2 + (len(encodings) % columns) * _PANEL_WIDTH + 8
-    y = 2 + (len(encodings) // columns) * _PANEL_HEIGHT + 6
-    for index, task in enumerate(tasks):
-        shade = _TASK_SHADES.get(task, _TEXT)
-        _line(canvas, (x, y + 3), (x + 16, y + 3), shade, width=2)
-        _marker(canvas, x + 8, y + 3, shade, filled=index == 0)
-        kind, description = TASK_DESCRIPTIONS[task].format(**TASK_SETTINGS).split(": ")
-        _text(canvas, x + 22, y, f"{task} ({kind}):", shade)
-        _text(canvas, x + 22, y + 10, description, shade)
-        y += 24
-    if chance is not None:
-        _line(canvas, (x, y + 3), (x + 16, y + 3), _CHANCE, dash=3)
-        _text(canvas, x + 22, y, f"chance ({chance:.2f})", _TEXT)
-        y += 16
+    lengths = sorted({r["test_length"] for r in rows})
+    columns = min(_COLUMNS, len(encodings))
+    grid_rows = math.ceil(len(encodings) / columns)
+    # At least 5 inches: the y label spans the grid's height, even of one row of panels.
+    figure = new_figure("length_generalization.plot", height=max(5.0, 1.8 + 2.6 * grid_rows))
+    # The legend gets a row of its own above the panels: constrained layout places a
+    # figure legend "outside" without regard to the suptitle or supxlabel (they overlap).
+    grid = figure.add_gridspec(grid_rows + 1, columns, height_ratios=[0.12] + [1] * grid_rows)
+    legend_axis = figure.add_subplot(grid[0, :])
+    legend_axis.set_axis_off()
+    axes = grid[1:, :].subgridspec(grid_rows, columns).subplots(sharex=True, sharey=True)
+    axes = np.asarray(axes).ravel()
+    handles = {}
+    for axis, encoding in zip(axes, encodings):
+        axis.set_title(encoding, fontsize=11)
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(lengths, [str(n) for n in lengths])
+        axis.minorticks_off()
+        axis.set_ylim(-0.02, 1.05)
+        axis.grid(True, color="0.9")
+        if chance is not None:
+            handles["chance"] = axis.axhline(chance, color="0.45", linestyle="--", linewidth=1)
+        for index, task in enumerate(tasks):
+            series = [r for r in rows if r["encoding"] == encoding and r["task"] == task]
+            style = _TASK_STYLES.get(task, {"marker": "o"})
+            measured = [r for r in series if r["accuracy"] is not None]
+            if measured:
+                x = np.array([r["test_length"] for r in measured], float)
+                y = np.array([r["accuracy"] for r in measured])
+                low = y - np.array([r["accuracy_min"] for r in measured])
+                high = np.array([r["accuracy_max"] for r in measured]) - y
+                # The tasks' bars side by side, not on top of each other (a log axis: a factor).
+                dodge = 2 ** (0.04 * (2 * index - (len(tasks) - 1)))
+                handles[task] = axis.errorbar(
+                    x * dodge,
+                    y,
+                    yerr=np.maximum([low, high], 0),
+                    capsize=2,
+                    linewidth=1.5,
+                    markersize=5,
+                    **style,
+                )
+            for row in series:
+                if row["accuracy"] is None:
+                    axis.text(
+                        row["test_length"],
+                        0.55 - 0.12 * index,
+                        "n/a",
+                        ha="center",
+                        va="center",
+                        fontsize=9,
+                        color=style.get("color", "black"),
+                    )
+    for index in range(len(encodings), len(axes)):
+        axes[index].set_axis_off()
+        if index >= columns:  # the panel above an empty cell shows the test lengths
+            axes[index - columns].xaxis.set_tick_params(labelbottom=True)
+    labels = {task: f"{task} ({TASK_DESCRIPTIONS[task].format(**TASK_SETTINGS)})" for task in tasks}
+    labels["chance"] = f"chance ({chance:.2f})" if chance is not None else ""
+    entries = [key for key in labels if key in handles]
     seeds = max(r["seeds"] for r in rows)
+    legend_axis.legend(
+        [handles[key] for key in entries],
+        [labels[key] for key in entries],
+        loc="center",
+        ncols=len(entries),
+        fontsize=10,
+        frameon=False,
+    )
+    figure.suptitle(
+        "Length generalisation: accuracy beyond the training length, per position encoding\n"
+        f"(line: mean of {seeds} seed(s); bar: lowest to highest seed)"
+    )
     train_length = MODEL_SETTINGS["train_length"]
-    for line in (
-        f"x: test length L (train: {train_length})",
-        "y: accuracy on positions",
-        "   L/2 .. L-1",
-        f"line: mean of {seeds} seed(s)",
-        "bar: lowest to highest seed",
-    ):
-        _text(canvas, x, y, line, _TEXT)
-        y += 11
-    return np.repeat(np.repeat(canvas, scale, axis=0), scale, axis=1)
+    figure.supxlabel(f"test length L (tokens, log scale; trained at L = {train_length})")
+    figure.supylabel("accuracy on positions L/2 .. L-1 (fraction correct)")
+    return figure

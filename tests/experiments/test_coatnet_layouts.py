@@ -167,7 +167,7 @@ def test_tiny_run_writes_its_outputs(tmp_path, capsys):
     png = open(os.path.join(tmp_path, "coatnet_layouts.png"), "rb").read()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     width, height = struct.unpack(">II", png[16:24])
-    assert (width, height) == (660, 400)
+    assert (width, height) == (1000, 500)  # matplotlib, 10 x 5 inches at 100 dpi
 
 
 @pytest.mark.large

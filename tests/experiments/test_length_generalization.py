@@ -150,7 +150,7 @@ def test_tiny_run_learns_the_relative_task_and_writes_its_outputs(tmp_path):
     png = open(os.path.join(tmp_path, "length_generalization.png"), "rb").read()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     width, height = struct.unpack(">II", png[16:24])
-    assert (width, height) == (2 * (3 * 200 + 4), 2 * (1 * 130 + 4))  # 2 panels + legend
+    assert (width, height) == (1200, 500)  # matplotlib: 12 x 5 inches at 100 dpi
 
 
 def test_cli_reports_a_bad_selection(capsys):

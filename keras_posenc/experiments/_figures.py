@@ -1,0 +1,85 @@
+"""What every experiment's figure shares: matplotlib, imported lazily, and one way to save.
+
+matplotlib is an optional dependency (the ``experiments`` extra): the studies
+run and return their numbers without it, and only drawing a figure needs it.
+Figures are plain ``matplotlib.figure.Figure`` objects drawn on the Agg canvas,
+never through ``pyplot``, so drawing one neither needs a display nor changes the
+backend of a user's session (a notebook keeps its own).
+
+Every figure is at least `MIN_WIDTH_PX` pixels wide when saved (its width in
+inches times `DPI`), so that it stays readable at the documentation's content
+width; the docs' browser check (.ci/check_site.py) and tests/experiments/test_figures.py
+hold the committed figures to the same width.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+# Pixels per inch of every saved figure; a figure of FIGURE_WIDTH inches is
+# FIGURE_WIDTH * DPI pixels wide.
+DPI = 100
+FIGURE_WIDTH = 12.0
+MIN_WIDTH_PX = 800
+EXTRA = "experiments"
+INSTALL = f'pip install "keras-posenc[{EXTRA}]"'
+
+
+def require_matplotlib(caller: str) -> Any:
+    """Returns the ``matplotlib`` module, or raises an ImportError naming the extra.
+
+    Args:
+        caller: the function that needs it, named in the message.
+
+    Raises:
+        ImportError: when matplotlib is not installed.
+
+    Examples:
+
+        >>> require_matplotlib("plot").__name__
+        'matplotlib'
+    """
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise ImportError(
+            f"{caller}: drawing the experiments' figures needs matplotlib, an optional "
+            f"dependency of keras-posenc; install it with `{INSTALL}`."
+        ) from error
+    return matplotlib
+
+
+def new_figure(caller: str, height: float, width: float = FIGURE_WIDTH) -> Any:
+    """A ``matplotlib.figure.Figure`` of ``width`` x ``height`` inches on an Agg canvas.
+
+    Constrained layout keeps titles, tick labels and legends from overlapping.
+
+    Raises:
+        ImportError: when matplotlib is not installed (naming ``caller`` and the extra).
+        ValueError: when ``width`` would save narrower than `MIN_WIDTH_PX`.
+    """
+    require_matplotlib(caller)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if width * DPI < MIN_WIDTH_PX:
+        raise ValueError(
+            f"{caller}: a figure must be at least {MIN_WIDTH_PX} px wide; got width={width} "
+            f"inches at {DPI} dpi ({width * DPI:.0f} px)."
+        )
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def save_figure(figure: Any, path: str | os.PathLike) -> str:
+    """Saves ``figure`` as a PNG at `DPI` and returns the path.
+
+    The size is the figure's own (no ``bbox_inches="tight"``, which would crop
+    it below its width). The metadata leave out matplotlib's version string, so
+    redrawing unchanged data with another patch release of matplotlib does not
+    change a committed file for that alone.
+    """
+    figure.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
+    return os.fspath(path)
