@@ -915,9 +915,7 @@ def _export_on_tensorflow(
     if output_names is None or any(spec.get("name") is None for spec in specs):
         input_names, output_names = _names(model, specs, None, output_names, "export_model")
         specs = [{**spec, "name": name} for spec, name in zip(specs, input_names)]
-    signature = [
-        keras.InputSpec(shape=s["shape"], dtype=s["dtype"], name=s["name"]) for s in specs
-    ]
+    signature = [keras.InputSpec(shape=s["shape"], dtype=s["dtype"], name=s["name"]) for s in specs]
     signature = [signature] if len(signature) > 1 else signature
     named = _NamedOutputs(model, output_names)
     named.export(path, format=format, verbose=False, input_signature=signature)
