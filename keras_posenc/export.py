@@ -418,11 +418,11 @@ def _names(
             [_clean_name(spec.get("name"), f"input_{i}") for i, spec in enumerate(specs)], []
         )
     else:
-        inputs = _given_names(who, "input_names", input_names, len(specs), "model inputs")
+        inputs = _given_names(who, "input_names", input_names, len(specs), "model input")
     if output_names is None:
         return inputs, _unique(_derived_output_names(model, specs, outputs), inputs)
     count = len(_output_structure(model, specs, outputs)[1])
-    given = _given_names(who, "output_names", output_names, count, "model outputs")
+    given = _given_names(who, "output_names", output_names, count, "model output")
     clash = sorted(set(given) & set(inputs))
     if clash:
         raise ValueError(
@@ -486,14 +486,14 @@ def _unique(names: list[str], taken: list[str]) -> list[str]:
 def _given_names(who: str, argument: str, names: Any, count: int, what: str) -> list[str]:
     if isinstance(names, str) or not isinstance(names, Sequence):
         raise TypeError(
-            f"{who}: `{argument}` must be a list of {count} names (one per {what[:-1]}); "
+            f"{who}: `{argument}` must be a list of names, one per {what} ({count}); "
             f"got {type(names).__name__} {names!r}."
         )
     names = list(names)
     if len(names) != count:
         raise ValueError(
-            f"{who}: `{argument}` must hold one name per {what[:-1]}: {count} names; "
-            f"got {len(names)} ({names})."
+            f"{who}: `{argument}` must hold one name per {what} ({count}); "
+            f"got {len(names)}: {names}."
         )
     for name in names:
         if not isinstance(name, str) or not _NAME.fullmatch(name) or not name.isascii():
@@ -687,6 +687,15 @@ def export_seq2seq(
     (their shapes are in the step's report); feed ``bos_id`` at index 0, then
     each chosen token, passing the returned cache back in.
 
+    The graphs' inputs and outputs are named by
+    :func:`~keras_posenc.zoo.seq2seq.decoding_names`: the encoder takes
+    ``encoder_token_ids`` and returns the encoder state, each output named as
+    the step input it feeds (ConvS2S: ``encoder_keys``, ``encoder_values``,
+    ``source_mask``); the step takes ``token_ids``, ``index`` and the cache
+    (one tensor per decoder layer, ``cache_<layer>``) and returns ``logits``
+    and ``new_<name>`` for each cache tensor ``<name>``
+    (docs/guides/export.md lists them per model family).
+
     Args:
         model: a :class:`~keras_posenc.zoo.seq2seq.Seq2SeqModel`.
         directory: folder for ``encoder`` and ``decoder_step`` (``.onnx`` files
@@ -718,6 +727,7 @@ def export_seq2seq(
         Seq2SeqDecoderStep,
         Seq2SeqEncoder,
         Seq2SeqModel,
+        decoding_names,
         decoding_signatures,
     )
 
@@ -732,6 +742,7 @@ def export_seq2seq(
     for target in targets:
         _check_target(target, overwrite, "export_seq2seq")
     encoder_signature, step_signature = decoding_signatures(model)
+    names = decoding_names(model)
     encoder_runs, step_runs = _decoding_inputs(model) if verify else (None, None)
     graphs = {
         "encoder": (Seq2SeqEncoder(model, name="encoder"), encoder_signature, encoder_runs),
@@ -753,6 +764,8 @@ def export_seq2seq(
                 input_signature=signature,
                 check_memory=check_memory,
                 verify_inputs=runs,
+                input_names=names[name][0],
+                output_names=names[name][1],
             )
             for path, (name, (graph, signature, runs)) in zip(staged, graphs.items())
         }
@@ -792,20 +805,22 @@ def _decoding_inputs(model: Any) -> tuple[list, list]:
 
 def _input_specs(model: keras.Model, input_signature: Any) -> list[dict]:
     """Each model input as {"shape": [...], "dtype": str, "name": str | None}, batch axis
-    first; the name is the spec's or the ``keras.Input``'s."""
-    if input_signature is not None:
-        return [
-            {
-                "shape": list(s.shape),
-                "dtype": str(s.dtype or "float32"),
-                "name": getattr(s, "name", None),
-            }
-            for s in input_signature
-        ]
+    first; the name is the signature spec's, else the ``keras.Input``'s."""
     try:
         inputs = keras.tree.flatten(model.inputs)
     except (AttributeError, ValueError):
         inputs = None
+    if input_signature is not None:
+        specs = list(input_signature)
+        known = [x.name for x in inputs] if inputs and len(inputs) == len(specs) else None
+        return [
+            {
+                "shape": list(s.shape),
+                "dtype": str(s.dtype or "float32"),
+                "name": getattr(s, "name", None) or (known[i] if known else None),
+            }
+            for i, s in enumerate(specs)
+        ]
     if not inputs:
         raise ValueError(
             "export_model: the model has no symbolic inputs (a subclassed model?); "
