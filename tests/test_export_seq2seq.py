@@ -6,6 +6,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+from test_export_zoo import assert_graph_follows_guide
 
 from keras_posenc.export import export_seq2seq
 from keras_posenc.generation import greedy_search
@@ -124,6 +125,13 @@ def test_graphs_are_verified_on_real_decoding_inputs(tmp_path, monkeypatch):
     # Each graph is exported with the names of the export guide, its specs named alike.
     assert names == NAMES
     assert specs == {graph: inputs for graph, (inputs, _) in NAMES.items()}
+    for graph, (inputs, outputs) in names.items():
+        assert_graph_follows_guide(
+            "convs2s_small",
+            graph,
+            [(name, None, None) for name in inputs],
+            [(name, None, None) for name in outputs],
+        )
     sources, steps = recorded["encoder"], recorded["decoder_step"]
     assert [s.shape for s in sources] == [(2, 7), (2, 11)]
     for source, (token, index, *cache) in zip(sources, steps, strict=True):
