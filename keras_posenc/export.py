@@ -18,6 +18,10 @@ On PyTorch, ``route="native"`` exports ONNX with PyTorch's own exporter
 instead (``torch.onnx.export``, TorchScript tracing), with no TensorFlow
 subprocess. Before a tf2onnx conversion, the memory it will need is estimated
 from the parameter count and compared with the memory available.
+
+Every route names the artifact's inputs and outputs alike, after the model's
+``keras.Input`` layers and output layers (or the keys of a dict of outputs):
+:func:`export_names` gives them, docs/guides/export.md lists them per zoo family.
 """
 
 from __future__ import annotations
@@ -129,8 +133,9 @@ class ExportReport:
         path: where the artifact was written.
         route: how it was exported, e.g. ``"tensorflow (direct)"`` or
             ``"tensorflow subprocess from torch"``.
-        inputs: ``(name, shape, dtype)`` of each artifact input (None = dynamic).
-        outputs: ``(name, shape, dtype)`` of each artifact output.
+        inputs: ``(name, shape, dtype)`` of each artifact input (None = dynamic),
+            in the model's order.
+        outputs: ``(name, shape, dtype)`` of each artifact output, in the model's order.
         opset: the ONNX opset (None for SavedModel).
         max_abs_difference: the largest absolute difference between the artifact's
             and the Keras model's outputs over the verification runs (None if
@@ -230,8 +235,8 @@ def export_model(
         overwrite: replace what is at ``path`` (once the new artifact has
             verified); False (default) refuses an existing target.
         input_names: the names of the graph's inputs, one per model input;
-            default: the names of the model's ``keras.Input`` layers (or of
-            ``input_signature``'s specs), see :func:`export_names`.
+            default: the ``name`` of each spec of ``input_signature``, else of
+            the model's ``keras.Input`` layers, see :func:`export_names`.
         output_names: the names of the graph's outputs, one per output
             (flattened as ``keras.tree.flatten`` does); default: the keys of a
             dict of outputs, else the names of the layers that produce them.
@@ -363,8 +368,8 @@ def export_names(
 ) -> tuple[list[str], list[str]]:
     """The input and output names :func:`export_model` gives ``model``'s graph.
 
-    Inputs are named after the model's ``keras.Input`` layers (or the
-    ``name`` of each spec of ``input_signature``), outputs after the keys of
+    Inputs are named after the ``name`` of each spec of ``input_signature``,
+    else after the model's ``keras.Input`` layers; outputs after the keys of
     a dict of outputs, else after the layers that produce them (Keras'
     ``model.output_names``); a model without either gets ``input_<i>`` and
     ``output_<i>``. Characters other than letters, digits and ``_`` become
@@ -466,7 +471,7 @@ def _clean_name(name: Any, fallback: str) -> str:
     cleaned = re.sub(r"[^A-Za-z0-9_]", "_", str(name or ""))
     if not cleaned:
         return fallback
-    return cleaned if cleaned[0].isalpha() and cleaned.isascii() else f"{fallback}_{cleaned}"
+    return cleaned if cleaned[0].isalpha() else f"{fallback}_{cleaned}"
 
 
 def _unique(names: list[str], taken: list[str]) -> list[str]:
@@ -496,7 +501,7 @@ def _given_names(who: str, argument: str, names: Any, count: int, what: str) -> 
             f"got {len(names)}: {names}."
         )
     for name in names:
-        if not isinstance(name, str) or not _NAME.fullmatch(name) or not name.isascii():
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ValueError(
                 f"{who}: every name in `{argument}` must be a letter followed by letters, "
                 f"digits or '_' (a name every format and runtime takes); got {name!r}."
