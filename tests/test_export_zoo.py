@@ -194,7 +194,8 @@ def test_every_registered_model_has_a_names_table():
     assert {family(name) for name in zoo.list_models()} == set(FAMILY_MODELS)
 
 
-@pytest.mark.large  # building the six models: 60 s on JAX, 2 s on TensorFlow (2 cores, load average 8)
+# Large: building the six models took 60 s on JAX, 2 s on TensorFlow (2 cores, load 8).
+@pytest.mark.large
 @pytest.mark.parametrize("table", sorted(FAMILY_MODELS))
 def test_export_guide_lists_the_names_of_each_family(table):
     # Names, ranks and dtypes of the graphs as export_model / export_seq2seq declare them
