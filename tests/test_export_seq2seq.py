@@ -6,11 +6,13 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+from keras import ops
 from test_export_zoo import assert_graph_follows_guide
 
-from keras_posenc.export import export_seq2seq
+from keras_posenc.export import export_names, export_seq2seq
 from keras_posenc.generation import greedy_search
 from keras_posenc.zoo.convs2s import ConvS2S
+from keras_posenc.zoo.seq2seq import Seq2SeqModel, decoding_names
 
 # The graphs' names for small_convs2s (two decoder convolutions), as the export guide lists
 # them for ConvS2S.
@@ -93,6 +95,41 @@ def test_seq2seq_saved_model_graphs_verify(tmp_path):
         function = tf.saved_model.load(reports[graph].path).signatures["serving_default"]
         assert set(function.structured_input_signature[1]) == set(inputs)
         assert set(function.structured_outputs) == set(outputs)
+
+
+class Unnamed(Seq2SeqModel):
+    """A seq2seq model that does not name its state and cache: the export numbers them."""
+
+    def __init__(self, **kwargs):
+        self.embedding = keras.layers.Embedding(10, 4, name="embedding")
+        self._init_seq2seq(10, 10, 0, 1, 2, None, None)
+        inputs, logits = self._functional_graph()
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+
+    def encode(self, encoder_token_ids, training=None):
+        return self.embedding(encoder_token_ids), ops.not_equal(encoder_token_ids, 0)
+
+    def decode(self, decoder_token_ids, encoder_state, training=None):
+        x = self.embedding(decoder_token_ids)
+        return ops.matmul(x, ops.transpose(self.embedding.embeddings))
+
+    def init_cache(self, encoder_state, max_length):
+        batch = ops.shape(encoder_state[0])[0]
+        return (*encoder_state, ops.zeros((batch, max_length, 4)))
+
+
+def test_state_and_cache_a_model_does_not_name_are_numbered():
+    model = Unnamed()
+    state = ["encoder_state_0", "encoder_state_1"]
+    assert decoding_names(model) == {
+        "encoder": (["encoder_token_ids"], state),
+        "decoder_step": (
+            ["token_ids", "index", *state, "cache_0"],
+            ["logits", "new_encoder_state_0", "new_encoder_state_1", "new_cache_0"],
+        ),
+    }
+    # The teacher-forced model's output is named logits by Seq2SeqModel itself.
+    assert export_names(model) == (["decoder_token_ids", "encoder_token_ids"], ["logits"])
 
 
 def test_export_seq2seq_needs_a_seq2seq_model(tmp_path):
