@@ -52,28 +52,39 @@ def _weights(model, path: str) -> str:
     return "written"
 
 
+def _input_names(path: str) -> list[str] | None:
+    """The input names of the ONNX graph at ``path`` (None if there is none): a graph
+    cached by an earlier version, with other names, is exported again."""
+    import onnxruntime
+
+    if not os.path.exists(path):
+        return None
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return [spec.name for spec in session.get_inputs()]
+
+
 def coatnet_rows(cache: str, batches: list[int], repeats: int) -> list[tuple]:
     import keras
     import numpy as np
     import onnxruntime
 
     from keras_posenc import zoo
-    from keras_posenc.export import export_model
+    from keras_posenc.export import export_model, export_names
 
     keras.utils.set_random_seed(0)
     model = zoo.create("coatnet_0")
     _weights(model, os.path.join(cache, "coatnet_0.weights.h5"))
     path = os.path.join(cache, "coatnet_0.onnx")
-    if not os.path.exists(path):
+    (name,), _ = export_names(model)  # "images", as the export guide lists it
+    if _input_names(path) != [name]:
         start = time.perf_counter()
-        report = export_model(model, path, format="onnx")
+        report = export_model(model, path, format="onnx", overwrite=True)
         print(
             f"  exported coatnet_0 in {time.perf_counter() - start:.0f} s ({report.route}), "
             f"max |difference| {report.max_abs_difference:.2g}",
             flush=True,
         )
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
     rows = []
     for batch in batches:
         x = np.random.default_rng(batch).standard_normal((batch, 224, 224, 3)).astype("float32")
@@ -99,6 +110,7 @@ def convs2s_rows(cache: str, batches: list[int], repeats: int, vocab: int) -> li
     from keras_posenc import zoo
     from keras_posenc._compile import compile_inference
     from keras_posenc.export import export_seq2seq
+    from keras_posenc.zoo.seq2seq import decoding_names
 
     keras.utils.set_random_seed(0)
     name = "convs2s_iwslt_de_en"
@@ -107,9 +119,11 @@ def convs2s_rows(cache: str, batches: list[int], repeats: int, vocab: int) -> li
     model.encode(rng.integers(3, vocab, (1, 8)).astype("int32"))  # builds the weights
     _weights(model, os.path.join(cache, f"{name}_{vocab}.weights.h5"))
     folder = os.path.join(cache, f"{name}_{vocab}_onnx")
-    if not os.path.exists(os.path.join(folder, "decoder_step.onnx")):
+    # token_ids, index, then the cache: encoder_keys, ..., cache_decoder_conv_<i>.
+    names = decoding_names(model)["decoder_step"][0]
+    if _input_names(os.path.join(folder, "decoder_step.onnx")) != names:
         start = time.perf_counter()
-        reports = export_seq2seq(model, folder, format="onnx")
+        reports = export_seq2seq(model, folder, format="onnx", overwrite=True)
         worst = max(r.max_abs_difference for r in reports.values())
         print(
             f"  exported {name} (two graphs) in {time.perf_counter() - start:.0f} s, "
@@ -119,7 +133,6 @@ def convs2s_rows(cache: str, batches: list[int], repeats: int, vocab: int) -> li
     session = onnxruntime.InferenceSession(
         os.path.join(folder, "decoder_step.onnx"), providers=["CPUExecutionProvider"]
     )
-    names = [spec.name for spec in session.get_inputs()]
     step = compile_inference(
         lambda tokens, cache, index: model.decode_step(tokens, cache, index), model.variables
     )

@@ -18,6 +18,10 @@ On PyTorch, ``route="native"`` exports ONNX with PyTorch's own exporter
 instead (``torch.onnx.export``, TorchScript tracing), with no TensorFlow
 subprocess. Before a tf2onnx conversion, the memory it will need is estimated
 from the parameter count and compared with the memory available.
+
+Every route names the artifact's inputs and outputs alike, after the model's
+``keras.Input`` layers and output layers (or the keys of a dict of outputs):
+:func:`export_names` gives them, docs/guides/export.md lists them per zoo family.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import importlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -128,8 +133,9 @@ class ExportReport:
         path: where the artifact was written.
         route: how it was exported, e.g. ``"tensorflow (direct)"`` or
             ``"tensorflow subprocess from torch"``.
-        inputs: ``(name, shape, dtype)`` of each artifact input (None = dynamic).
-        outputs: ``(name, shape, dtype)`` of each artifact output.
+        inputs: ``(name, shape, dtype)`` of each artifact input (None = dynamic),
+            in the model's order.
+        outputs: ``(name, shape, dtype)`` of each artifact output, in the model's order.
         opset: the ONNX opset (None for SavedModel).
         max_abs_difference: the largest absolute difference between the artifact's
             and the Keras model's outputs over the verification runs (None if
@@ -182,6 +188,8 @@ def export_model(
     check_memory: bool = True,
     verify_inputs: Sequence[Any] | None = None,
     overwrite: bool = False,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
 ) -> ExportReport:
     """Exports ``model`` to ONNX or a TensorFlow SavedModel, from any backend, and verifies it.
 
@@ -226,13 +234,26 @@ def export_model(
             (:func:`export_seq2seq` passes real encoder states and caches).
         overwrite: replace what is at ``path`` (once the new artifact has
             verified); False (default) refuses an existing target.
+        input_names: the names of the graph's inputs, one per model input;
+            default: the ``name`` of each spec of ``input_signature``, else of
+            the model's ``keras.Input`` layers, see :func:`export_names`.
+        output_names: the names of the graph's outputs, one per output
+            (flattened as ``keras.tree.flatten`` does); default: the keys of a
+            dict of outputs, else the names of the layers that produce them.
+
+    Every format and route gives the graph the same names: the ONNX graph's
+    inputs and outputs (``onnxruntime.InferenceSession(path).get_inputs()``),
+    in the model's order, and the SavedModel's ``serving_default`` signature
+    keys. The export fails if the artifact's names differ from them.
 
     Returns:
         An :class:`ExportReport`.
 
     Raises:
         ValueError: for an unknown format or route, ``route="native"`` off
-            PyTorch or with SavedModel, an ``atol`` or ``rtol`` that is
+            PyTorch or with SavedModel, ``input_names`` or ``output_names``
+            that are not one distinct name (a letter, then letters, digits
+            or ``_``) per input or output, an ``atol`` or ``rtol`` that is
             negative, NaN or infinite, or if the verification finds outputs
             that are not finite or a difference above that tolerance (the
             message gives it).
@@ -288,8 +309,13 @@ def export_model(
     if not isinstance(model, keras.Model):
         raise TypeError(f"export_model: `model` must be a keras.Model; got {type(model).__name__}.")
     specs = _input_specs(model, input_signature)
+    outputs = None
     if not model.built or not getattr(model, "_called", True):
-        model(_sample_inputs(specs, _VERIFY_LENGTHS[0], np.random.default_rng(0), zeros=True))
+        outputs = model(
+            _sample_inputs(specs, _VERIFY_LENGTHS[0], np.random.default_rng(0), zeros=True)
+        )
+    names, output_names = _names(model, specs, input_names, output_names, "export_model", outputs)
+    specs = [{**spec, "name": name} for spec, name in zip(specs, names)]
 
     notes = []
     if any(_is_mixed(layer) for layer in _all_layers(model)):
@@ -301,13 +327,13 @@ def export_model(
         check_tf2onnx_memory(model)
     with _staged([path], overwrite, "export_model") as (staged,):
         if route == "native":
-            details = _export_native_torch(model, staged, specs)
+            details = _export_native_torch(model, staged, specs, output_names)
             taken = f"torch.onnx.export (TorchScript tracer, opset {_NATIVE_OPSET}) on torch"
         elif backend == "tensorflow":
-            details = _export_on_tensorflow(model, staged, format, specs)
+            details = _export_on_tensorflow(model, staged, format, specs, output_names)
             taken = "tensorflow (direct)"
         else:
-            details = _export_in_subprocess(model, staged, format, specs)
+            details = _export_in_subprocess(model, staged, format, specs, output_names)
             taken = f"tensorflow subprocess from {backend} (via .keras)"
         report = ExportReport(
             format=format,
@@ -318,10 +344,189 @@ def export_model(
             opset=details.get("opset"),
             notes=notes,
         )
+        _check_artifact_names(report, names, output_names)
         if verify:
             _verify(model, report, specs, atol, rtol, verify_inputs)
     report.path = path
     return report
+
+
+# --------------------------------------------------------------------------- names
+
+# The names an exported graph's inputs and outputs may have: TensorFlow takes
+# [A-Za-z0-9.][A-Za-z0-9_.\-/]* as a tensor name and ONNX any string; a letter, then
+# letters, digits and "_", is a name every format, runtime and language binding takes
+# as it is (docs/guides/export.md, "Input and output names").
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def export_names(
+    model: keras.Model,
+    input_signature: Sequence[keras.InputSpec] | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+) -> tuple[list[str], list[str]]:
+    """The input and output names :func:`export_model` gives ``model``'s graph.
+
+    Inputs are named after the ``name`` of each spec of ``input_signature``,
+    else after the model's ``keras.Input`` layers; outputs after the keys of
+    a dict of outputs, else after the layers that produce them (Keras'
+    ``model.output_names``); a model without either gets ``input_<i>`` and
+    ``output_<i>``. Characters other than letters, digits and ``_`` become
+    ``_``, and a name met before (an output named like an input, two outputs
+    of one layer) gets ``_1``, ``_2``, ... appended. ``input_names`` and
+    ``output_names`` replace them as given.
+
+    Args:
+        model: a ``keras.Model``; a subclassed model without ``output_names``
+            is called once on zeros to see its outputs.
+        input_signature: as in :func:`export_model`.
+        input_names: as in :func:`export_model`.
+        output_names: as in :func:`export_model`.
+
+    Returns:
+        ``(input_names, output_names)``, in the order of the model's
+        (flattened) inputs and outputs.
+
+    Raises:
+        ValueError: for ``input_names`` or ``output_names`` of the wrong
+            length, with a repeated or invalid name, or if the model has no
+            symbolic inputs and no ``input_signature``.
+
+    Examples:
+
+        >>> import keras
+        >>> tokens = keras.Input((None,), dtype="int32", name="token_ids")
+        >>> x = keras.layers.Embedding(10, 4)(tokens)
+        >>> model = keras.Model(tokens, keras.layers.Dense(3, name="logits")(x))
+        >>> export_names(model)
+        (['token_ids'], ['logits'])
+        >>> export_names(model, output_names=["scores"])
+        (['token_ids'], ['scores'])
+    """
+    specs = _input_specs(model, input_signature)
+    return _names(model, specs, input_names, output_names, "export_names")
+
+
+def _names(
+    model: keras.Model,
+    specs: list[dict],
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    who: str,
+    outputs: Any = None,
+) -> tuple[list[str], list[str]]:
+    """The graph's input and output names (see :func:`export_names`); ``outputs``: the
+    model's outputs on some input if it was just called, which saves calling it again."""
+    if input_names is None:
+        inputs = _unique(
+            [_clean_name(spec.get("name"), f"input_{i}") for i, spec in enumerate(specs)], []
+        )
+    else:
+        inputs = _given_names(who, "input_names", input_names, len(specs), "model input")
+    if output_names is None:
+        return inputs, _unique(_derived_output_names(model, specs, outputs), inputs)
+    count = len(_output_structure(model, specs, outputs)[1])
+    given = _given_names(who, "output_names", output_names, count, "model output")
+    clash = sorted(set(given) & set(inputs))
+    if clash:
+        raise ValueError(
+            f"{who}: `output_names` must differ from the input names {inputs} (a graph "
+            f"value has one name); got {clash[0]!r} in both."
+        )
+    return inputs, given
+
+
+def _output_structure(model: keras.Model, specs: list[dict], outputs: Any) -> tuple[Any, list]:
+    """The model's output structure and its flattened outputs, symbolic for a functional
+    model, else from ``outputs`` or a call on zeros."""
+    structure = outputs
+    if structure is None:
+        try:
+            structure = model.output if model.outputs else None
+        except (AttributeError, ValueError):  # a subclassed model has no symbolic outputs
+            structure = None
+    if structure is None:
+        zeros = _sample_inputs(specs, _VERIFY_LENGTHS[0], np.random.default_rng(0), zeros=True)
+        structure = model(zeros)
+    return structure, keras.tree.flatten(structure)
+
+
+def _derived_output_names(model: keras.Model, specs: list[dict], outputs: Any) -> list[str]:
+    structure, flat = _output_structure(model, specs, outputs)
+    if isinstance(structure, dict):
+        return [
+            _clean_name("_".join(str(key) for key in path), f"output_{i}")
+            for i, (path, _) in enumerate(keras.tree.flatten_with_path(structure))
+        ]
+    layers = getattr(model, "output_names", None)
+    if isinstance(layers, list | tuple) and len(layers) == len(flat):
+        return [_clean_name(name, f"output_{i}") for i, name in enumerate(layers)]
+    return [f"output_{i}" for i in range(len(flat))]
+
+
+def _clean_name(name: Any, fallback: str) -> str:
+    """``name`` with every character outside ``[A-Za-z0-9_]`` replaced by ``_``, and
+    ``fallback`` prefixed when it does not start with a letter (or is empty)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", str(name or ""))
+    if not cleaned:
+        return fallback
+    return cleaned if cleaned[0].isalpha() else f"{fallback}_{cleaned}"
+
+
+def _unique(names: list[str], taken: list[str]) -> list[str]:
+    """``names`` with ``_1``, ``_2``, ... appended to any already in ``taken`` or before it."""
+    seen = set(taken)
+    result = []
+    for name in names:
+        candidate, suffix = name, 0
+        while candidate in seen:
+            suffix += 1
+            candidate = f"{name}_{suffix}"
+        seen.add(candidate)
+        result.append(candidate)
+    return result
+
+
+def _given_names(who: str, argument: str, names: Any, count: int, what: str) -> list[str]:
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise TypeError(
+            f"{who}: `{argument}` must be a list of names, one per {what} ({count}); "
+            f"got {type(names).__name__} {names!r}."
+        )
+    names = list(names)
+    if len(names) != count:
+        raise ValueError(
+            f"{who}: `{argument}` must hold one name per {what} ({count}); "
+            f"got {len(names)}: {names}."
+        )
+    for name in names:
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ValueError(
+                f"{who}: every name in `{argument}` must be a letter followed by letters, "
+                f"digits or '_' (a name every format and runtime takes); got {name!r}."
+            )
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(
+            f"{who}: the names in `{argument}` must be distinct; got {repeated[0]!r} "
+            f"{names.count(repeated[0])} times."
+        )
+    return names
+
+
+def _check_artifact_names(report: ExportReport, inputs: list[str], outputs: list[str]) -> None:
+    """Raises if the artifact's input or output names are not the ones asked for."""
+    for kind, expected, described in (
+        ("inputs", inputs, report.inputs),
+        ("outputs", outputs, report.outputs),
+    ):
+        found = [name for name, _, _ in described]
+        if found != expected:
+            raise RuntimeError(
+                f"export_model: the {report.format} artifact's {kind} are named {found}, "
+                f"not {expected} as asked (route: {report.route})."
+            )
 
 
 # --------------------------------------------------------------------------- targets
@@ -487,6 +692,15 @@ def export_seq2seq(
     (their shapes are in the step's report); feed ``bos_id`` at index 0, then
     each chosen token, passing the returned cache back in.
 
+    The graphs' inputs and outputs are named by
+    :func:`~keras_posenc.zoo.seq2seq.decoding_names`: the encoder takes
+    ``encoder_token_ids`` and returns the encoder state, each output named as
+    the step input it feeds (ConvS2S: ``encoder_keys``, ``encoder_values``,
+    ``source_mask``); the step takes ``token_ids``, ``index`` and the cache
+    (one tensor per decoder layer, ``cache_<layer>``) and returns ``logits``
+    and ``new_<name>`` for each cache tensor ``<name>``
+    (docs/guides/export.md lists them per model family).
+
     Args:
         model: a :class:`~keras_posenc.zoo.seq2seq.Seq2SeqModel`.
         directory: folder for ``encoder`` and ``decoder_step`` (``.onnx`` files
@@ -518,6 +732,7 @@ def export_seq2seq(
         Seq2SeqDecoderStep,
         Seq2SeqEncoder,
         Seq2SeqModel,
+        decoding_names,
         decoding_signatures,
     )
 
@@ -532,6 +747,7 @@ def export_seq2seq(
     for target in targets:
         _check_target(target, overwrite, "export_seq2seq")
     encoder_signature, step_signature = decoding_signatures(model)
+    names = decoding_names(model)
     encoder_runs, step_runs = _decoding_inputs(model) if verify else (None, None)
     graphs = {
         "encoder": (Seq2SeqEncoder(model, name="encoder"), encoder_signature, encoder_runs),
@@ -553,6 +769,8 @@ def export_seq2seq(
                 input_signature=signature,
                 check_memory=check_memory,
                 verify_inputs=runs,
+                input_names=names[name][0],
+                output_names=names[name][1],
             )
             for path, (name, (graph, signature, runs)) in zip(staged, graphs.items())
         }
@@ -591,20 +809,29 @@ def _decoding_inputs(model: Any) -> tuple[list, list]:
 
 
 def _input_specs(model: keras.Model, input_signature: Any) -> list[dict]:
-    """Each model input as {"shape": [...], "dtype": str}, batch axis first."""
-    if input_signature is not None:
-        specs = list(input_signature)
-        return [{"shape": list(s.shape), "dtype": str(s.dtype or "float32")} for s in specs]
+    """Each model input as {"shape": [...], "dtype": str, "name": str | None}, batch axis
+    first; the name is the signature spec's, else the ``keras.Input``'s."""
     try:
         inputs = keras.tree.flatten(model.inputs)
     except (AttributeError, ValueError):
         inputs = None
+    if input_signature is not None:
+        specs = list(input_signature)
+        known = [x.name for x in inputs] if inputs and len(inputs) == len(specs) else None
+        return [
+            {
+                "shape": list(s.shape),
+                "dtype": str(s.dtype or "float32"),
+                "name": getattr(s, "name", None) or (known[i] if known else None),
+            }
+            for i, s in enumerate(specs)
+        ]
     if not inputs:
         raise ValueError(
             "export_model: the model has no symbolic inputs (a subclassed model?); "
             "pass `input_signature=[keras.InputSpec(shape=..., dtype=...)]`."
         )
-    return [{"shape": list(x.shape), "dtype": str(x.dtype)} for x in inputs]
+    return [{"shape": list(x.shape), "dtype": str(x.dtype), "name": x.name} for x in inputs]
 
 
 def _sample_inputs(
@@ -666,18 +893,80 @@ def _as_float32(model: keras.Model) -> keras.Model:
     return copy
 
 
-def _export_on_tensorflow(model: keras.Model, path: str, format: str, specs: list[dict]) -> dict:
+class _NamedOutputs(keras.Model):
+    """``model`` with its outputs in a dict keyed by the export's output names.
+
+    Keras' exporter names a SavedModel signature's outputs after the keys of a
+    dict the model returns (``output_0``, ... for a list), and tf2onnx names
+    the ONNX graph's outputs after them too (``Identity:0``, ... otherwise);
+    the inputs are named after the input signature's specs. Never saved.
+    """
+
+    def __init__(self, model: keras.Model, names: list[str]) -> None:
+        # float32: the wrapper itself must not cast the inputs to a mixed policy's dtype.
+        super().__init__(name=f"{model.name}_named", dtype="float32")
+        self.inner = model
+        self.output_keys = list(names)
+        # No weights of its own and the model is built: Keras exports built models only.
+        self.built = True
+
+    def call(self, inputs: Any) -> dict:
+        outputs = keras.tree.flatten(self.inner(inputs, training=False))
+        if len(outputs) != len(self.output_keys):
+            raise ValueError(
+                f"export_model: the model returned {len(outputs)} outputs, and "
+                f"{len(self.output_keys)} output names were given ({self.output_keys})."
+            )
+        return dict(zip(self.output_keys, outputs, strict=True))
+
+
+def _export_on_tensorflow(
+    model: keras.Model,
+    path: str,
+    format: str,
+    specs: list[dict],
+    output_names: list[str] | None = None,
+) -> dict:
     """Exports with Keras' own exporter; must run with the TensorFlow backend."""
     model = _as_float32(model)
-    signature = [keras.InputSpec(shape=s["shape"], dtype=s["dtype"]) for s in specs]
-    signature = [signature] if len(signature) > 1 else signature
+    sample = _sample_inputs(specs, _VERIFY_LENGTHS[0], np.random.default_rng(0), zeros=True)
     if not getattr(model, "_called", True):
-        model(_sample_inputs(specs, _VERIFY_LENGTHS[0], np.random.default_rng(0), zeros=True))
-    model.export(path, format=format, verbose=False, input_signature=signature)
-    return _describe_artifact(path, format)
+        model(sample)
+    if output_names is None or any(spec.get("name") is None for spec in specs):
+        input_names, output_names = _names(model, specs, None, output_names, "export_model")
+        specs = [{**spec, "name": name} for spec, name in zip(specs, input_names)]
+    signature = [keras.InputSpec(shape=s["shape"], dtype=s["dtype"], name=s["name"]) for s in specs]
+    signature = [signature] if len(signature) > 1 else signature
+    named = _NamedOutputs(model, output_names)
+    named.export(path, format=format, verbose=False, input_signature=signature)
+    if format == "onnx":
+        _order_onnx_outputs(path, output_names)
+    return _describe_artifact(path, format, [s["name"] for s in specs], output_names)
 
 
-def _describe_artifact(path: str, format: str) -> dict:
+def _order_onnx_outputs(path: str, names: list[str]) -> None:
+    """Puts the ONNX graph's outputs in the order of ``names`` (the model's): tf2onnx
+    writes a dict's outputs sorted by key."""
+    import onnx
+
+    proto = onnx.load(path)
+    outputs = {value.name: value for value in proto.graph.output}
+    if list(outputs) == names or set(outputs) != set(names):
+        return  # in order already, or not these names (which _check_artifact_names reports)
+    ordered = [onnx.ValueInfoProto() for _ in names]
+    for value, name in zip(ordered, names):
+        value.CopyFrom(outputs[name])
+    del proto.graph.output[:]
+    proto.graph.output.extend(ordered)
+    onnx.save(proto, path)
+
+
+def _describe_artifact(
+    path: str, format: str, input_names: list[str], output_names: list[str]
+) -> dict:
+    """The artifact's inputs and outputs as ``[name, shape, dtype]``: an ONNX graph's in
+    its order, a SavedModel signature's (a mapping) in the order of the names asked for,
+    then any others sorted."""
     if format == "onnx":
         import onnxruntime
 
@@ -700,21 +989,39 @@ def _describe_artifact(path: str, format: str) -> dict:
     import tensorflow as tf
 
     function = tf.saved_model.load(path).signatures["serving_default"]
-    inputs = function.structured_input_signature[1]
-    outputs = function.structured_outputs
+
+    def describe(values: dict, names: list[str]) -> list:
+        order = [n for n in names if n in values] + sorted(set(values) - set(names))
+        return [[k, list(values[k].shape), values[k].dtype.name] for k in order]
+
     return {
-        "inputs": [[k, list(v.shape), v.dtype.name] for k, v in sorted(inputs.items())],
-        "outputs": [[k, list(v.shape), v.dtype.name] for k, v in sorted(outputs.items())],
+        "inputs": describe(function.structured_input_signature[1], input_names),
+        "outputs": describe(function.structured_outputs, output_names),
     }
 
 
-def _export_in_subprocess(model: keras.Model, path: str, format: str, specs: list[dict]) -> dict:
+def _export_in_subprocess(
+    model: keras.Model,
+    path: str,
+    format: str,
+    specs: list[dict],
+    output_names: list[str] | None = None,
+) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         source = os.path.join(folder, "model.keras")
         model.save(source)
         request = os.path.join(folder, "request.json")
         with open(request, "w") as handle:
-            json.dump({"source": source, "path": path, "format": format, "specs": specs}, handle)
+            json.dump(
+                {
+                    "source": source,
+                    "path": path,
+                    "format": format,
+                    "specs": specs,
+                    "output_names": output_names,
+                },
+                handle,
+            )
         env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
         result = subprocess.run(
             [sys.executable, "-m", "keras_posenc.export", request],
@@ -814,7 +1121,9 @@ def _native_symbolics() -> dict:
     }
 
 
-def _export_native_torch(model: keras.Model, path: str, specs: list[dict]) -> dict:
+def _export_native_torch(
+    model: keras.Model, path: str, specs: list[dict], output_names: list[str]
+) -> dict:
     """ONNX through ``torch.onnx.export``; must run with the torch backend."""
     import warnings
 
@@ -835,7 +1144,7 @@ def _export_native_torch(model: keras.Model, path: str, specs: list[dict]) -> di
             arrays.append(rng.integers(0, 2, size=shape).astype(dtype))
         else:
             arrays.append(rng.standard_normal(shape).astype(dtype))
-    names = [f"input_{i}" for i in range(len(specs))]
+    names = [spec["name"] for spec in specs]
     dynamic_axes = {
         name: {
             i: "batch" if i == 0 else f"{name}_axis_{i}"
@@ -853,8 +1162,6 @@ def _export_native_torch(model: keras.Model, path: str, specs: list[dict]) -> di
             # The tracer warns about every Python value it records; the verification
             # at other sizes is what tells whether one of them mattered.
             warnings.simplefilter("ignore")
-            outputs = module(*[torch.as_tensor(a) for a in arrays])
-            output_names = [f"output_{i}" for i in range(len(outputs))]
             torch.onnx.export(
                 module,
                 tuple(torch.as_tensor(a) for a in arrays),
@@ -875,30 +1182,24 @@ def _export_native_torch(model: keras.Model, path: str, specs: list[dict]) -> di
     finally:
         for name in symbolics:
             torch.onnx.unregister_custom_op_symbolic(name, _NATIVE_OPSET)
-    return _describe_artifact(path, "onnx")
+    return _describe_artifact(path, "onnx", names, output_names)
 
 
 def _run_artifact(report: ExportReport, inputs: Any) -> list[np.ndarray]:
+    """Runs the artifact as a user would: inputs fed and outputs read by name."""
     arrays = inputs if isinstance(inputs, list) else [inputs]
+    feed = {name: array for (name, _, _), array in zip(report.inputs, arrays, strict=True)}
+    outputs = [name for name, _, _ in report.outputs]
     if report.format == "onnx":
         import onnxruntime
 
         session = onnxruntime.InferenceSession(report.path, providers=["CPUExecutionProvider"])
-        feed = {spec.name: array for spec, array in zip(session.get_inputs(), arrays)}
-        return [np.asarray(x) for x in session.run(None, feed)]
+        return [np.asarray(x) for x in session.run(outputs, feed)]
     import tensorflow as tf
 
     function = tf.saved_model.load(report.path).signatures["serving_default"]
-    names = sorted(function.structured_input_signature[1], key=_natural)
-    outputs = function(**{name: tf.constant(a) for name, a in zip(names, arrays)})
-    return [outputs[key].numpy() for key in sorted(outputs, key=_natural)]
-
-
-def _natural(name: str) -> tuple:
-    """Sort key that puts ``output_2`` before ``output_10`` (Keras numbers its signature names)."""
-    prefix = name.rstrip("0123456789")
-    suffix = name[len(prefix) :]
-    return (prefix, int(suffix) if suffix else -1)
+    results = function(**{name: tf.constant(array) for name, array in feed.items()})
+    return [results[name].numpy() for name in outputs]
 
 
 def _verify(
@@ -966,7 +1267,13 @@ def _worker(request_path: str) -> None:
     try:
         model = keras.saving.load_model(request["source"])
         stage = "export"
-        details = _export_on_tensorflow(model, request["path"], request["format"], request["specs"])
+        details = _export_on_tensorflow(
+            model,
+            request["path"],
+            request["format"],
+            request["specs"],
+            request.get("output_names"),
+        )
     except Exception as error:
         # Keras wraps the cause (e.g. "Could not locate class ...") in a longer message:
         # the innermost error is the one to show first.

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_posenc import export, layers
-from keras_posenc.export import export_model
+from keras_posenc.export import export_model, export_names
 
 
 def relative_model() -> keras.Model:
@@ -45,14 +45,19 @@ def every_layer_model() -> keras.Model:
     )(x)
     x = layers.RelativeTransformerDecoder(32, 2, relative="keys", bucketing="piecewise")(x, x)
     x, _ = layers.ConvS2SAttention(16, 16)(x, x, (x, x))
-    x = layers.GradMultiply(0.5)(x)
+    x = layers.GradMultiply(0.5, name="sequence_features")(x)
     image = keras.Input((16, 16, 3), name="image")
     y = layers.SpatialPadding2D(1, mode="reflect")(image)
     y = keras.layers.Conv2D(8, 3)(y)
     y = layers.MBConv(16, strides=2)(y)  # with SqueezeExcite inside
     y = layers.RelativeTransformerBlock2D(32, head_dim=8, strides=2)(y)  # RelativePositionBias2D
-    y = keras.layers.GlobalAveragePooling2D()(y)
+    y = keras.layers.GlobalAveragePooling2D(name="image_features")(y)
     return keras.Model([seq, image], [x, y])
+
+
+def names(described):
+    """The names of an ExportReport's inputs or outputs."""
+    return [name for name, _, _ in described]
 
 
 # Called with lengths rather than tensors and used by no tensor layer of the library, so
@@ -77,13 +82,20 @@ def test_every_public_layer_exports(tmp_path, format):
     report = export_model(every_layer_model(), path, format=format)
     assert report.max_abs_difference <= 1e-4
     assert report.verified_shapes == [[(2, 7, 16), (2, 16, 16, 3)], [(2, 11, 16), (2, 16, 16, 3)]]
+    # Named after the keras.Input layers and the output layers, in the model's order
+    # (tf2onnx writes the outputs sorted by name; export_model puts them back in order).
+    assert names(report.inputs) == ["sequence", "image"]
+    assert names(report.outputs) == ["sequence_features", "image_features"]
 
 
 @pytest.mark.parametrize("format", ["onnx", "tf_saved_model"])
 def test_export_and_verify_at_two_lengths(tmp_path, format):
+    # Outputs returned in a dict are named after its keys.
     model = relative_model()
+    model = keras.Model(model.inputs[0], {"encoded": model.outputs[0]})
     path = os.path.join(tmp_path, "model.onnx" if format == "onnx" else "saved")
     report = export_model(model, path, format=format)
+    assert names(report.inputs) == ["tokens"] and names(report.outputs) == ["encoded"]
     assert report.max_abs_difference is not None and report.max_abs_difference <= 1e-4
     assert report.verified_shapes == [[(2, 7, 16)], [(2, 11, 16)]]
     expected_route = "direct" if keras.backend.backend() == "tensorflow" else "subprocess"
@@ -99,20 +111,89 @@ def test_mixed_precision_model_is_exported_in_float32(tmp_path):
     keras.config.set_dtype_policy("mixed_bfloat16")
     model = relative_model()
     keras.config.set_dtype_policy("float32")
-    report = export_model(model, os.path.join(tmp_path, "m.onnx"), atol=0.1)
+    path = os.path.join(tmp_path, "m.onnx")
+    report = export_model(model, path, atol=0.1, input_names=["x"], output_names=["y"])
     assert any("exported in float32" in note for note in report.notes)
     assert report.outputs[0][2] == "tensor(float)"
+    # Names given replace the model's, in the graph itself.
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    assert [v.name for v in session.get_inputs()] == ["x"]
+    assert [v.name for v in session.get_outputs()] == ["y"]
+
+
+class TwoOutputs(keras.layers.Layer):
+    def call(self, x):
+        return x + 1.0, x * 2.0
+
+
+def test_names_come_from_the_model_and_are_made_unique_and_valid():
+    x = keras.Input((4,), name="x")
+    first, second = TwoOutputs(name="pair")(x)
+    model = keras.Model(x, [first, second, keras.layers.Identity(name="feat.map-1")(x), x])
+    # Two outputs of one layer, and an output named like an input (one graph value has
+    # one name), get a suffix; characters other than letters, digits and _ become _.
+    assert export_names(model) == (["x"], ["pair", "pair_1", "feat_map_1", "x_1"])
+    # With the input renamed, the output keeps its layer's name.
+    assert export_names(model, input_names=["features"]) == (
+        ["features"],
+        ["pair", "pair_1", "feat_map_1", "x"],
+    )
+    signature = [keras.InputSpec(shape=(None, 4), name="7up")]
+    assert export_names(model, input_signature=signature)[0] == ["input_0_7up"]
+
+
+def test_names_of_a_subclassed_model_come_from_its_outputs():
+    class Keyed(keras.Model):
+        def call(self, x):
+            return {"scores": x * 2.0, "hidden": x}
+
+    class Plain(keras.Model):
+        def call(self, x):
+            return [x, x * 2.0]
+
+    signature = [keras.InputSpec(shape=(None, 3), name="values")]
+    # Flattened as keras.tree.flatten does: a dict's keys sorted.
+    assert export_names(Keyed(), signature) == (["values"], ["hidden", "scores"])
+    assert export_names(Plain(), signature) == (["values"], ["output_0", "output_1"])
+
+
+@pytest.mark.parametrize(
+    "arguments, error, message",
+    [
+        ({"input_names": "x"}, TypeError, r"`input_names` must be a list of names, one per"),
+        ({"input_names": ["a", "b"]}, ValueError, r"one name per model input \(1\); got 2"),
+        ({"output_names": ["y", "9y"]}, ValueError, r"a letter followed by .* got '9y'"),
+        ({"output_names": ["y-1", "z"]}, ValueError, r"got 'y-1'"),
+        ({"output_names": ["y", "y"]}, ValueError, r"must be distinct; got 'y' 2 times"),
+        ({"output_names": ["x", "y"]}, ValueError, r"must differ from the input names .*'x'"),
+    ],
+)
+def test_bad_names_are_refused_before_exporting(tmp_path, arguments, error, message):
+    x = keras.Input((4,), name="x")
+    model = keras.Model(x, [keras.layers.Dense(2)(x), keras.layers.Dense(3)(x)])
+    with pytest.raises(error, match=message):
+        export_names(model, **arguments)
+    path = os.path.join(tmp_path, "m.onnx")
+    with pytest.raises(error, match="export_model: .*" + message):
+        export_model(model, path, **arguments)
+    assert not os.path.exists(path)
 
 
 def skip_the_exporters(monkeypatch):
     """Replaces both export routes by a no-op: tests of what happens around the export
     (verification with a stubbed artifact, checks before it) need no real conversion,
     which takes 10-50 s through the TensorFlow subprocess. The stub writes an empty file
-    where the artifact goes, since export_model moves it into place."""
+    where the artifact goes, since export_model moves it into place, and describes the
+    inputs and outputs with the names it was asked for."""
 
-    def stub(model, path, *args):
+    def stub(model, path, format, specs, output_names):
         open(path, "wb").close()
-        return {"inputs": [], "outputs": []}
+        return {
+            "inputs": [(s["name"], s["shape"], s["dtype"]) for s in specs],
+            "outputs": [(name, [], "float32") for name in output_names],
+        }
 
     monkeypatch.setattr(export, "_export_on_tensorflow", stub)
     monkeypatch.setattr(export, "_export_in_subprocess", stub)

@@ -21,12 +21,15 @@ MAX_LENGTH, HEADS, HEAD_DIM, HIDDEN = 6, 2, 4, 8
 
 
 def decoder_step(relative: str) -> keras.Model:
-    """``[x (batch, 1, hidden), index (1,), cache] -> [logits, updated cache]``."""
+    """``[x (batch, 1, hidden), index (1,), cache] -> [logits, updated cache]``; the cache
+    is keras_hub's ``(batch, 2, max_length, heads, head_dim)``, keys then values."""
     x = keras.Input((1, HIDDEN), name="x")
     index = keras.Input(batch_shape=(1,), dtype="int32", name="index")
-    cache = keras.Input((2, MAX_LENGTH, HEADS, HEAD_DIM), name="cache")
+    cache = keras.Input((2, MAX_LENGTH, HEADS, HEAD_DIM), name="cache_decoder_layer_0")
     position = LogBuckets(num_buckets=8, max_distance=10, bidirectional=False)
-    decoder = RelativeTransformerDecoder(16, HEADS, relative=relative, position=position)
+    decoder = RelativeTransformerDecoder(
+        16, HEADS, relative=relative, position=position, name="decoder_layer_0"
+    )
     y, new_cache = decoder(
         x, self_attention_cache=cache, self_attention_cache_update_index=ops.reshape(index, ())
     )
@@ -56,5 +59,16 @@ def test_decoder_step_with_cache_exports(tmp_path, format):
         keras.InputSpec(shape=(None, 2, MAX_LENGTH, HEADS, HEAD_DIM)),
     ]
     path = os.path.join(tmp_path, "step.onnx" if format == "onnx" else "step")
-    report = export_model(model, path, format=format, input_signature=signature, verify_inputs=runs)
+    report = export_model(
+        model,
+        path,
+        format=format,
+        input_signature=signature,
+        verify_inputs=runs,
+        output_names=["logits", "new_cache_decoder_layer_0"],
+    )
     assert report.max_abs_difference <= 1e-4, report
+    # The inputs keep the keras.Input names (the signature's specs have none); the
+    # updated cache, which Keras would name after its layer, gets the name given.
+    assert [name for name, _, _ in report.inputs] == ["x", "index", "cache_decoder_layer_0"]
+    assert [name for name, _, _ in report.outputs] == ["logits", "new_cache_decoder_layer_0"]

@@ -6,10 +6,22 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+from keras import ops
+from test_export_zoo import assert_graph_follows_guide
 
-from keras_posenc.export import export_seq2seq
+from keras_posenc.export import export_names, export_seq2seq
 from keras_posenc.generation import greedy_search
 from keras_posenc.zoo.convs2s import ConvS2S
+from keras_posenc.zoo.seq2seq import Seq2SeqModel, decoding_names
+
+# The graphs' names for small_convs2s (two decoder convolutions), as the export guide lists
+# them for ConvS2S.
+STATE = ["encoder_keys", "encoder_values", "source_mask"]
+CACHE = [*STATE, "cache_decoder_conv_0", "cache_decoder_conv_1"]
+NAMES = {
+    "encoder": (["encoder_token_ids"], STATE),
+    "decoder_step": (["token_ids", "index", *CACHE], ["logits", *(f"new_{n}" for n in CACHE)]),
+}
 
 
 def small_convs2s():
@@ -28,26 +40,26 @@ def small_convs2s():
 
 
 def onnx_greedy(reports, model, source, max_length):
-    """Greedy search written against the two ONNX graphs only (as a deployment would)."""
+    """Greedy search written against the two ONNX graphs only (as a deployment would),
+    feeding and reading every tensor by the name the export guide gives it."""
     import onnxruntime
 
     options = {"providers": ["CPUExecutionProvider"]}
     encoder = onnxruntime.InferenceSession(reports["encoder"].path, **options)
     step = onnxruntime.InferenceSession(reports["decoder_step"].path, **options)
-    state = encoder.run(None, {encoder.get_inputs()[0].name: source})
+    # The encoder's outputs are named as the step inputs they feed.
+    cache = dict(zip(STATE, encoder.run(STATE, {"encoder_token_ids": source})))
     batch = source.shape[0]
-    step_inputs = step.get_inputs()
-    buffers = [
-        np.zeros((batch, *[int(d) for d in spec.shape[1:]]), np.float32)
-        for spec in step_inputs[2 + len(state) :]
-    ]
-    cache = state + buffers
+    for spec in step.get_inputs():  # the decoder buffers start as zeros
+        if spec.name.startswith("cache_"):
+            cache[spec.name] = np.zeros((batch, *[int(d) for d in spec.shape[1:]]), np.float32)
     tokens = np.full(batch, model.bos_id, np.int32)
     output = np.full((batch, max_length), model.pad_id, np.int32)
     finished = np.zeros(batch, bool)
     for index in range(max_length):
-        arrays = [tokens, np.array([index], np.int32), *cache]
-        logits, *cache = step.run(None, {s.name: a for s, a in zip(step_inputs, arrays)})
+        feed = {"token_ids": tokens, "index": np.array([index], np.int32), **cache}
+        logits, *updated = step.run(["logits", *(f"new_{n}" for n in CACHE)], feed)
+        cache = dict(zip(CACHE, updated))
         logits[:, [model.pad_id, model.bos_id]] = -np.inf
         tokens = np.argmax(logits, axis=-1).astype(np.int32)
         output[:, index] = np.where(finished, model.pad_id, tokens)
@@ -61,6 +73,9 @@ def test_onnx_greedy_decoding_gives_the_keras_tokens(tmp_path):
     reports = export_seq2seq(model, tmp_path, format="onnx")
     assert reports["encoder"].max_abs_difference <= 1e-4
     assert reports["decoder_step"].max_abs_difference <= 1e-4
+    for graph, (inputs, outputs) in NAMES.items():
+        assert [name for name, _, _ in reports[graph].inputs] == inputs
+        assert [name for name, _, _ in reports[graph].outputs] == outputs
     source = np.array([[5, 6, 7, 8, 9, 2], [10, 11, 2, 0, 0, 0], [3, 4, 5, 6, 2, 0]], np.int32)
     expected = greedy_search(model, source, max_length=12)
     np.testing.assert_array_equal(onnx_greedy(reports, model, source, 12), expected)
@@ -73,6 +88,48 @@ def test_seq2seq_saved_model_graphs_verify(tmp_path):
     for report in reports.values():
         assert report.max_abs_difference <= 1e-4
         assert len(report.verified_shapes) == 2  # two source lengths
+    # The serving_default signature's keys are the same names as the ONNX graph's.
+    import tensorflow as tf
+
+    for graph, (inputs, outputs) in NAMES.items():
+        function = tf.saved_model.load(reports[graph].path).signatures["serving_default"]
+        assert set(function.structured_input_signature[1]) == set(inputs)
+        assert set(function.structured_outputs) == set(outputs)
+
+
+class Unnamed(Seq2SeqModel):
+    """A seq2seq model that does not name its state and cache: the export numbers them."""
+
+    def __init__(self, **kwargs):
+        self.embedding = keras.layers.Embedding(10, 4, name="embedding")
+        self._init_seq2seq(10, 10, 0, 1, 2, None, None)
+        inputs, logits = self._functional_graph()
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+
+    def encode(self, encoder_token_ids, training=None):
+        return self.embedding(encoder_token_ids), ops.not_equal(encoder_token_ids, 0)
+
+    def decode(self, decoder_token_ids, encoder_state, training=None):
+        x = self.embedding(decoder_token_ids)
+        return ops.matmul(x, ops.transpose(self.embedding.embeddings))
+
+    def init_cache(self, encoder_state, max_length):
+        batch = ops.shape(encoder_state[0])[0]
+        return (*encoder_state, ops.zeros((batch, max_length, 4)))
+
+
+def test_state_and_cache_a_model_does_not_name_are_numbered():
+    model = Unnamed()
+    state = ["encoder_state_0", "encoder_state_1"]
+    assert decoding_names(model) == {
+        "encoder": (["encoder_token_ids"], state),
+        "decoder_step": (
+            ["token_ids", "index", *state, "cache_0"],
+            ["logits", "new_encoder_state_0", "new_encoder_state_1", "new_cache_0"],
+        ),
+    }
+    # The teacher-forced model's output is named logits by Seq2SeqModel itself.
+    assert export_names(model) == (["decoder_token_ids", "encoder_token_ids"], ["logits"])
 
 
 def test_export_seq2seq_needs_a_seq2seq_model(tmp_path):
@@ -93,12 +150,25 @@ def test_graphs_are_verified_on_real_decoding_inputs(tmp_path, monkeypatch):
 
     def record(graph, path, **kwargs):
         recorded[graph.name] = kwargs["verify_inputs"]
+        names[graph.name] = (kwargs["input_names"], kwargs["output_names"])
+        specs[graph.name] = [spec.name for spec in kwargs["input_signature"]]
         open(path, "wb").close()
         return export.ExportReport(kwargs["format"], path, "recorded", [], [])
 
+    names, specs = {}, {}
     monkeypatch.setattr(export, "export_model", record)
     model = small_convs2s()
     export_seq2seq(model, tmp_path, format="onnx")
+    # Each graph is exported with the names of the export guide, its specs named alike.
+    assert names == NAMES
+    assert specs == {graph: inputs for graph, (inputs, _) in NAMES.items()}
+    for graph, (inputs, outputs) in names.items():
+        assert_graph_follows_guide(
+            "convs2s_small",
+            graph,
+            [(name, None, None) for name in inputs],
+            [(name, None, None) for name in outputs],
+        )
     sources, steps = recorded["encoder"], recorded["decoder_step"]
     assert [s.shape for s in sources] == [(2, 7), (2, 11)]
     for source, (token, index, *cache) in zip(sources, steps, strict=True):

@@ -5,13 +5,17 @@ list grows with the zoo."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import re
+
 import keras
 import pytest
 
 import layer_checks
 from keras_posenc import zoo
-from keras_posenc.export import FORMATS, export_model, export_seq2seq
-from keras_posenc.zoo.seq2seq import Seq2SeqModel
+from keras_posenc.export import FORMATS, export_model, export_names, export_seq2seq
+from keras_posenc.zoo.seq2seq import Seq2SeqModel, decoding_names, decoding_signatures
 
 SMALL_COATNET = {
     "blocks": (1, 1, 1, 1, 1),
@@ -73,6 +77,139 @@ MAX_PARAMETERS = 5_000_000
 FIXED_BACKBONES = {"posenet_vgg16", "posenet_resnet50", "posenet_coatnet_0"}
 
 
+GUIDE = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "guides", "export.md")
+# One registered model per table of docs/guides/export.md, "Input and output names".
+FAMILY_MODELS = {
+    "coatnet": "coatnet_0",
+    "posenet": "posenet_vgg16",
+    "muse_encoder": "muse_encoder_small",
+    "convs2s_lm": "convs2s_lm",
+    "convs2s": "convs2s_small",
+    "muse": "muse_tiny",
+}
+ARTIFACT_DTYPES = {"tensor(float)": "float32", "tensor(int32)": "int32", "tensor(bool)": "bool"}
+
+
+def family(name: str) -> str:
+    """The export guide's table for the registered model ``name``."""
+    for prefix in ("posenet", "coatnet", "convs2s_lm", "muse_encoder", "convs2s", "muse"):
+        if name.startswith(prefix):
+            return prefix
+    raise AssertionError(f"{name}: no family table in the export guide")
+
+
+def guide_tables() -> dict[str, list[tuple]]:
+    """``{family: [(graph, "input" | "output", name, shape entries, dtype)]}``, read from
+    the tables after each ``<!-- export-names: family -->`` of the export guide."""
+    with open(GUIDE) as handle:
+        text = handle.read()
+    tables = {}
+    for match in re.finditer(r"<!-- export-names: (\w+) -->\n((?:\|.*\n)+)", text):
+        rows = []
+        for line in match.group(2).splitlines()[2:]:  # after the header and the rule
+            graph, kind, name, shape, dtype = (cell.strip() for cell in line.strip("|").split("|"))
+            entries = [e.strip() for e in shape.strip("()").split(",") if e.strip()]
+            rows.append((graph, kind, name.strip("`"), entries, dtype))
+        tables[match.group(1)] = rows
+    return tables
+
+
+def assert_follows_table(rows: list[tuple], found: list[tuple], lenient: bool = False) -> None:
+    """``found`` (``(name, shape, dtype)`` in graph order) is what ``rows`` list, in order.
+
+    A row whose name holds ``<i>`` stands for names with i = 0, 1, ... (at least one).
+    In a shape, ``batch`` is a dynamic axis, a number that size, any other word any size;
+    ``lenient``: a number may also be dynamic (tf2onnx does not keep every static size of
+    an output). A shape and dtype of None (names only) are not checked.
+    """
+    names = [name for name, _, _ in found]
+    position = 0
+    for _, _, pattern, entries, dtype in rows:
+        indices = itertools.count() if "<i>" in pattern else [0]
+        for i in indices:
+            name = pattern.replace("<i>", str(i))
+            if position == len(found) or found[position][0] != name:
+                assert i > 0, f"{pattern!r} expected at position {position} of {names}"
+                break
+            _, shape, found_dtype = found[position]
+            position += 1
+            if shape is None and found_dtype is None:
+                continue
+            assert ARTIFACT_DTYPES.get(found_dtype, found_dtype) == dtype, (name, found_dtype)
+            assert len(shape) == len(entries), (name, shape, entries)
+            for size, entry in zip(shape, entries):
+                if entry == "batch":
+                    assert size is None, (name, shape, entries)
+                elif entry.isdigit():
+                    assert size == int(entry) or (lenient and size is None), (name, shape)
+    assert position == len(found), f"{names[position:]} are not in the export guide's table"
+
+
+def declared_graphs(model: keras.Model) -> dict[str, tuple[list, list]]:
+    """``{graph: (inputs, outputs)}`` as ``(name, shape, dtype)``, from the names and the
+    specs the export uses, without exporting."""
+    if not isinstance(model, Seq2SeqModel):
+        inputs, outputs = export_names(model)
+        return {
+            "model": (
+                [(n, x.shape, x.dtype) for n, x in zip(inputs, model.inputs, strict=True)],
+                [(n, x.shape, x.dtype) for n, x in zip(outputs, model.outputs, strict=True)],
+            )
+        }
+    names = decoding_names(model)
+    (encoder_spec,), step_specs = decoding_signatures(model)
+    state = len(names["encoder"][1])
+    cache = step_specs[2:]
+    logits = [(None, model.target_vocab_size), "float32"]
+    encoder_in, encoder_out = names["encoder"]
+    step_in, step_out = names["decoder_step"]
+    return {
+        "encoder": (
+            [(encoder_in[0], encoder_spec.shape, encoder_spec.dtype)],
+            [(n, s.shape, s.dtype) for n, s in zip(encoder_out, cache[:state], strict=True)],
+        ),
+        "decoder_step": (
+            [(n, s.shape, s.dtype) for n, s in zip(step_in, step_specs, strict=True)],
+            [
+                (n, *spec)
+                for n, spec in zip(
+                    step_out, [logits, *([s.shape, s.dtype] for s in cache)], strict=True
+                )
+            ],
+        ),
+    }
+
+
+def assert_graph_follows_guide(model_name: str, graph: str, inputs, outputs, lenient=False):
+    rows = guide_tables()[family(model_name)]
+    for kind, found in (("input", inputs), ("output", outputs)):
+        chosen = [row for row in rows if row[0] == graph and row[1] == kind]
+        assert chosen, f"the export guide has no {kind}s of {graph!r} for {model_name}"
+        assert_follows_table(chosen, [tuple(x) for x in found], lenient)
+
+
+def test_every_registered_model_has_a_names_table():
+    tables = guide_tables()
+    assert set(tables) == set(FAMILY_MODELS)
+    assert {family(name) for name in zoo.list_models()} == set(FAMILY_MODELS)
+
+
+# Large: building the six models took 60 s on JAX, 2 s on TensorFlow (2 cores, load 8).
+@pytest.mark.large
+@pytest.mark.parametrize("table", sorted(FAMILY_MODELS))
+def test_export_guide_lists_the_names_of_each_family(table):
+    # Names, ranks and dtypes of the graphs as export_model / export_seq2seq declare them
+    # (export_model checks that the artifact has these names), without exporting;
+    # test_small_variant_exports checks the artifacts of every registered model.
+    name = FAMILY_MODELS[table]
+    overrides = dict(SMALL_VARIANTS[name])
+    if table == "muse":
+        overrides["num_decoder_layers"] = 2  # so <i> runs over more than one layer
+    model = zoo.create(name, **overrides)
+    for graph, (inputs, outputs) in declared_graphs(model).items():
+        assert_graph_follows_guide(name, graph, inputs, outputs)
+
+
 def test_every_registered_model_has_a_small_variant():
     missing = sorted(set(zoo.list_models()) - set(SMALL_VARIANTS))
     assert not missing, f"add a small variant for {missing} to SMALL_VARIANTS"
@@ -98,5 +235,7 @@ def test_small_variant_exports(name, format, tmp_path):
         reports = export_seq2seq(model, tmp_path / name, format=format)
     else:
         reports = {"model": export_model(model, str(tmp_path / name) + suffix, format=format)}
-    for report in reports.values():
+    for graph, report in reports.items():
         assert report.max_abs_difference <= 1e-4, (name, report.max_abs_difference)
+        # The artifact's names, ranks and dtypes are those the export guide lists.
+        assert_graph_follows_guide(name, graph, report.inputs, report.outputs, lenient=True)

@@ -587,6 +587,16 @@ class ConvS2S(Seq2SeqModel):
         )
         return self._decoder_head(x, training)
 
+    def encoder_state_names(self) -> tuple[str, ...]:
+        """``("encoder_keys", "encoder_values", "source_mask")``, as :meth:`encode` returns them."""
+        return ("encoder_keys", "encoder_values", "source_mask")
+
+    def cache_names(self) -> tuple[str, ...]:
+        """The encoder state's names, then ``cache_decoder_conv_<i>`` for the input window
+        ``(batch, kernel_size, input_channels)`` of decoder convolution ``i``."""
+        convolutions = self.decoder_stack.convolutions
+        return (*self.encoder_state_names(), *(f"cache_{conv.name}" for conv in convolutions))
+
     def init_cache(self, encoder_state: tuple, max_length: int) -> tuple:
         keys = encoder_state[0]
         buffers = self.decoder_stack.empty_caches(ops.shape(keys)[0], self.compute_dtype)
@@ -709,7 +719,9 @@ class ConvS2SLanguageModel(FunctionalModel):
         x = self.fc1(self.embedding(token_ids))
         x, _ = self.stack.run(x)
         x = self.fc3(self.output_dropout(self.fc2(x)))
-        super().__init__(inputs=token_ids, outputs=ops.cast(x, "float32"), **kwargs)
+        # Named, so Keras' output_names and an exported graph's output say "logits".
+        logits = keras.layers.Identity(dtype="float32", name="logits")(ops.cast(x, "float32"))
+        super().__init__(inputs=token_ids, outputs=logits, **kwargs)
 
     def get_config(self) -> dict:
         return {

@@ -583,6 +583,19 @@ class MUSE(Seq2SeqModel):
             )
         return self.target_embedding(x, reverse=True)
 
+    def encoder_state_names(self) -> tuple[str, ...]:
+        """``encoder_output``, ``source_mask``, then ``cache_decoder_layer_<i>_cross_attention``
+        (decoder layer ``i``'s keys and values of the encoder output), as :meth:`encode`
+        returns them."""
+        crosses = (f"cache_{block.name}_cross_attention" for block in self.decoder_blocks)
+        return ("encoder_output", "source_mask", *crosses)
+
+    def cache_names(self) -> tuple[str, ...]:
+        """The encoder state's names, then ``cache_decoder_layer_<i>_self_attention``
+        (decoder layer ``i``'s keys and values of the target so far)."""
+        buffers = (f"cache_{block.name}_self_attention" for block in self.decoder_blocks)
+        return (*self.encoder_state_names(), *buffers)
+
     def init_cache(self, encoder_state: tuple, max_length: int) -> tuple:
         """The encoder state, then one zero self-attention buffer per decoder layer."""
         batch = ops.shape(encoder_state[0])[0]

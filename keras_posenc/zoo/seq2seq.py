@@ -20,7 +20,9 @@ three pieces :mod:`keras_posenc.generation` decodes with:
   float32, the prediction of the token at ``index + 1``;
 
 and ``decode(decoder_token_ids, encoder_state) -> logits``, the full
-(teacher-forced) decoder on an encoded source. ``decode_step`` must equal
+(teacher-forced) decoder on an encoded source. ``encoder_state_names()`` and
+``cache_names()`` name the tensors of the state and the cache: the exported
+graphs' input and output names (:func:`decoding_names`). ``decode_step`` must equal
 ``decode`` at every position; caches are reordered between steps with
 :meth:`Seq2SeqModel.reorder_cache` (a gather along the batch axis).
 
@@ -133,6 +135,9 @@ class Seq2SeqModel(FunctionalModel):
         }
         state = self.encode(inputs["encoder_token_ids"])
         logits = self.decode(inputs["decoder_token_ids"], state)
+        # Names the output "logits" (Keras' output_names, an exported graph's output name);
+        # float32 keeps the logits' dtype under a mixed policy, and the Keras mask passes.
+        logits = keras.layers.Identity(dtype="float32", name="logits")(logits)
         return inputs, logits
 
     # ------------------------------------------------------------------ contract
@@ -152,6 +157,30 @@ class Seq2SeqModel(FunctionalModel):
     def decode_step(self, token_ids: Any, cache: tuple, index: Any) -> tuple:
         """``(logits (batch, target_vocab_size) float32, new_cache)`` for one target position."""
         raise NotImplementedError(f"{type(self).__name__} does not implement `decode_step`.")
+
+    def encoder_state_names(self) -> tuple[str, ...]:
+        """A name for each tensor of ``encode``'s state, the encoder graph's output names.
+
+        Subclasses name them after what they hold; this default numbers them
+        (``encoder_state_0``, ...), running the encoder once to count them.
+        """
+        return tuple(f"encoder_state_{i}" for i in range(len(self._probe_cache()[0])))
+
+    def cache_names(self) -> tuple[str, ...]:
+        """A name for each tensor of ``init_cache``'s cache (the encoder state's names
+        first), the decoder-step graph's input names.
+
+        Subclasses name the decoder buffers after their layers (``cache_<layer>``); this
+        default numbers them (``cache_0``, ...), running the encoder once to count them.
+        """
+        state, cache = self._probe_cache()
+        names = self.encoder_state_names()
+        return (*names, *(f"cache_{i}" for i in range(len(cache) - len(names))))
+
+    def _probe_cache(self) -> tuple[tuple, tuple]:
+        """The encoder state and the cache for a one-token source."""
+        state = self.encode(np.full((1, 1), self.bos_id, "int32"), training=False)
+        return tuple(state), tuple(self.init_cache(state, 2))
 
     @staticmethod
     def reorder_cache(cache: tuple, indices: Any) -> tuple:
@@ -309,12 +338,46 @@ class Seq2SeqDecoderStep(keras.Model):
         return cls(seq2seq, **config)
 
 
+def decoding_names(model: Seq2SeqModel) -> dict[str, tuple[list[str], list[str]]]:
+    """Input and output names of the exported encoder and decoder-step graphs.
+
+    The encoder graph takes ``encoder_token_ids`` and returns the encoder
+    state (``model.encoder_state_names()``); the step graph takes
+    ``token_ids``, ``index`` and the cache (``model.cache_names()``, the
+    encoder state first) and returns ``logits`` and the updated cache, each
+    tensor named ``new_`` and its input's name. The encoder's outputs are
+    named as the step's inputs they feed.
+
+    Returns:
+        ``{"encoder": (inputs, outputs), "decoder_step": (inputs, outputs)}``.
+
+    Examples:
+
+        >>> from keras_posenc.zoo.convs2s import ConvS2S
+        >>> model = ConvS2S(20, 20, embed_dim=8, encoder_layers=[(8, 3)],
+        ...                 decoder_layers=[(8, 3), (8, 3)], decoder_out_embed_dim=8)
+        >>> decoding_names(model)["encoder"]
+        (['encoder_token_ids'], ['encoder_keys', 'encoder_values', 'source_mask'])
+        >>> decoding_names(model)["decoder_step"][0][3:]
+        ['encoder_values', 'source_mask', 'cache_decoder_conv_0', 'cache_decoder_conv_1']
+    """
+    cache = list(model.cache_names())
+    return {
+        "encoder": (["encoder_token_ids"], list(model.encoder_state_names())),
+        "decoder_step": (
+            ["token_ids", "index", *cache],
+            ["logits", *(f"new_{name}" for name in cache)],
+        ),
+    }
+
+
 def decoding_signatures(model: Seq2SeqModel) -> tuple[list, list]:
     """Input signatures of :class:`Seq2SeqEncoder` and :class:`Seq2SeqDecoderStep`.
 
     The batch axis is dynamic everywhere; a cache axis is dynamic when it
     follows the source length (the encoder state) or the decoded length, found
-    by building caches for two sizes and comparing shapes.
+    by building caches for two sizes and comparing shapes. Each spec is named
+    as :func:`decoding_names` names the input.
 
     Returns:
         ``(encoder_signature, step_signature)``, lists of ``keras.InputSpec``.
@@ -325,14 +388,17 @@ def decoding_signatures(model: Seq2SeqModel) -> tuple[list, list]:
         state = model.encode(source, training=False)
         cache = model.init_cache(state, length + 2)
         shapes.append([(tuple(t.shape), keras.backend.standardize_dtype(t.dtype)) for t in cache])
+    names = decoding_names(model)
+    (encoder_name,), _ = names["encoder"]
+    token_name, index_name, *cache_names = names["decoder_step"][0]
     cache_specs = []
-    for (short, dtype), (long, _) in zip(*shapes, strict=True):
+    for (short, dtype), (long, _), name in zip(*shapes, cache_names, strict=True):
         shape = [None] + [a if a == b else None for a, b in zip(short[1:], long[1:], strict=True)]
-        cache_specs.append(keras.InputSpec(shape=tuple(shape), dtype=dtype))
-    encoder = [keras.InputSpec(shape=(None, None), dtype="int32")]
+        cache_specs.append(keras.InputSpec(shape=tuple(shape), dtype=dtype, name=name))
+    encoder = [keras.InputSpec(shape=(None, None), dtype="int32", name=encoder_name)]
     step = [
-        keras.InputSpec(shape=(None,), dtype="int32"),
-        keras.InputSpec(shape=(1,), dtype="int32"),
+        keras.InputSpec(shape=(None,), dtype="int32", name=token_name),
+        keras.InputSpec(shape=(1,), dtype="int32", name=index_name),
         *cache_specs,
     ]
     return encoder, step
