@@ -438,8 +438,9 @@ def layout_experiment(
             (accuracy per layout) into; created if missing.
         seeds: seeds; default ``(0,)`` quick, ``(0, 1, 2)`` full.
         layouts: a selection of layouts (default the paper's four, `LAYOUTS`).
-        verbose: 1 prints Keras' progress bar for each training and a summary
-            line per layout; 0 prints nothing.
+        verbose: 1 prints a summary line per layout, 2 also Keras' one line
+            per training (its progress bar is not used: the first step's
+            estimate includes compiling and was off by minutes); 0 prints nothing.
         **settings: overrides of `QUICK_SETTINGS` / `FULL_SETTINGS`
             (``train_images``, ``test_images``, ``epochs``, ``batch_size``,
             ``learning_rate``), `MODEL_SETTINGS` and `TASK_SETTINGS`.
@@ -475,7 +476,7 @@ def layout_experiment(
         runs = train_and_evaluate(
             layout,
             seeds,
-            verbose=verbose,
+            verbose=2 if verbose >= 2 else 0,
             model_settings=model_settings,
             task_settings=task_settings,
             **budget,

@@ -535,8 +535,9 @@ def length_generalization_experiment(
         seeds: seeds; default ``(0,)`` quick, ``(0, 1, 2)`` full.
         encodings: a selection of `ENCODINGS`.
         tasks: a selection of `TASKS`; default ``("copy_back",)`` quick, all full.
-        verbose: 1 prints Keras' progress bar for each training and a summary
-            line per encoding; 0 prints nothing.
+        verbose: 1 prints a summary line per encoding, 2 also Keras' one line
+            per training (its progress bar is not used: the first step's
+            estimate includes compiling and was off by minutes); 0 prints nothing.
         **settings: overrides of `QUICK_SETTINGS` / `FULL_SETTINGS`
             (``train_steps``, ``batch_size``, ``learning_rate``,
             ``test_lengths``, ``eval_positions``), `MODEL_SETTINGS` and
@@ -579,7 +580,7 @@ def length_generalization_experiment(
                     encoding,
                     task,
                     seed=seed,
-                    verbose=verbose,
+                    verbose=2 if verbose >= 2 else 0,
                     model_settings=model_settings,
                     task_settings=task_settings,
                     **budget,
