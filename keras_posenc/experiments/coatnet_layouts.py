@@ -120,8 +120,8 @@ FULL_SETTINGS = {
     "batch_size": 32,
     "learning_rate": 2e-3,
 }
-# Quick: one seed, one block per stage and a short training (under a minute on
-# 2 CPU cores with TensorFlow, most of it compiling the 4 models). A smoke
+# Quick: one seed, one block per stage and a short training (most of its time is
+# compiling the 4 models; measured times in docs/data/cli_timings.csv). A smoke
 # test: its numbers are not the study's.
 QUICK_SETTINGS = {
     "blocks": (1, 1, 1, 1, 1),
@@ -431,9 +431,10 @@ def layout_experiment(
 
     Args:
         quick: the quick run (one seed, one block per stage, 128 training
-            images, one epoch: under a minute on 2 CPU cores, a smoke test
-            whose numbers are not the study's) instead of the full one (seeds
-            0, 1, 2, 2048 training images, 8 epochs, 1024 test images).
+            images, one epoch; about a minute of CPU time, see the command
+            line page; a smoke test whose numbers are not the study's)
+            instead of the full one (seeds 0, 1, 2, 2048 training images,
+            8 epochs, 1024 test images).
         out: a folder to write ``coatnet_layouts.csv``, ``.md`` and ``.png``
             (accuracy per layout) into; created if missing.
         seeds: seeds; default ``(0,)`` quick, ``(0, 1, 2)`` full.
