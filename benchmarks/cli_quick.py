@@ -36,7 +36,7 @@ import time
 
 # label -> posenc arguments, in the README's order.
 COMMANDS = {
-    "--help": ["--help"],
+    "help": ["--help"],
     "info": ["info"],
     "demo": ["demo", "--out", "demo"],
     "export": ["export", "demo/convs2s_small.keras", "--format", "onnx", "--out", "exported"],

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -71,7 +73,8 @@ def quiet_runtime(verbose: bool = False) -> Iterator[None]:
     ``failed call to cuInit`` line of a machine without a usable GPU, are
     hidden; errors still raise), Python warnings from outside keras-posenc are
     ignored, third-party loggers show only errors, and standard error is
-    captured while Keras and its backend are imported (printed if the import
+    captured while Keras, its backend and TensorFlow (which keras-hub and the
+    exporters import on every backend) are imported (printed if the import
     fails). With ``verbose`` nothing is hidden. Settings are restored after
     the block (the environment variable too), so ``posenc`` used from Python
     leaves no trace.
@@ -101,6 +104,10 @@ def quiet_runtime(verbose: bool = False) -> Iterator[None]:
                 logger.setLevel(logging.ERROR)
             with _stderr_captured():
                 _registration.register_all()
+                # TensorFlow too, on every backend: keras-hub and the exporters import it,
+                # and its lines come at import, whenever that is.
+                if importlib.util.find_spec("tensorflow") is not None:
+                    importlib.import_module("tensorflow")
             for logger in loggers:  # again: importing TensorFlow configures its logger
                 logger.setLevel(logging.ERROR)
             yield
@@ -181,10 +188,10 @@ def _output_folder(path: str) -> None:
 # at the time: rows of docs/data/cli_timings.csv, written by benchmarks/cli_quick.py on
 # TensorFlow on a 2-core machine; tests/test_cli.py checks that the two agree.
 MEASURED = {
-    "demo": (29.6, 15.3, 5.61),
-    "probe padding --quick": (202.0, 76.4, 6.03),
-    "experiment length --quick": (173.3, 72.9, 8.13),
-    "experiment layouts --quick": (174.7, 66.9, 8.04),
+    "demo": (22.3, 15.6, 3.01),
+    "probe padding --quick": (115.4, 76.9, 3.28),
+    "experiment length --quick": (93.6, 80.7, 4.1),
+    "experiment layouts --quick": (89.0, 65.7, 3.88),
 }
 
 
