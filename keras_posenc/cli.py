@@ -1,14 +1,25 @@
-"""The ``posenc`` command: a thin shell over the library's public functions."""
+"""The ``posenc`` command: a thin shell over the library's public functions.
+
+``posenc --help`` and argument errors import neither Keras nor a backend; a
+command imports them when it runs, quietly unless ``--verbose`` (see
+:func:`quiet_runtime`). Outputs follow one naming scheme (:data:`NAMING`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import importlib.metadata
+import importlib.util
 import json
+import logging
 import os
 import platform
 import sys
-from collections.abc import Sequence
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 _BACKEND_PACKAGES = ("tensorflow", "jax", "torch")
@@ -19,6 +30,92 @@ def _version(distribution: str) -> str | None:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+# Loggers of the libraries a command imports; without --verbose only their errors show.
+_THIRD_PARTY_LOGGERS = ("", "tensorflow", "absl", "jax", "torch", "tf2onnx", "onnx", "h5py")
+
+
+@contextlib.contextmanager
+def _stderr_captured() -> Iterator[None]:
+    """Points file descriptor 2 at a temporary file; replays it if the block raises.
+
+    TensorFlow's C++ code writes some lines while it is imported, before its
+    log level applies (absl logs everything to stderr until
+    ``absl::InitializeLog()``, which TensorFlow does not call first), so
+    ``TF_CPP_MIN_LOG_LEVEL`` cannot hide them; only the descriptor can.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    failed = False
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if failed:  # the captured lines may say why the import failed
+                sink.seek(0)
+                sys.stderr.write(sink.read().decode(errors="replace"))
+
+
+@contextlib.contextmanager
+def quiet_runtime(verbose: bool = False) -> Iterator[None]:
+    """Imports Keras, its backend and keras-posenc's layers for a command, quietly.
+
+    Without ``verbose``, for the duration of the block: ``TF_CPP_MIN_LOG_LEVEL``
+    is 3 unless already set (TensorFlow's C++ logs, among them the
+    ``failed call to cuInit`` line of a machine without a usable GPU, are
+    hidden; errors still raise), Python warnings from outside keras-posenc are
+    ignored, third-party loggers show only errors, and standard error is
+    captured while Keras, its backend and TensorFlow (which keras-hub and the
+    exporters import on every backend) are imported (printed if the import
+    fails). With ``verbose`` nothing is hidden. Settings are restored after
+    the block (the environment variable too), so ``posenc`` used from Python
+    leaves no trace.
+
+    Examples:
+
+        >>> with quiet_runtime():
+        ...     import keras
+        >>> keras.__name__
+        'keras'
+    """
+    from keras_posenc import _registration
+
+    if verbose:
+        _registration.register_all()
+        yield
+        return
+    previous_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    loggers = [logging.getLogger(name) for name in _THIRD_PARTY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            warnings.filterwarnings("default", module="keras_posenc")
+            for logger in loggers:
+                logger.setLevel(logging.ERROR)
+            with _stderr_captured():
+                _registration.register_all()
+                # TensorFlow too, on every backend: keras-hub and the exporters import it,
+                # and its lines come at import, whenever that is.
+                if importlib.util.find_spec("tensorflow") is not None:
+                    importlib.import_module("tensorflow")
+            for logger in loggers:  # again: importing TensorFlow configures its logger
+                logger.setLevel(logging.ERROR)
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+        if previous_level is None:
+            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
 
 
 def info_lines() -> list[str]:
@@ -87,13 +184,96 @@ def _output_folder(path: str) -> None:
     os.makedirs(path, exist_ok=True)
 
 
+# Wall-clock and CPU seconds of the commands --help quotes, with the 1-minute load average
+# at the time: rows of docs/data/cli_timings.csv, written by benchmarks/cli_quick.py on
+# TensorFlow on a 2-core machine; tests/test_cli.py checks that the two agree.
+MEASURED = {
+    "demo": (22.3, 15.6, 3.01),
+    "probe padding --quick": (115.4, 76.9, 3.28),
+    "experiment length --quick": (93.6, 80.7, 4.1),
+    "experiment layouts --quick": (89.0, 65.7, 3.88),
+}
+
+
+def measured(command: str) -> str:
+    """How long ``posenc COMMAND`` took when measured, for --help.
+
+    Examples:
+
+        >>> measured("demo").startswith("measured ")
+        True
+    """
+    wall, cpu, load = MEASURED[command]
+    return (
+        f"measured {wall:.0f} s wall clock, {cpu:.0f} s CPU, on TensorFlow, 2 CPU cores, "
+        f"load average {load:.1f}"
+    )
+
+
+# Recorded runs of the full studies, from their pages in docs/experiments/.
+FULL_RUNS = {
+    "probe padding": "25 min 12 s wall clock, 673 s CPU at load 8-10",
+    "experiment length": "1 h 7 min wall clock, 1977 s CPU at load 5-16",
+    "experiment layouts": "10 min 54 s wall clock, 448 s CPU at load 4.8-8",
+}
+
+_VERBOSE_HELP = (
+    "show the libraries' own log lines and warnings (TensorFlow's C++ logs, absl, Python "
+    "warnings), hidden by default"
+)
+
+
+# The one naming scheme of `posenc export` and `posenc demo` (shown in their --help).
+NAMING = (
+    "Outputs in --out are named after the model: NAME.keras (the Keras model, written by "
+    "demo), NAME.onnx and NAME.savedmodel/ (a SavedModel folder); a translation model is "
+    "two graphs, in NAME/: encoder.onnx, decoder_step.onnx, encoder.savedmodel/, "
+    "decoder_step.savedmodel/. Existing outputs are refused unless --overwrite."
+)
+SUFFIXES = {"keras": ".keras", "onnx": ".onnx", "tf_saved_model": ".savedmodel"}
+
+
+def output_path(out: str, name: str, format_name: str) -> str:
+    """Where ``posenc`` writes ``name`` in ``format_name``, following :data:`NAMING`.
+
+    Examples:
+
+        >>> output_path("demo", "coatnet_0", "tf_saved_model")
+        'demo/coatnet_0.savedmodel'
+        >>> output_path("demo", "coatnet_0", "keras")
+        'demo/coatnet_0.keras'
+    """
+    return os.path.join(out, name + SUFFIXES[format_name])
+
+
+def _export_formats(
+    model: Any, name: str, out: str, formats: Sequence[str], **options: Any
+) -> list[Any]:
+    """Exports ``model`` in each format under :data:`NAMING`; returns the reports."""
+    from keras_posenc.export import export_model, export_seq2seq
+    from keras_posenc.zoo.seq2seq import Seq2SeqModel
+
+    reports = []
+    for format_name in formats:
+        if isinstance(model, Seq2SeqModel):  # two graphs, in NAME/
+            graphs = export_seq2seq(model, os.path.join(out, name), format=format_name, **options)
+            done = list(graphs.values())
+        else:
+            path = output_path(out, name, format_name)
+            done = [export_model(model, path, format=format_name, **options)]
+        for report in done:
+            print(report.table(), end="\n\n", flush=True)
+        reports += done
+    return reports
+
+
 def _export(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     _output_folder(args.out)
     import keras
 
     from keras_posenc import zoo
-    from keras_posenc.export import FORMATS, export_model
+    from keras_posenc.export import FORMATS
     from keras_posenc.zoo.registry import check_keras_file
 
     if args.model.endswith(".keras"):
@@ -105,27 +285,22 @@ def _export(args: argparse.Namespace) -> int:
     else:
         model = zoo.create(args.model, **overrides)
         name = args.model
-    formats = FORMATS if args.format == "all" else (args.format,)
-    for format_name in formats:
-        target = name + (".onnx" if format_name == "onnx" else "_saved_model")
-        report = export_model(
-            model,
-            os.path.join(args.out, target),
-            format=format_name,
-            verify=not args.no_verify,
-            atol=args.atol,
-            rtol=args.rtol,
-            check_memory=not args.no_memory_check,
-            overwrite=args.overwrite,
-        )
-        print(report.table(), end="\n\n")
+    _export_formats(
+        model,
+        name,
+        args.out,
+        FORMATS if args.format == "all" else (args.format,),
+        verify=not args.no_verify,
+        atol=args.atol,
+        rtol=args.rtol,
+        check_memory=not args.no_memory_check,
+        overwrite=args.overwrite,
+    )
     return 0
 
 
 # `posenc demo` without a name: the ConvS2S training-example model with 1k vocabularies
-# (474k parameters); on 2 shared CPU cores the whole run (model, generation, two
-# graphs x two formats, each verified) took 15-37 s on TensorFlow, 45 s on JAX and
-# PyTorch (which export through a TensorFlow subprocess per graph).
+# (474k parameters); its measured times are in docs/data/cli_timings.csv.
 DEMO_MODEL = "convs2s_small"
 DEMO_OVERRIDES = {"src_vocab_size": 1000, "tgt_vocab_size": 1000}
 
@@ -147,16 +322,19 @@ def _demo(args: argparse.Namespace) -> int:
     import time
 
     _output_folder(args.out)
+    name = args.model or DEMO_MODEL
+    saved = output_path(args.out, name, "keras")
+    if os.path.exists(saved) and not args.overwrite:  # before minutes of work, as export does
+        raise FileExistsError(f"{saved!r} already exists; pass --overwrite to replace it.")
     import keras
     import numpy as np
 
     from keras_posenc import zoo
-    from keras_posenc.export import FORMATS, export_model, export_seq2seq
+    from keras_posenc.export import FORMATS
     from keras_posenc.generation import greedy_search
     from keras_posenc.zoo.seq2seq import Seq2SeqModel
 
     start = time.perf_counter()
-    name = args.model or DEMO_MODEL
     overrides = {**(DEMO_OVERRIDES if args.model is None else {}), **parse_overrides(args.set)}
     keras.utils.set_random_seed(0)
     model = zoo.create(name, **overrides)
@@ -177,20 +355,10 @@ def _demo(args: argparse.Namespace) -> int:
         outputs = keras.tree.flatten(model(inputs, training=False))
         shapes = ", ".join(str(tuple(x.shape)) for x in outputs)
         print(f"2. ran it on random inputs ({_shapes(inputs)}): outputs {shapes}")
-    print(f"3. exporting to {', '.join(FORMATS)} in {args.out} and verifying:\n")
-    for format_name in FORMATS:
-        if isinstance(model, Seq2SeqModel):
-            target = os.path.join(args.out, f"{name}_{format_name}")
-            reports = export_seq2seq(
-                model, target, format=format_name, overwrite=args.overwrite
-            ).values()
-        else:
-            target = os.path.join(
-                args.out, name + (".onnx" if format_name == "onnx" else "_saved_model")
-            )
-            reports = [export_model(model, target, format=format_name, overwrite=args.overwrite)]
-        for report in reports:
-            print(report.table(), end="\n\n")
+    model.save(saved)
+    print(f"3. saved it as {saved} (posenc export {saved} --out DIR exports it again)")
+    print(f"4. exporting to {', '.join(FORMATS)} in {args.out} and verifying:\n")
+    _export_formats(model, name, args.out, FORMATS, overwrite=args.overwrite)
     print(f"done in {time.perf_counter() - start:.0f} s: every artifact verified.")
     return 0
 
@@ -201,11 +369,7 @@ def _shapes(inputs: Any) -> str:
 
 
 def _probe_padding(args: argparse.Namespace) -> int:
-    from keras_posenc.experiments.padding import (
-        markdown_table,
-        padding_experiment,
-        summary_markdown,
-    )
+    from keras_posenc.experiments.padding import padding_experiment, summary_markdown
 
     rows = padding_experiment(
         quick=args.quick,
@@ -214,10 +378,18 @@ def _probe_padding(args: argparse.Namespace) -> int:
         studies=args.studies,
         verbose=True,
     )
-    print(markdown_table([row for row in rows if row["table"] == "padding"]))
-    print(summary_markdown(rows))
+    # A short summary: the padding table on noise input (the study's headline). Every
+    # table, the CSV and the figures go to --out (summary.md, padding.csv, *.png).
+    headline = [r for r in rows if r["table"] == "padding" and r["input"] == "noise"]
+    print()
+    print(summary_markdown(headline or rows))
     if args.out:
-        print(f"\nwrote the tables (CSV, markdown) and the maps figures to {args.out}")
+        print(f"wrote every table (summary.md), padding.csv and the figures to {args.out}")
+    else:
+        print(
+            f"{len(rows)} rows; the other tables (grey and white inputs, the paper's Tables "
+            "2-4), the CSV and the figures are written with --out DIR."
+        )
     return 0
 
 
@@ -243,6 +415,7 @@ def _run_study(study: Any, table: Any, args: argparse.Namespace, choices: dict) 
         quick=args.quick,
         out=args.out,
         seeds=args.seeds or None,
+        verbose=2 if args.verbose else 1,  # 1: a line per model; 2: and Keras' per training
         **{key: value for key, value in choices.items() if value},
     )
     print()
@@ -317,7 +490,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {_version('keras-posenc') or 'dev'}"
     )
-    commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
+    # --verbose after the command too; SUPPRESS keeps a value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP
+    )
+
+    def subparser(**kwargs: Any) -> argparse.ArgumentParser:
+        return argparse.ArgumentParser(parents=[common], **kwargs)
+
+    commands = parser.add_subparsers(
+        title="commands", dest="command", metavar="COMMAND", parser_class=subparser
+    )
     info = commands.add_parser(
         "info", help="versions, the active backend, exporters and the registered zoo models"
     )
@@ -327,11 +512,11 @@ def build_parser() -> argparse.ArgumentParser:
         "export",
         help="export a zoo model or a .keras file to ONNX and/or SavedModel, verified",
         description="Export a zoo model (by name) or a .keras file from any backend, then run "
-        "the artifact on random inputs and compare it with the Keras model.",
+        "the artifact on random inputs and compare it with the Keras model. " + NAMING,
     )
     export.add_argument("model", help="a zoo model name (see `posenc info`) or a .keras file")
     export.add_argument("--format", choices=("onnx", "tf_saved_model", "all"), default="all")
-    export.add_argument("--out", required=True, help="folder for the artifacts")
+    export.add_argument("--out", required=True, help="folder for the outputs (made if missing)")
     export.add_argument(
         "--set",
         action="append",
@@ -365,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="The main job end to end: create a zoo model (random weights), run it "
         "on generated input (greedy generation for translation models), export it to ONNX "
         "and SavedModel from the active backend and verify each artifact against Keras. "
-        f"Without NAME: {DEMO_MODEL} with 1k vocabularies, under a minute on 2 CPU cores.",
+        f"Without NAME: {DEMO_MODEL} with 1k vocabularies ({measured('demo')}). " + NAMING,
     )
     demo.add_argument("model", nargs="?", help=f"a zoo model name (default: {DEMO_MODEL})")
     demo.add_argument(
@@ -375,22 +560,31 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a zoo configuration argument (repeatable; values parsed as JSON)",
     )
-    demo.add_argument("--out", required=True, help="folder for the artifacts")
-    demo.add_argument("--overwrite", action="store_true", help="replace artifacts already in --out")
+    demo.add_argument("--out", required=True, help="folder for the outputs (made if missing)")
+    demo.add_argument("--overwrite", action="store_true", help="replace outputs already in --out")
     demo.set_defaults(handler=_demo)
 
     probe = commands.add_parser("probe", help="PosENet experiments")
-    probe_commands = probe.add_subparsers(title="experiments", dest="experiment", required=True)
+    probe_commands = probe.add_subparsers(
+        title="experiments", dest="experiment", required=True, parser_class=subparser
+    )
     padding = probe_commands.add_parser(
         "padding",
         help="how much absolute position each padding mode lets a frozen network encode",
         description="Frozen probe networks with zero, circular, reflect, replicate and "
         "'valid' padding (random or trained from scratch), VGG16 and ResNet50 (weights=None), "
         "read out on content-free inputs, and the analogues of Islam et al. (2020)'s Tables 2, "
-        "3 and 4; prints SPC/MAE per setting, input and target.",
+        "3 and 4. Prints the padding table on noise input (SPC / MAE per target); --out DIR "
+        "writes every table (summary.md), every row (padding.csv) and the figures. "
+        f"--quick: {measured('probe padding --quick')}; the full run: "
+        f"{FULL_RUNS['probe padding']} (docs/experiments/position-information.md).",
     )
-    padding.add_argument("--quick", action="store_true", help="tiny networks, one seed (~1 min)")
-    padding.add_argument("--out", help="folder for the CSV and markdown tables and the PNG figures")
+    padding.add_argument(
+        "--quick", action="store_true", help="tiny networks at 32 px, one seed (a smoke run)"
+    )
+    padding.add_argument(
+        "--out", help="folder for every table (CSV, markdown) and the PNG figures; default: none"
+    )
     padding.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the mode's own)")
     padding.add_argument(
         "--studies",
@@ -403,16 +597,19 @@ def build_parser() -> argparse.ArgumentParser:
     padding.set_defaults(handler=_probe_padding)
 
     experiment = commands.add_parser("experiment", help="reproducible studies")
-    experiments = experiment.add_subparsers(title="experiments", dest="experiment", required=True)
+    experiments = experiment.add_subparsers(
+        title="experiments", dest="experiment", required=True, parser_class=subparser
+    )
     length = experiments.add_parser(
         "length",
         help="which position encodings generalise from length 64 to 128-512",
         description="Small causal Transformers, one per position encoding, trained on "
         "synthetic token tasks at length 64 and tested at 64, 128, 256 and 512; prints the "
         "accuracy table (mean ± std over seeds). --quick: the relative task, one seed, a short "
-        "training (under a minute); the full run takes about 20 minutes on 2 cores.",
+        f"training ({measured('experiment length --quick')}); the full run: "
+        f"{FULL_RUNS['experiment length']} (docs/experiments/length-generalization.md).",
     )
-    length.add_argument("--quick", action="store_true", help="a small run of under a minute")
+    length.add_argument("--quick", action="store_true", help="a short smoke run (one seed)")
     length.add_argument("--out", help="folder for the CSV, the markdown tables and the PNG plot")
     length.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the mode's own)")
     length.add_argument("--encodings", nargs="+", help="a selection of encodings (default: all)")
@@ -424,17 +621,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="A small CoAtNet in each of the paper's four layouts, trained with fit on "
         "synthetic images whose class needs both local texture and global layout; prints "
         "the test and training accuracy per layout (mean ± std over seeds). --quick: one "
-        "seed, a short training (about a minute); the full run takes about 11 minutes on "
-        "2 cores.",
+        f"seed, a short training ({measured('experiment layouts --quick')}); the full run: "
+        f"{FULL_RUNS['experiment layouts']} (docs/experiments/coatnet-layouts.md).",
     )
-    layouts.add_argument("--quick", action="store_true", help="a small run of under a minute")
+    layouts.add_argument("--quick", action="store_true", help="a short smoke run (one seed)")
     layouts.add_argument("--out", help="folder for the CSV, the markdown table and the PNG plot")
     layouts.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the mode's own)")
     layouts.add_argument("--layouts", nargs="+", help="a selection of layouts (default: all four)")
     layouts.set_defaults(handler=_experiment_layouts)
 
     convert = commands.add_parser("convert", help="convert checkpoints of other libraries")
-    converters = convert.add_subparsers(title="sources", dest="source", required=True)
+    converters = convert.add_subparsers(
+        title="sources", dest="source", required=True, parser_class=subparser
+    )
     fairseq = converters.add_parser(
         "fairseq",
         help="a fairseq fconv (ConvS2S) checkpoint -> a ConvS2S .keras file",
@@ -486,7 +685,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.handler(args)
+        with quiet_runtime(args.verbose):
+            return args.handler(args)
     except (ValueError, TypeError, ImportError, RuntimeError, OSError, MemoryError) as error:
         # The library's errors already say what was wrong and what was expected; OSError's
         # name the file ("[Errno 17] File exists: 'out'"). One line, no traceback.

@@ -704,7 +704,7 @@ def export_seq2seq(
     Args:
         model: a :class:`~keras_posenc.zoo.seq2seq.Seq2SeqModel`.
         directory: folder for ``encoder`` and ``decoder_step`` (``.onnx`` files
-            or SavedModel folders).
+            or ``.savedmodel`` SavedModel folders).
         format: ``"onnx"`` or ``"tf_saved_model"``.
         verify: verify each graph as :func:`export_model` does, on real
             decoding inputs: sources of two lengths (one row padded), their
@@ -742,7 +742,7 @@ def export_seq2seq(
             f"(a sequence-to-sequence zoo model); got {type(model).__name__}."
         )
     directory = os.fspath(directory)
-    suffix = ".onnx" if format == "onnx" else ""
+    suffix = ".onnx" if format == "onnx" else ".savedmodel"  # posenc's naming (cli.NAMING)
     targets = [os.path.join(directory, name + suffix) for name in ("encoder", "decoder_step")]
     for target in targets:
         _check_target(target, overwrite, "export_seq2seq")

@@ -355,8 +355,15 @@ def test_demo_command_creates_runs_exports_and_verifies(tmp_path, capsys):
     assert "created convs2s_small" in text and "greedy search" in text
     assert text.count("max |difference|") == 4  # encoder and decoder step, two formats
     assert "every artifact verified" in text
-    assert os.path.exists(os.path.join(out, "convs2s_small_onnx", "decoder_step.onnx"))
-    assert os.path.isdir(os.path.join(out, "convs2s_small_tf_saved_model", "encoder"))
+    # The naming scheme (cli.NAMING): NAME.keras, the two graphs in NAME/.
+    assert sorted(os.listdir(out)) == ["convs2s_small", "convs2s_small.keras"]
+    assert sorted(os.listdir(os.path.join(out, "convs2s_small"))) == [
+        "decoder_step.onnx",
+        "decoder_step.savedmodel",
+        "encoder.onnx",
+        "encoder.savedmodel",
+    ]
+    assert "saved it as " + os.path.join(out, "convs2s_small.keras") in text
 
 
 @pytest.mark.large
@@ -369,4 +376,8 @@ def test_demo_command_on_an_image_model(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "ran it on random inputs ((2, 32, 32, 3)): outputs (2, 1000)" in text
     assert text.count("max |difference|") == 2
-    assert os.path.exists(os.path.join(tmp_path, "coatnet_0.onnx"))
+    assert sorted(os.listdir(tmp_path)) == [
+        "coatnet_0.keras",
+        "coatnet_0.onnx",
+        "coatnet_0.savedmodel",
+    ]

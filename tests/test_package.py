@@ -102,7 +102,7 @@ def test_cli_export_keras_file_both_formats(tmp_path, capsys):
     _build_tiny().save(path)
     assert cli.main(["export", str(path), "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "tiny.onnx").exists()
-    assert (tmp_path / "out" / "tiny_saved_model" / "saved_model.pb").exists()
+    assert (tmp_path / "out" / "tiny.savedmodel" / "saved_model.pb").exists()
     assert capsys.readouterr().out.count("max |difference|") == 2
 
 
@@ -118,8 +118,13 @@ def test_cli_probe_padding_quick(tmp_path, capsys):
     argv = ["probe", "padding", "--quick", "--studies", "padding", "--out", str(tmp_path)]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert "| zeros | noise | H |" in out and "| circular | noise | H |" in out
-    assert {p.name for p in tmp_path.iterdir()} >= {"padding.csv", "padding.md"}
+    # A short summary: the padding table on noise input only; every table goes to --out.
+    assert "### Padding, noise input" in out and "### Padding, grey input" not in out
+    assert "| probe | random | least_squares | zeros |" in out
+    assert "| probe | random | least_squares | circular |" in out
+    assert len(out.splitlines()) < 40
+    assert {p.name for p in tmp_path.iterdir()} >= {"padding.csv", "padding.md", "summary.md"}
+    assert "### Padding, grey input" in (tmp_path / "summary.md").read_text()
 
 
 # Backend branches live in named places only ("Architecture" in docs/development.md).

@@ -120,8 +120,8 @@ FULL_SETTINGS = {
     "batch_size": 32,
     "learning_rate": 2e-3,
 }
-# Quick: one seed, one block per stage and a short training (under a minute on
-# 2 CPU cores with TensorFlow, most of it compiling the 4 models). A smoke
+# Quick: one seed, one block per stage and a short training (most of its time is
+# compiling the 4 models; measured times in docs/data/cli_timings.csv). A smoke
 # test: its numbers are not the study's.
 QUICK_SETTINGS = {
     "blocks": (1, 1, 1, 1, 1),
@@ -424,16 +424,18 @@ def layout_experiment(
 
     Args:
         quick: the quick run (one seed, one block per stage, 128 training
-            images, one epoch: under a minute on 2 CPU cores, a smoke test
-            whose numbers are not the study's) instead of the full one (seeds
-            0, 1, 2, 2048 training images, 8 epochs, 1024 test images).
+            images, one epoch; about a minute of CPU time, see the command
+            line page; a smoke test whose numbers are not the study's)
+            instead of the full one (seeds 0, 1, 2, 2048 training images,
+            8 epochs, 1024 test images).
         out: a folder to write ``coatnet_layouts.csv``, ``.md`` and ``.png``
             (accuracy per layout, drawn with matplotlib, the ``experiments``
             extra; `redraw` draws it again from the CSV) into; created if missing.
         seeds: seeds; default ``(0,)`` quick, ``(0, 1, 2)`` full.
         layouts: a selection of layouts (default the paper's four, `LAYOUTS`).
-        verbose: 1 prints Keras' progress bar for each training and a summary
-            line per layout; 0 prints nothing.
+        verbose: 1 prints a summary line per layout, 2 also Keras' one line
+            per training (its progress bar is not used: the first step's
+            estimate includes compiling and was off by minutes); 0 prints nothing.
         **settings: overrides of `QUICK_SETTINGS` / `FULL_SETTINGS`
             (``train_images``, ``test_images``, ``epochs``, ``batch_size``,
             ``learning_rate``), `MODEL_SETTINGS` and `TASK_SETTINGS`.
@@ -474,7 +476,7 @@ def layout_experiment(
         runs = train_and_evaluate(
             layout,
             seeds,
-            verbose=verbose,
+            verbose=2 if verbose >= 2 else 0,
             model_settings=model_settings,
             task_settings=task_settings,
             **budget,

@@ -122,8 +122,7 @@ MODEL_SETTINGS = {
 }
 TASK_SETTINGS = {"shift": 4, "position": 3}
 # The training and evaluation budget. Full: 66 models (11 encodings, 2 tasks,
-# 3 seeds), 18 minutes of CPU time with TensorFlow (23.5 minutes wall clock on
-# a 2-core machine shared with other jobs).
+# 3 seeds); the recorded run's times are on docs/experiments/length-generalization.md.
 FULL_SETTINGS = {
     "train_steps": 1000,
     "batch_size": 32,
@@ -132,8 +131,8 @@ FULL_SETTINGS = {
     "eval_positions": 4096,
 }
 # Quick: every encoding on the relative task, one seed, one block instead of
-# two, a short training at a higher learning rate (under a minute on 2 CPU
-# cores with TensorFlow, much of it compiling the 11 models). A smoke test:
+# two, a short training at a higher learning rate (much of its time is compiling
+# the 11 models; measured times in docs/data/cli_timings.csv). A smoke test:
 # its numbers are not the study's.
 QUICK_SETTINGS = {
     "num_layers": 1,
@@ -511,9 +510,10 @@ def length_generalization_experiment(
     Args:
         quick: the quick run (the relative task only, one seed, models of
             one block, 200 training steps at learning rate 1e-2, 256 measured
-            positions per length: under a minute on 2 CPU cores) instead of
-            the full one (both tasks, seeds 0, 1, 2, two blocks, 1000 steps at
-            3e-3, 4096 positions: about 20 minutes).
+            positions per length; about a minute of CPU time, see the
+            command line page) instead of the full one (both tasks, seeds 0,
+            1, 2, two blocks, 1000 steps at 3e-3, 4096 positions; half an hour
+            of CPU time, see the experiment's page).
         out: a folder to write ``length_generalization.csv``, ``.md`` and
             ``.png`` (accuracy against test length, drawn with matplotlib, the
             ``experiments`` extra; `redraw` draws it again from the CSV) into;
@@ -521,8 +521,9 @@ def length_generalization_experiment(
         seeds: seeds; default ``(0,)`` quick, ``(0, 1, 2)`` full.
         encodings: a selection of `ENCODINGS`.
         tasks: a selection of `TASKS`; default ``("copy_back",)`` quick, all full.
-        verbose: 1 prints Keras' progress bar for each training and a summary
-            line per encoding; 0 prints nothing.
+        verbose: 1 prints a summary line per encoding, 2 also Keras' one line
+            per training (its progress bar is not used: the first step's
+            estimate includes compiling and was off by minutes); 0 prints nothing.
         **settings: overrides of `QUICK_SETTINGS` / `FULL_SETTINGS`
             (``train_steps``, ``batch_size``, ``learning_rate``,
             ``test_lengths``, ``eval_positions``), `MODEL_SETTINGS` and
@@ -570,7 +571,7 @@ def length_generalization_experiment(
                     encoding,
                     task,
                     seed=seed,
-                    verbose=verbose,
+                    verbose=2 if verbose >= 2 else 0,
                     model_settings=model_settings,
                     task_settings=task_settings,
                     **budget,

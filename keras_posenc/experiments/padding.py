@@ -114,10 +114,11 @@ READOUT_SHAPES = ((1, 1), (1, 3), (1, 7), (2, 3), (3, 3))
 # Table 4 of the paper: zeros around the readout's input.
 READOUT_PADDINGS = (0, 1, 2)
 
-# Quick: a tiny network on 32 px; every part takes about 50 s of CPU time (TensorFlow).
-# Full: the issue's 64-112 px range, 3 seeds; about 11 CPU-minutes (25 minutes of wall time
-# on a loaded 2-core machine), peak memory 6.6 GB. Hidden readout layers (Table 2) are 16 wide
-# to keep VGG16's deeper readouts affordable; the learning rate None scales with the fan-in.
+# Quick: a tiny network on 32 px (measured times in docs/data/cli_timings.csv).
+# Full: the issue's 64-112 px range, 3 seeds; the recorded run (673 s of CPU time, peak
+# memory 6.6 GB) is on docs/experiments/position-information.md. Hidden readout layers
+# (Table 2) are 16 wide to keep VGG16's deeper readouts affordable; the learning rate None
+# scales with the fan-in.
 QUICK_SETTINGS = {
     "image_size": 32,
     "stages": 3,
@@ -823,10 +824,11 @@ def padding_experiment(
     ``posenc probe padding`` runs. SPC and MAE are averaged over the seeds.
 
     Args:
-        quick: the tiny setting (32 px, 3 stages of width 8, one seed; seconds on
-            2 CPU cores for ``"padding"``, about a minute for everything)
+        quick: the tiny setting (32 px, 3 stages of width 8, one seed; about a
+            minute of CPU time for everything, see the command line page)
             instead of the full one (96 px probe network, 112 px VGG16/ResNet50,
-            4 stages of width 16, seeds 0, 1, 2; about 11 CPU-minutes for everything).
+            4 stages of width 16, seeds 0, 1, 2; 673 s of CPU time for everything
+            in the run on the experiment's page).
         out: a folder to write ``padding.csv`` (every row), ``padding.md`` (the
             padding table), ``summary.md`` (every table in the paper's layout),
             ``figures.md`` and the PNG figures into (predicted maps next to

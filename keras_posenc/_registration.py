@@ -1,0 +1,119 @@
+"""Registering keras-posenc's serializable classes without importing Keras early.
+
+``import keras_posenc`` must stay light, so that ``posenc --help`` starts in a
+fraction of a second (importing Keras imports its backend, several seconds for
+TensorFlow). Yet ``import keras_posenc`` followed by
+``keras.saving.load_model("model.keras")`` must find every class the package
+registers with ``keras.saving.register_keras_serializable``: Keras looks them up
+by registered name and imports nothing itself for a package other than its own.
+
+The rule kept here ("Import time" in docs/development.md): once ``keras`` and
+``keras_posenc`` are both imported and no ``keras_posenc`` module is still being
+imported, the modules that register classes (:data:`REGISTERING`) are imported
+too. If ``keras`` is already loaded when ``keras_posenc`` is, that happens at
+once; otherwise a finder placed first on ``sys.meta_path`` watches the imports of
+``keras`` and of ``keras_posenc``'s submodules and does it when the last of them
+finishes, then removes itself. Importing ``keras_posenc.cli`` (or any module
+that does not import Keras) triggers nothing.
+
+Examples:
+
+    >>> import sys
+    >>> import keras_posenc
+    >>> "keras" not in sys.modules or "keras_posenc.zoo" in sys.modules
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+# The subpackages whose import registers every serializable class (layers, zoo
+# models, the probe's PosENet): what ``import keras_posenc`` imported eagerly before.
+REGISTERING = ("keras_posenc.layers", "keras_posenc.zoo", "keras_posenc.probe")
+
+
+def register_all() -> None:
+    """Imports :data:`REGISTERING` (imports Keras and its backend)."""
+    _FINDER.done = True
+    _FINDER.uninstall()
+    for name in REGISTERING:
+        importlib.import_module(name)
+
+
+class _WatchingLoader(importlib.abc.Loader):
+    """Runs a module's own loader, then tells the finder that the import finished."""
+
+    def __init__(self, loader: Any, finder: _RegisterWhenKerasLoads, package: bool) -> None:
+        self._loader, self._finder, self._package = loader, finder, package
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        state = self._finder.state
+        state.depth = getattr(state, "depth", 0) + self._package
+        try:
+            self._loader.exec_module(module)
+        finally:
+            state.depth -= self._package
+        self._finder.imported()
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, ...
+        return getattr(self._loader, name)
+
+
+class _RegisterWhenKerasLoads(importlib.abc.MetaPathFinder):
+    """Watches ``keras`` and ``keras_posenc.*`` imports; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.state = threading.local()  # depth: keras_posenc modules being imported
+        self.done = False
+
+    def install(self) -> None:
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
+
+    def uninstall(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        package = fullname.startswith("keras_posenc.")
+        if self.done or not (package or fullname == "keras"):
+            return None
+        for finder in sys.meta_path:  # the finder that would have found it without us
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _WatchingLoader(spec.loader, self, package)
+                return spec
+        return None
+
+    def imported(self) -> None:
+        """After an import finished: register if Keras is loaded and no import is open."""
+        if self.done or getattr(self.state, "depth", 0) or "keras" not in sys.modules:
+            return
+        register_all()
+
+
+_FINDER = _RegisterWhenKerasLoads()
+
+
+def watch() -> None:
+    """Called by ``keras_posenc/__init__.py``: register now or when Keras loads."""
+    if "keras" in sys.modules:
+        register_all()
+    else:
+        _FINDER.install()
