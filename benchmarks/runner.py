@@ -677,8 +677,10 @@ def render_block(record: dict, backend: str, benchmark: Benchmark | None = None)
     if "ref" in trees:
         key_columns = [c for c in benchmark.columns if c.field in benchmark.keys]
         headers = [c.header for c in key_columns]
-        short = (trees["ref"].get("commit") or "")[:7]
-        header = [*headers, "field", f"{trees['ref']['name']} {short}".strip(), "working tree"]
+        name, short = trees["ref"]["name"], (trees["ref"].get("commit") or "")[:7]
+        # A ref given as a commit is named once ("f7f10c3", not "f7f10c3 f7f10c3").
+        label = name if short and name.startswith(short) else f"{name} {short}".strip()
+        header = [*headers, "field", label, "working tree"]
         rows = [
             [_format(v, "text") for v in item["key"].values()]
             + [item["field"], _compared(item["ref"]), _compared(item["current"])]

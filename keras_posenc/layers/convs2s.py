@@ -18,7 +18,14 @@ import numpy as np
 from keras import ops
 
 from keras_posenc.layers import _attention
-from keras_posenc.layers._checks import check_bool, check_int, check_rate, has_empty_axis, shape_of
+from keras_posenc.layers._checks import (
+    SequenceChecks,
+    check_bool,
+    check_int,
+    check_rate,
+    has_empty_axis,
+    shape_of,
+)
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._specs import CachedSequenceSpec
 
@@ -125,7 +132,7 @@ class GradMultiply(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class GLUConv1D(CachedSequenceSpec, keras.layers.Layer):
+class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
     """A 1D convolution to ``2 * filters`` channels followed by a gated linear unit.
 
     ``y = conv(x)`` has ``2 * filters`` channels and the output is
@@ -242,25 +249,8 @@ class GLUConv1D(CachedSequenceSpec, keras.layers.Layer):
 
     # ------------------------------------------------------------------ build
 
-    def _describe(self) -> str:
-        return f"{type(self).__name__}({self.name!r})"
-
     def _check_input_shape(self, shape: tuple) -> None:
-        if len(shape) != 3:
-            raise ValueError(
-                f"{self._describe()}: `inputs` must have rank 3 (batch, time, channels), "
-                f"got shape {shape}."
-            )
-        if shape[-1] is None:
-            raise ValueError(
-                f"{self._describe()}: the last axis of `inputs` must be known, got shape {shape}."
-            )
-        built = getattr(self, "_input_channels", None)
-        if built is not None and shape[-1] != built:
-            raise ValueError(
-                f"{self._describe()}: the last axis of `inputs` must be {built} (the size the "
-                f"layer was built with), got {shape[-1]}."
-            )
+        self._check_sequence("inputs", shape)
 
     def build(self, input_shape: Any) -> None:
         input_shape = tuple(input_shape)
@@ -292,6 +282,7 @@ class GLUConv1D(CachedSequenceSpec, keras.layers.Layer):
         )
         self.dropout_layer.build(input_shape)
         self._input_channels = channels
+        self._built_features = {"inputs": channels}  # checked by `_check_sequence`
         self.built = True
 
     @property

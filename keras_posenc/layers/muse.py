@@ -92,7 +92,7 @@ def _attend_heads(
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class MUSEAttention(CachedSequenceSpec, keras.layers.Layer):
+class MUSEAttention(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
     """Parallel multi-scale attention: self-attention and convolutions of V, gated and projected.
 
     With ``x`` of width ``C = num_heads * key_dim`` (a multiple of the heads,
@@ -267,15 +267,8 @@ class MUSEAttention(CachedSequenceSpec, keras.layers.Layer):
 
     # ------------------------------------------------------------------ build
 
-    def _describe(self) -> str:
-        return f"{type(self).__name__}({self.name!r})"
-
     def _check_input_shape(self, shape: tuple) -> None:
-        if len(shape) != 3:
-            raise ValueError(
-                f"{self._describe()}: `inputs` must have rank 3 (batch, time, channels), "
-                f"got shape {shape}."
-            )
+        self._check_sequence("inputs", shape)
         if shape[-1] != self.channels:
             raise ValueError(
                 f"{self._describe()}: the last axis of `inputs` must be num_heads * key_dim = "

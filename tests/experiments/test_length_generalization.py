@@ -166,7 +166,7 @@ def test_quick_cli_run(tmp_path, capsys):
     assert cli.main(["experiment", "length", "--quick", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     for name in ENCODINGS:
-        assert f"\n{name}: copy_back 64: " in printed  # the summary line per encoding
+        assert f"\n{name}: copy_back 64: " in "\n" + printed  # the summary line per encoding
     with open(os.path.join(tmp_path, "length_generalization.csv")) as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == len(ENCODINGS) * 4

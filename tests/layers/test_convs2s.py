@@ -294,7 +294,9 @@ def test_glu_bad_call_inputs(rng):
         layer(np.zeros((2, 5), "float32"))
     x = normal(rng, 2, 5, 4)
     layer(x)
-    with pytest.raises(ValueError, match=r"'conv'.*last axis of `inputs` must be 4.*got 6"):
+    with pytest.raises(
+        ValueError, match=r"'conv'.*last axis of `inputs` must be 4 .*got shape \(2, 5, 6\)"
+    ):
         layer(np.zeros((2, 5, 6), "float32"))
     with pytest.raises(ValueError, match=r"'conv'.*`mask` must have shape \(batch, time\)"):
         layer(x, mask=np.ones((2, 5, 1), bool))
