@@ -14,6 +14,7 @@ hold the committed figures to the same width.
 
 from __future__ import annotations
 
+import csv
 import os
 from typing import Any
 
@@ -83,3 +84,26 @@ def save_figure(figure: Any, path: str | os.PathLike) -> str:
     """
     figure.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
     return os.fspath(path)
+
+
+def read_csv_rows(
+    path: str | os.PathLike, csv_name: str, columns: tuple[str, ...]
+) -> list[dict[str, str]]:
+    """The rows (as text) of the results CSV at ``path``, or of ``csv_name`` in that folder.
+
+    The one reader behind each experiment's ``read_results``, which converts the cells.
+
+    Raises:
+        ValueError: when the CSV lacks one of ``columns``.
+    """
+    if os.path.isdir(path):
+        path = os.path.join(path, csv_name)
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in columns if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(
+                f"read_results: {os.fspath(path)!r} lacks the column(s) {missing}; expected "
+                f"the columns {list(columns)} that write_results writes."
+            )
+        return list(reader)

@@ -60,7 +60,12 @@ from keras import ops
 
 from keras_posenc import zoo
 from keras_posenc._compile import training_jit_compile
-from keras_posenc.experiments._figures import new_figure, require_matplotlib, save_figure
+from keras_posenc.experiments._figures import (
+    new_figure,
+    read_csv_rows,
+    require_matplotlib,
+    save_figure,
+)
 from keras_posenc.experiments._settings import merge_settings
 from keras_posenc.layers._checks import check_int, check_non_negative_number
 from keras_posenc.zoo.coatnet import parse_layout
@@ -589,22 +594,12 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
         >>> row["layout"], row["params"], row["test_accuracy"]
         ('C-C-T-T', 169840, 0.8)
     """
-    if os.path.isdir(path):
-        path = os.path.join(path, CSV_NAME)
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
-        if missing:
-            raise ValueError(
-                f"read_results: {os.fspath(path)!r} lacks the column(s) {missing}; expected "
-                f"the columns {list(COLUMNS)} that write_results writes."
-            )
-        rows = []
-        for raw in reader:
-            row: dict[str, Any] = {"layout": raw["layout"]}
-            for key in COLUMNS[1:]:
-                row[key] = int(raw[key]) if key in _INT_COLUMNS else float(raw[key])
-            rows.append(row)
+    rows = []
+    for raw in read_csv_rows(path, CSV_NAME, COLUMNS):
+        row: dict[str, Any] = {"layout": raw["layout"]}
+        for key in COLUMNS[1:]:
+            row[key] = int(raw[key]) if key in _INT_COLUMNS else float(raw[key])
+        rows.append(row)
     return rows
 
 

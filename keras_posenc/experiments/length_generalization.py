@@ -68,7 +68,12 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc.experiments._figures import new_figure, require_matplotlib, save_figure
+from keras_posenc.experiments._figures import (
+    new_figure,
+    read_csv_rows,
+    require_matplotlib,
+    save_figure,
+)
 from keras_posenc.experiments._settings import merge_settings
 from keras_posenc.layers._checks import check_choice, check_int
 from keras_posenc.layers.relative_position import (
@@ -713,24 +718,14 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
         >>> row["encoding"], row["test_length"], row["accuracy"]
         ('rope', 128, 0.5)
     """
-    if os.path.isdir(path):
-        path = os.path.join(path, CSV_NAME)
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
-        if missing:
-            raise ValueError(
-                f"read_results: {os.fspath(path)!r} lacks the column(s) {missing}; expected "
-                f"the columns {list(COLUMNS)} that write_results writes."
-            )
-        rows = []
-        for raw in reader:
-            row: dict[str, Any] = {key: raw[key] for key in COLUMNS}
-            for key in _INT_COLUMNS:
-                row[key] = int(raw[key])
-            for key in _FLOAT_COLUMNS:
-                row[key] = float(raw[key]) if raw[key] != "" else None
-            rows.append(row)
+    rows = []
+    for raw in read_csv_rows(path, CSV_NAME, COLUMNS):
+        row: dict[str, Any] = {key: raw[key] for key in COLUMNS}
+        for key in _INT_COLUMNS:
+            row[key] = int(raw[key])
+        for key in _FLOAT_COLUMNS:
+            row[key] = float(raw[key]) if raw[key] != "" else None
+        rows.append(row)
     return rows
 
 
