@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+from repository import benchmarks_path, docs_path
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "benchmarks"
 needs_git = pytest.mark.skipif(
@@ -26,28 +27,18 @@ needs_git = pytest.mark.skipif(
 
 
 def benchmarks_folder() -> pathlib.Path:
-    given = os.environ.get("POSENC_BENCHMARKS")
-    if given:
-        folder = pathlib.Path(given)
-        assert (folder / "runner.py").is_file(), f"POSENC_BENCHMARKS={given} has no runner.py"
-        return folder
-    folder = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
-    if not (folder / "runner.py").is_file():
+    runner = benchmarks_path("runner.py")
+    if runner is None:
         pytest.skip(
             "no benchmarks/runner.py next to tests/: set POSENC_BENCHMARKS to the "
             "repository's benchmarks/ folder"
         )
-    return folder
+    return runner.parent
 
 
 def docs_folder() -> pathlib.Path:
-    folder = pathlib.Path(
-        os.environ.get("POSENC_DOCS", pathlib.Path(__file__).resolve().parents[1] / "docs")
-    )
-    assert (folder / "benchmarks.md").is_file(), (
-        f"no benchmarks.md in {folder}: set POSENC_DOCS to the repository's docs/ folder"
-    )
-    return folder
+    docs_path("benchmarks.md")
+    return docs_path()
 
 
 @pytest.fixture(scope="module")

@@ -8,20 +8,15 @@ repository is found through POSENC_DOCS (its docs/ folder), as in tests/test_gui
 from __future__ import annotations
 
 import importlib.util
-import os
-import pathlib
 import urllib.parse
 
 import pytest
+from repository import repository_path
 
 
 @pytest.fixture(scope="module")
 def check_site():
-    docs = pathlib.Path(
-        os.environ.get("POSENC_DOCS", pathlib.Path(__file__).resolve().parents[1] / "docs")
-    )
-    path = docs.parent / ".ci" / "check_site.py"
-    assert path.is_file(), f"no {path}: set POSENC_DOCS to the repository's docs/ folder"
+    path = repository_path(".ci", "check_site.py")
     spec = importlib.util.spec_from_file_location("check_site", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -14,6 +14,7 @@ import textwrap
 
 import keras
 import pytest
+from repository import docs_path
 
 from keras_posenc import cli, zoo
 
@@ -187,9 +188,7 @@ def test_quiet_runtime_restores_what_it_changed(monkeypatch):
 
 
 def _timings() -> list[dict[str, str]]:
-    # As tests/test_guides.py: POSENC_DOCS (CI runs a copy of tests/) or the checkout's docs.
-    docs = os.environ.get("POSENC_DOCS", pathlib.Path(__file__).resolve().parents[1] / "docs")
-    with open(pathlib.Path(docs) / "data" / "cli_timings.csv", newline="") as handle:
+    with open(docs_path("data", "cli_timings.csv"), newline="") as handle:
         return list(csv.DictReader(handle))
 
 

@@ -21,6 +21,7 @@ import sys
 
 import keras
 import pytest
+from repository import docs_path
 
 from keras_posenc import zoo
 from keras_posenc.layers import RelativeTransformerBlock2D, RelativeTransformerEncoder
@@ -313,9 +314,7 @@ _BASH = re.compile(r"^```bash\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
 def guide() -> pathlib.Path:
-    # As tests/test_guides.py: POSENC_DOCS (CI runs a copy of tests/) or the checkout's docs.
-    docs = os.environ.get("POSENC_DOCS", pathlib.Path(__file__).resolve().parents[1] / "docs")
-    return pathlib.Path(docs) / "guides" / "scaling-out.md"
+    return docs_path("guides", "scaling-out.md")
 
 
 @pytest.mark.large

@@ -6,11 +6,11 @@ list grows with the zoo."""
 from __future__ import annotations
 
 import itertools
-import os
 import re
 
 import keras
 import pytest
+from repository import docs_path
 
 import layer_checks
 from keras_posenc import zoo
@@ -77,7 +77,6 @@ MAX_PARAMETERS = 5_000_000
 FIXED_BACKBONES = {"posenet_vgg16", "posenet_resnet50", "posenet_coatnet_0"}
 
 
-GUIDE = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "guides", "export.md")
 # One registered model per table of docs/guides/export.md, "Input and output names".
 FAMILY_MODELS = {
     "coatnet": "coatnet_0",
@@ -101,7 +100,7 @@ def family(name: str) -> str:
 def guide_tables() -> dict[str, list[tuple]]:
     """``{family: [(graph, "input" | "output", name, shape entries, dtype)]}``, read from
     the tables after each ``<!-- export-names: family -->`` of the export guide."""
-    with open(GUIDE) as handle:
+    with open(docs_path("guides", "export.md")) as handle:
         text = handle.read()
     tables = {}
     for match in re.finditer(r"<!-- export-names: (\w+) -->\n((?:\|.*\n)+)", text):

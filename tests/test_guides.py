@@ -17,18 +17,14 @@ import subprocess
 import sys
 
 import pytest
+from repository import docs_path
 
 _FENCE = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
 def docs_folder() -> pathlib.Path:
-    folder = pathlib.Path(
-        os.environ.get("POSENC_DOCS", pathlib.Path(__file__).resolve().parents[1] / "docs")
-    )
-    assert (folder / "guides").is_dir(), (
-        f"no guides in {folder}: set POSENC_DOCS to the repository's docs/ folder"
-    )
-    return folder
+    docs_path("guides")
+    return docs_path()
 
 
 def guide_code(path: pathlib.Path) -> str:

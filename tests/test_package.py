@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -188,3 +190,19 @@ def test_backend_comparison_finder_sees_every_form():
         "print(f'{keras.backend.backend()} backend')\n"
     )
     assert _backend_comparisons(source) == [2, 3, 5]
+
+
+def test_tests_reach_repository_files_through_one_helper():
+    """CI runs a copy of tests/ outside the checkout: a test that finds docs/ or benchmarks/
+    relative to its own file passes in a checkout and fails there. tests/repository.py is the
+    one place that may climb above tests/."""
+    tests = pathlib.Path(__file__).resolve().parent
+    climbing = re.compile(r"parents\[|os\.pardir|\.parent\.parent")
+    offenders = [
+        f"{path.relative_to(tests)}:{number}: {line.strip()}"
+        for path in sorted(tests.rglob("*.py"))
+        if path.name != "repository.py" and "reference" not in path.parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if climbing.search(line)
+    ]
+    assert not offenders, "use tests/repository.py:\n" + "\n".join(offenders)

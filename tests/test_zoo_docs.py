@@ -12,13 +12,13 @@ initialised); all of them in the large stage.
 from __future__ import annotations
 
 import importlib.util
-import os
 import pathlib
 
 import keras
 import numpy as np
 import pytest
 from keras.src.backend.common import global_state  # see shape_only
+from repository import repository_path
 
 from keras_posenc import zoo
 
@@ -27,10 +27,7 @@ CHEAP = ("coatnet_0", "muse_tiny", "posenet_coatnet_0")
 
 
 def repository() -> pathlib.Path:
-    docs = os.environ.get("POSENC_DOCS")
-    root = (
-        pathlib.Path(docs).resolve().parent if docs else pathlib.Path(__file__).resolve().parents[1]
-    )
+    root = repository_path()
     assert (root / "docs" / "hooks" / "zoo_table.py").is_file() and (root / "zoo").is_dir(), (
         f"no docs/hooks/zoo_table.py and zoo/ cards under {root}: set POSENC_DOCS to the "
         "repository's docs/ folder"

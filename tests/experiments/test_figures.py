@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from repository import docs_path
 
 from keras_posenc.experiments import coatnet_layouts, length_generalization, padding
 from keras_posenc.probe import position_patterns
@@ -218,13 +219,8 @@ def test_without_matplotlib_a_study_still_returns_its_numbers(no_matplotlib):
 
 
 def docs_folder() -> pathlib.Path:
-    folder = pathlib.Path(
-        os.environ.get("POSENC_DOCS", pathlib.Path(__file__).resolve().parents[2] / "docs")
-    )
-    assert (folder / "experiments").is_dir(), (
-        f"no experiments pages in {folder}: set POSENC_DOCS to the repository's docs/ folder"
-    )
-    return folder
+    docs_path("experiments")
+    return docs_path()
 
 
 def test_committed_figures_are_wide_and_keep_their_data():

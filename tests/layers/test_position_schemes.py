@@ -175,9 +175,7 @@ def test_the_2d_bias_takes_the_grid_scheme(rng):
     assert layer.size == (2, 3) and layer.position == grid
     table = rng.normal(size=(2, 3, 5)).astype("float32")
     layer.table.assign(table)
-    np.testing.assert_allclose(
-        to_numpy(layer()), relative_position_bias_2d(table, 2, 3), atol=ATOL
-    )
+    np.testing.assert_allclose(to_numpy(layer()), relative_position_bias_2d(table, 2, 3), atol=ATOL)
     config = layer.get_config()
     restored = layers.RelativePositionBias2D.from_config(config)
     assert restored.position == grid and restored.size == (2, 3)
