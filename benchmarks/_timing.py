@@ -13,10 +13,18 @@ def median_seconds(run: Callable[[], object], repeats: int) -> float:
 
     The warm-up takes tracing, compilation and first allocations out of the figure.
     """
+    return first_and_median_seconds(run, repeats)[1]
+
+
+def first_and_median_seconds(run: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """The wall time of the first call of ``run`` (tracing and compilation included) and
+    the median of the ``repeats`` calls after it."""
+    start = time.perf_counter()
     run()
+    first = time.perf_counter() - start
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return first, statistics.median(times)

@@ -184,6 +184,7 @@ BENCHMARKS = {
                 Column("path", "path", "text"),
                 Column("tokens/s", "tokens_per_second", "num"),
                 Column("s per batch", "seconds", "num"),
+                Column("first batch s", "first_seconds", "num"),
                 Column("x recompute", "x_recompute", "ratio"),
                 Column("same tokens", "same_tokens", "bool"),
             ),

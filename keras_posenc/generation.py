@@ -6,9 +6,13 @@ The search functions work on any model that follows the decoding contract of
 holds the encoder state and every decoder layer's buffer, then one
 ``decode_step`` per target position. The step (cache reordering, the decoder
 step and the log-softmax) is compiled once per batch shape (``tf.function`` on
-TensorFlow, ``jax.jit`` on JAX; eager under ``no_grad`` on PyTorch), and its
-cost does not grow with the prefix. The bookkeeping between steps (the argmax,
-beam candidates, finished hypotheses) runs in numpy.
+TensorFlow, ``jax.jit`` on JAX; on PyTorch a graph traced with ``torch.export``
+once a shape has run eagerly a few times, see ``keras_posenc._compile``), and
+its cost does not grow with the prefix. Greedy search is one compiled loop (on
+PyTorch, the compiled step in a Python loop); beam search's bookkeeping between
+steps (beam candidates, finished hypotheses) runs in numpy. Work on the weights
+alone (the model's ``step_constants()``, e.g. ConvS2S's weight normalisation)
+is done once per search, not once per step.
 
 ``use_cache=False`` decodes by recomputing the whole prefix at every step
 (``model.decode`` on a fixed-length buffer, also compiled); it gives the same
@@ -52,7 +56,7 @@ from typing import Any
 import numpy as np
 from keras import ops
 
-from keras_posenc._compile import compile_inference
+from keras_posenc._compile import compile_inference, compiled_while_loop
 from keras_posenc.layers._checks import check_int, check_non_negative_number
 
 __all__ = ["beam_search", "greedy_search"]
@@ -105,7 +109,10 @@ def _compiled(model: Any, kind: str) -> Any:
 
     ``"greedy_loop"``: all of greedy search in one loop; ``"reordering_step"``:
     reorder the cache (beam search), then one decoding step; ``"full"``: the
-    whole decoder on a prefix buffer (``use_cache=False``).
+    whole decoder on a prefix buffer (``use_cache=False``); ``"constants"``:
+    the model's ``step_constants()`` (work on the weights alone, such as
+    ConvS2S's weight normalisation), computed once per search and passed to
+    the steps, which run inside ``model.step_scope``.
     """
     functions = _COMPILED.setdefault(model, {})
     if kind not in functions:
@@ -114,52 +121,60 @@ def _compiled(model: Any, kind: str) -> Any:
             logits, cache = model.decode_step(token_ids, cache, index)
             return ops.log_softmax(logits, axis=-1), cache
 
-        def reordering_step(token_ids: Any, cache: tuple, index: Any, order: Any) -> tuple:
-            return step(token_ids, model.reorder_cache(cache, order), index)
+        def reordering_step(
+            token_ids: Any, cache: tuple, index: Any, order: Any, constants: tuple
+        ) -> tuple:
+            with model.step_scope(constants):
+                return step(token_ids, model.reorder_cache(cache, order), index)
+
+        def constants() -> tuple:
+            return tuple(model.step_constants())
 
         def full(token_ids: Any, state: tuple, index: Any) -> Any:
             logits = model.decode(token_ids, state)
             return ops.log_softmax(ops.take(logits, index, axis=1), axis=-1)
 
-        def greedy_loop(token_ids: Any, cache: tuple, output: Any, min_length: Any) -> tuple:
-            # The whole greedy search in one compiled loop: no Python between steps.
+        def greedy_cond(index: Any, tokens: Any, cache: tuple, output: Any, *rest: Any) -> Any:
+            finished = rest[0]
             # ops.shape, not output.shape: TensorFlow retraces once lengths vary
             # (reduce_retracing) with the length unknown, and `.shape` is then None.
-            max_length = ops.shape(output)[1]
+            return ops.logical_and(index < ops.shape(output)[1], ops.logical_not(ops.all(finished)))
+
+        def greedy_body(
+            index: Any,
+            tokens: Any,
+            cache: tuple,
+            output: Any,
+            finished: Any,
+            finite: Any,
+            min_length: Any,
+            constants: tuple,
+        ) -> tuple:
             pad, bos, eos = model.pad_id, model.bos_id, model.eos_id
-
-            def cond(
-                index: Any, tokens: Any, cache: tuple, output: Any, finished: Any, finite: Any
-            ) -> Any:
-                return ops.logical_and(index < max_length, ops.logical_not(ops.all(finished)))
-
-            def body(
-                index: Any, tokens: Any, cache: tuple, output: Any, finished: Any, finite: Any
-            ) -> tuple:
+            with model.step_scope(constants):
                 logits, cache = model.decode_step(tokens, cache, index)
-                logits = ops.cast(logits, "float32")
-                # NaN logits have no argmax; the flag lets the caller raise (_check_finite).
-                finite = finite & (finished | ops.all(ops.isfinite(logits), axis=-1))
-                vocab = ops.arange(ops.shape(logits)[-1], dtype="int32")
-                banned = (vocab == pad) | (vocab == bos) | ((vocab == eos) & (index < min_length))
-                logits = ops.where(banned[None, :], _FORBIDDEN, logits)
-                tokens = ops.where(finished, pad, ops.cast(ops.argmax(logits, axis=-1), "int32"))
-                output = ops.slice_update(output, (0, index), tokens[:, None])
-                return index + 1, tokens, cache, output, finished | (tokens == eos), finite
-
-            start = ops.convert_to_tensor(0, "int32")
-            finished = ops.zeros(ops.shape(token_ids), "bool")
-            finite = ops.ones(ops.shape(token_ids), "bool")
-            loop = (start, token_ids, cache, output, finished, finite)
-            result = ops.while_loop(cond, body, loop)
-            return result[3], result[5]
+            logits = ops.cast(logits, "float32")
+            # NaN logits have no argmax; the flag lets the caller raise (_check_finite).
+            finite = finite & (finished | ops.all(ops.isfinite(logits), axis=-1))
+            vocab = ops.arange(ops.shape(logits)[-1], dtype="int32")
+            banned = (vocab == pad) | (vocab == bos) | ((vocab == eos) & (index < min_length))
+            logits = ops.where(banned[None, :], _FORBIDDEN, logits)
+            tokens = ops.where(finished, pad, ops.cast(ops.argmax(logits, axis=-1), "int32"))
+            output = ops.slice_update(output, (0, index), tokens[:, None])
+            finished = finished | (tokens == eos)
+            return index + 1, tokens, cache, output, finished, finite, min_length, constants
 
         function = {
             "reordering_step": reordering_step,
             "full": full,
-            "greedy_loop": greedy_loop,
-        }[kind]
-        functions[kind] = compile_inference(function, model.variables)
+            "constants": constants,
+        }
+        if kind == "greedy_loop":
+            # All of greedy search in one compiled loop: no Python between steps
+            # (on PyTorch, the compiled step and a Python loop; see _compile.py).
+            functions[kind] = compiled_while_loop(greedy_cond, greedy_body, model.variables)
+        else:
+            functions[kind] = compile_inference(function[kind], model.variables)
     return functions[kind]
 
 
@@ -169,6 +184,7 @@ class _CachedDecoder:
     def __init__(self, model: Any, state: tuple, max_length: int) -> None:
         self.model = model
         self.cache = model.init_cache(state, max_length)
+        self.constants = _compiled(model, "constants")()
 
     def step(self, token_ids: np.ndarray, index: int, order: np.ndarray) -> np.ndarray:
         log_probs, self.cache = _compiled(self.model, "reordering_step")(
@@ -176,6 +192,7 @@ class _CachedDecoder:
             self.cache,
             ops.convert_to_tensor(index, "int32"),
             ops.convert_to_tensor(order, "int32"),
+            self.constants,
         )
         return np.asarray(ops.convert_to_numpy(log_probs), dtype="float64")
 
@@ -308,12 +325,17 @@ def greedy_search(
         return output
     if use_cache:
         state = model.encode(ops.convert_to_tensor(source, "int32"), training=False)
-        output, finite = _compiled(model, "greedy_loop")(
+        result = _compiled(model, "greedy_loop")(
+            ops.convert_to_tensor(0, "int32"),  # the position
             ops.convert_to_tensor(np.full(batch, model.bos_id), "int32"),
             model.init_cache(state, max_length),
             ops.convert_to_tensor(output, "int32"),
+            ops.convert_to_tensor(np.zeros(batch, bool)),  # finished
+            ops.convert_to_tensor(np.ones(batch, bool)),  # finite logits so far
             ops.convert_to_tensor(min_length, "int32"),
+            _compiled(model, "constants")(),
         )
+        output, finite = result[3], result[5]
         _check_finite(model, function, np.asarray(ops.convert_to_numpy(finite)))
         return np.asarray(ops.convert_to_numpy(output), dtype="int32")
     decoder = _start(model, source, max_length, use_cache)

@@ -10,7 +10,9 @@ Keras (``True`` = real token), fairseq's padding masks are their negation.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import keras
@@ -29,7 +31,7 @@ from keras_posenc.layers._checks import (
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._specs import CachedSequenceSpec
 
-__all__ = ["ConvS2SAttention", "GLUConv1D", "GradMultiply"]
+__all__ = ["ConvS2SAttention", "GLUConv1D", "GradMultiply", "folded_weight_norm"]
 
 _SQRT_HALF = math.sqrt(0.5)
 
@@ -171,7 +173,8 @@ class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
             channel), with ``g`` initialised to ``||v||`` so the initial kernel
             equals ``v`` (fairseq's ``weight_norm(conv, dim=2)``). The weights
             are then ``kernel_v`` and ``kernel_g``; the ``kernel`` property
-            gives the effective kernel either way.
+            gives the effective kernel either way. Decoding computes it once
+            per search instead of once per step (:func:`folded_weight_norm`).
         kernel_initializer: ``None`` (default) for the reference
             initialisation ``N(0, sqrt(4 (1 - dropout) / (kernel_size *
             input_channels)))``, or any Keras initializer.
@@ -238,6 +241,8 @@ class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         self.kernel_initializer = _optional_initializer(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
+        # The effective kernel while folded_weight_norm is active, else None.
+        self._folded_kernel = None
 
     @property
     def padding(self) -> tuple[int, int]:
@@ -290,6 +295,8 @@ class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         """The effective kernel ``(kernel_size, input_channels, 2 * filters)``."""
         if not self.weight_norm:
             return self._kernel
+        if self._folded_kernel is not None:
+            return self._folded_kernel
         v = ops.convert_to_tensor(self.kernel_v)
         g = ops.convert_to_tensor(self.kernel_g)
         return v * ops.cast(g / _column_norm(v), v.dtype)
@@ -381,6 +388,59 @@ class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
         )
         return config
+
+
+@contextlib.contextmanager
+def folded_weight_norm(layers: Sequence[GLUConv1D], kernels: Sequence[Any]) -> Iterator[None]:
+    """Inside the block, each layer uses its kernel from ``kernels`` instead of ``g * v / ||v||``.
+
+    A weight-normalised convolution recomputes ``g * v / ||v||`` on every call;
+    a decoding step is one small matrix product per layer, and for one sequence
+    that normalisation costs as much as the product itself. The searches of
+    :mod:`keras_posenc.generation` compute every effective kernel once per
+    search (``[layer.kernel for layer in layers]``, while the weights cannot
+    change) and run the steps inside this block. Nothing is assigned: the
+    weights stay as they are, and the layers compute their kernels again once
+    the block ends (also on an error).
+
+    Args:
+        layers: the weight-normalised ``GLUConv1D`` layers to fold.
+        kernels: one effective kernel per layer, in the same order (tensors of
+            the kernel's shape; inside a compiled function, its traced values).
+
+    Example:
+
+        >>> import numpy as np
+        >>> from keras import ops
+        >>> from keras_posenc.layers.convs2s import GLUConv1D, folded_weight_norm
+        >>> conv = GLUConv1D(4, 3, causal=True, weight_norm=True)
+        >>> x = np.ones((1, 1, 2), "float32")
+        >>> cache = np.zeros((1, 3, 2), "float32")
+        >>> before, _ = conv(x, cache=cache)
+        >>> with folded_weight_norm([conv], [conv.kernel]):
+        ...     folded, _ = conv(x, cache=cache)
+        >>> bool(np.allclose(ops.convert_to_numpy(before), ops.convert_to_numpy(folded)))
+        True
+    """
+    layers, kernels = list(layers), list(kernels)
+    if len(layers) != len(kernels):
+        raise ValueError(
+            f"folded_weight_norm: one kernel per layer is needed, got {len(kernels)} kernels "
+            f"for {len(layers)} layers."
+        )
+    for layer in layers:
+        if not (isinstance(layer, GLUConv1D) and layer.weight_norm):
+            raise TypeError(
+                "folded_weight_norm: `layers` must be GLUConv1D layers with weight_norm=True, "
+                f"got {type(layer).__name__}({getattr(layer, 'name', '?')!r})."
+            )
+    try:
+        for layer, kernel in zip(layers, kernels, strict=True):
+            layer._folded_kernel = kernel
+        yield
+    finally:
+        for layer in layers:
+            layer._folded_kernel = None
 
 
 def _column_norm(v: Any) -> Any:

@@ -36,8 +36,9 @@ padding row (padded positions get a zero embedding).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import keras
@@ -45,7 +46,12 @@ import numpy as np
 from keras import ops
 
 from keras_posenc.layers._checks import check_bool, check_int, check_rate
-from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
+from keras_posenc.layers.convs2s import (
+    ConvS2SAttention,
+    GLUConv1D,
+    GradMultiply,
+    folded_weight_norm,
+)
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import FunctionalModel, Seq2SeqModel
 
@@ -601,6 +607,19 @@ class ConvS2S(Seq2SeqModel):
         keys = encoder_state[0]
         buffers = self.decoder_stack.empty_caches(ops.shape(keys)[0], self.compute_dtype)
         return (*encoder_state, *buffers)
+
+    def _folded_convolutions(self) -> list:
+        return [conv for conv in self.decoder_stack.convolutions if conv.weight_norm]
+
+    def step_constants(self) -> tuple:
+        """The effective kernel ``g * v / ||v||`` of each weight-normalised decoder
+        convolution, computed once per search (see ``folded_weight_norm``)."""
+        return tuple(conv.kernel for conv in self._folded_convolutions())
+
+    @contextlib.contextmanager
+    def step_scope(self, constants: tuple) -> Iterator[None]:
+        with folded_weight_norm(self._folded_convolutions(), constants):
+            yield
 
     def decode_step(self, token_ids: Any, cache: tuple, index: Any) -> tuple:
         keys, values, mask, *buffers = cache

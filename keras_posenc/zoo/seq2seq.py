@@ -26,6 +26,11 @@ graphs' input and output names (:func:`decoding_names`). ``decode_step`` must eq
 ``decode`` at every position; caches are reordered between steps with
 :meth:`Seq2SeqModel.reorder_cache` (a gather along the batch axis).
 
+Work that depends on the weights only (ConvS2S's weight normalisation) can be
+done once per search instead of once per step: ``step_constants()`` computes
+it (a tuple of tensors; the default is empty) and the steps run inside
+``with model.step_scope(constants):``.
+
 Token ids: ``pad_id`` (default 0) marks padding in sources and targets (a
 source's mask is ``ids != pad_id``: True for real tokens), ``bos_id`` (1)
 starts every target, ``eos_id`` (2) ends it.
@@ -33,6 +38,8 @@ starts every target, ``eos_id`` (2) ends it.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import keras
@@ -157,6 +164,21 @@ class Seq2SeqModel(FunctionalModel):
     def decode_step(self, token_ids: Any, cache: tuple, index: Any) -> tuple:
         """``(logits (batch, target_vocab_size) float32, new_cache)`` for one target position."""
         raise NotImplementedError(f"{type(self).__name__} does not implement `decode_step`.")
+
+    def step_constants(self) -> tuple:
+        """Tensors computed from the weights alone that every decoding step reads.
+
+        :mod:`keras_posenc.generation` computes them once per search and runs the
+        steps inside :meth:`step_scope`, instead of recomputing them in each step.
+        The default has none (an empty tuple).
+        """
+        return ()
+
+    @contextlib.contextmanager
+    def step_scope(self, constants: tuple) -> Iterator[None]:
+        """Within the block, ``decode_step`` reads ``constants`` (from
+        :meth:`step_constants`) instead of computing them. The default does nothing."""
+        yield
 
     def encoder_state_names(self) -> tuple[str, ...]:
         """A name for each tensor of ``encode``'s state, the encoder graph's output names.

@@ -10,7 +10,12 @@ import pytest
 from keras import ops
 
 import layer_checks
-from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
+from keras_posenc.layers.convs2s import (
+    ConvS2SAttention,
+    GLUConv1D,
+    GradMultiply,
+    folded_weight_norm,
+)
 from reference.convs2s import conv_padding, convs2s_attention, glu_conv1d, weight_norm
 
 ATOL = 1e-5
@@ -219,6 +224,47 @@ def test_glu_weight_norm(rng):
     assert_close(layer.kernel, expected_kernel, what="weight-normalised kernel")
     expected = glu_conv1d(x, expected_kernel, to_numpy(layer.bias))
     assert_close(layer(x), expected, what="weight-normalised output")
+
+
+def test_glu_folded_weight_norm_uses_the_given_kernel_and_restores(rng):
+    """Inside folded_weight_norm the layer reads the kernel it is given (not g * v / ||v||);
+    after the block, also after an error, it computes its kernel again."""
+    x = normal(rng, 2, 1, 4)
+    layer = GLUConv1D(3, 3, causal=True, weight_norm=True)
+    layer(x)
+    layer.kernel_g.assign(np.abs(normal(rng, 6)) + 0.5)
+    effective = weight_norm(to_numpy(layer.kernel_v), to_numpy(layer.kernel_g))
+    cache = normal(rng, 2, 3, 4)
+    window = np.concatenate([cache[:, 1:], x], axis=1)
+    bias = to_numpy(layer.bias)
+    expected = glu_conv1d(window, effective, bias, causal=True)[:, -1:]
+    with folded_weight_norm([layer], [layer.kernel]):
+        folded, _ = layer(x, cache=cache)
+    assert_close(folded, expected, what="step with the folded kernel")
+    other = normal(rng, 3, 4, 6)
+    with folded_weight_norm([layer], [ops.convert_to_tensor(other)]):
+        assert_close(layer.kernel, other, what="kernel inside the block")
+        step, _ = layer(x, cache=cache)
+    assert_close(
+        step, glu_conv1d(window, other, bias, causal=True)[:, -1:], what="step with another kernel"
+    )
+    with pytest.raises(RuntimeError, match="inside"):
+        with folded_weight_norm([layer], [ops.convert_to_tensor(other)]):
+            raise RuntimeError("inside")
+    assert_close(layer.kernel, effective, what="kernel after the block")
+
+
+def test_glu_folded_weight_norm_bad_arguments(rng):
+    plain = GLUConv1D(3, 3, causal=True)
+    normed = GLUConv1D(3, 3, causal=True, weight_norm=True)
+    x = normal(rng, 1, 2, 4)
+    plain(x), normed(x)
+    with pytest.raises(ValueError, match="one kernel per layer is needed, got 0 kernels for 1"):
+        with folded_weight_norm([normed], []):
+            pass
+    with pytest.raises(TypeError, match="weight_norm=True, got GLUConv1D"):
+        with folded_weight_norm([plain], [plain.kernel]):
+            pass
 
 
 @pytest.mark.parametrize("weight_norm", [False, True], ids=["plain", "weight_norm"])

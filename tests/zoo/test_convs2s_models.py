@@ -325,6 +325,34 @@ def test_search_on_convs2s_is_the_same_with_and_without_the_cache():
     np.testing.assert_array_equal(model.generate(right, max_length=10), greedy)
 
 
+def test_searches_fold_the_weight_normalisation_once():
+    """Every decoding step of greedy and beam search reads the effective kernels computed once
+    per search (step_constants), not g * v / ||v|| again; after the search the layers compute
+    their kernels as before."""
+    model = small_model(seed=4)
+    convolutions = model.decoder_stack.convolutions
+    assert all(conv.weight_norm for conv in convolutions)
+    constants = model.step_constants()
+    assert len(constants) == len(convolutions)
+    for conv, kernel in zip(convolutions, constants, strict=True):
+        np.testing.assert_allclose(to_numpy(kernel), to_numpy(conv.kernel), atol=1e-6)
+    seen = []
+    decode_step = model.decode_step
+
+    def recording_step(token_ids, cache, index):
+        seen.append(all(conv._folded_kernel is not None for conv in convolutions))
+        return decode_step(token_ids, cache, index)
+
+    model.decode_step = recording_step
+    right, _, _ = sources()
+    generation.greedy_search(model, right, max_length=4)
+    generation.beam_search(model, right, beam_size=2, max_length=4)
+    assert seen and all(seen)
+    assert all(conv._folded_kernel is None for conv in convolutions)
+    # Without weight normalisation there is nothing to fold.
+    assert small_model(seed=4, weight_norm=False).step_constants() == ()
+
+
 # --------------------------------------------------------------------------- errors
 
 

@@ -1,0 +1,152 @@
+"""keras_posenc._compile: compiled inference functions and loops, on every backend.
+
+The compiled function must equal the plain one, see weights assigned after it was made,
+and (PyTorch) switch from eager calls to a traced graph after TORCH_TRACE_AFTER calls of
+one input signature, staying eager where tracing is impossible.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_posenc import _compile, generation
+from keras_posenc.zoo.convs2s import ConvS2S
+
+ON_TORCH = keras.backend.backend() == "torch"
+torch_only = pytest.mark.skipif(
+    not ON_TORCH,
+    reason="TorchTracedFunction is the PyTorch path; TensorFlow and JAX compile with "
+    "tf.function and jax.jit, checked by the tests that run on every backend",
+)
+
+
+def dense_function():
+    layer = keras.layers.Dense(3, activation="tanh")
+    layer.build((None, 4))
+
+    def function(x, pair):
+        y = layer(x)
+        return y * pair[0] + pair[1], ops.sum(y, axis=-1)
+
+    return layer, function
+
+
+def call_many(compiled, args, times):
+    result = None
+    for _ in range(times):
+        result = compiled(*args)
+    return result
+
+
+def test_compiled_function_equals_the_function_and_sees_new_weights(rng):
+    layer, function = dense_function()
+    compiled = _compile.compile_inference(function, layer.variables)
+    x = ops.convert_to_tensor(rng.normal(size=(2, 4)).astype("float32"))
+    pair = (ops.convert_to_tensor(2.0), ops.convert_to_tensor(np.ones(3, "float32")))
+    times = _compile.TORCH_TRACE_AFTER + 2  # past the point where PyTorch traces
+    for new_kernel in (None, rng.normal(size=(4, 3)).astype("float32")):
+        if new_kernel is not None:
+            layer.kernel.assign(new_kernel)
+        expected = [ops.convert_to_numpy(t) for t in function(x, pair)]
+        got = call_many(compiled, (x, pair), times)
+        for e, g in zip(expected, got, strict=True):
+            np.testing.assert_allclose(ops.convert_to_numpy(g), e, atol=1e-6)
+
+
+def test_compiled_while_loop_equals_a_python_loop():
+    layer, _ = dense_function()
+
+    def cond(i, x, limit):
+        return i < limit
+
+    def body(i, x, limit):
+        return i + 1, layer(ops.concatenate([x, x[:, :1]], axis=-1)), limit
+
+    loop = _compile.compiled_while_loop(cond, body, layer.variables)
+    x = ops.convert_to_tensor(np.linspace(-1, 1, 6, dtype="float32").reshape(2, 3))
+    limit = 2 * _compile.TORCH_TRACE_AFTER  # the PyTorch body is traced on the way
+    i, got, _ = loop(ops.convert_to_tensor(0, "int32"), x, ops.convert_to_tensor(limit, "int32"))
+    expected = ops.convert_to_numpy(x)
+    for _ in range(limit):
+        expected = ops.convert_to_numpy(layer(np.concatenate([expected, expected[:, :1]], -1)))
+    assert int(ops.convert_to_numpy(i)) == limit
+    np.testing.assert_allclose(ops.convert_to_numpy(got), expected, atol=1e-5)
+
+
+@torch_only
+def test_torch_traces_a_signature_after_its_eager_calls(rng):
+    import torch
+
+    layer, function = dense_function()
+    compiled = _compile.compile_inference(function, layer.variables)
+    pair = (ops.convert_to_tensor(2.0), ops.convert_to_tensor(np.ones(3, "float32")))
+    x = ops.convert_to_tensor(rng.normal(size=(2, 4)).astype("float32"))
+    call_many(compiled, (x, pair), _compile.TORCH_TRACE_AFTER)
+    assert compiled.graphs == {} and compiled.trace_errors == {}
+    compiled(x, pair)
+    assert len(compiled.graphs) == 1 and compiled.trace_errors == {}
+    graph = next(iter(compiled.graphs.values())).graph
+    targets = [node.target for node in graph.nodes if node.op == "call_function"]
+    assert torch.ops.aten._assert_tensor_metadata.default not in targets
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target in (
+            torch.ops.aten.to.dtype,
+            torch.ops.aten.to.dtype_layout,
+        ):
+            assert node.args[0].meta["val"].dtype != node.meta["val"].dtype, node
+    # Another batch size is another signature: eager again, then traced on its own.
+    other = ops.convert_to_tensor(rng.normal(size=(5, 4)).astype("float32"))
+    call_many(compiled, (other, pair), _compile.TORCH_TRACE_AFTER + 1)
+    assert len(compiled.graphs) == 2
+
+
+@torch_only
+def test_torch_keeps_untraceable_functions_eager():
+    def branching(x):
+        # Python control flow on a tensor's value: torch.export cannot trace it.
+        return x * 2 if bool(ops.convert_to_numpy(ops.sum(x)) > 0) else x - 1
+
+    compiled = _compile.compile_inference(branching, [])
+    for sign in (1.0, -1.0) * (_compile.TORCH_TRACE_AFTER + 1):
+        x = ops.convert_to_tensor(np.full(3, sign, "float32"))
+        expected = x * 2 if sign > 0 else x - 1
+        np.testing.assert_allclose(ops.convert_to_numpy(compiled(x)), expected)
+    assert compiled.graphs == {} and len(compiled.trace_errors) == 1
+
+
+@torch_only
+def test_torch_traces_the_decoding_step_of_a_zoo_model():
+    """Greedy and beam search on ConvS2S trace their steps (no silent eager fallback), and
+    the traced steps give the tokens of the reference search (test_convs2s_models.py
+    checks them against numpy; here: against the cache-free recomputation)."""
+    keras.utils.set_random_seed(0)
+    model = ConvS2S(
+        23,
+        29,
+        embed_dim=12,
+        encoder_layers=[(12, 3), (16, 2)],
+        decoder_layers=[(12, 3), (16, 2)],
+        decoder_out_embed_dim=10,
+        max_source_positions=8,
+        max_target_positions=48,
+    )
+    source = np.array([[5, 6, 7, 2], [8, 9, 2, 0]], "int32")
+    length = _compile.TORCH_TRACE_AFTER + 8
+    greedy = generation.greedy_search(model, source, max_length=length, min_length=length)
+    beam, _ = generation.beam_search(model, source, beam_size=2, max_length=length)
+    compiled = generation._COMPILED[model]
+    for kind in ("greedy_loop", "reordering_step"):
+        traced = getattr(compiled[kind], "step", compiled[kind])  # a loop's traced body
+        assert isinstance(traced, _compile.TorchTracedFunction), kind
+        assert len(traced.graphs) == 1 and traced.trace_errors == {}, (kind, traced.trace_errors)
+    full = generation.greedy_search(
+        model, source, max_length=length, min_length=length, use_cache=False
+    )
+    np.testing.assert_array_equal(greedy, full)
+    full_beam, _ = generation.beam_search(
+        model, source, beam_size=2, max_length=length, use_cache=False
+    )
+    np.testing.assert_array_equal(beam, full_beam)
