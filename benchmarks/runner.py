@@ -121,6 +121,8 @@ class Benchmark:
     compare: tuple[str, ...]
     split: str | None = None
     split_default: str | None = None
+    # Fields an ``across_BACKEND`` block compares between backends (see render_across).
+    across: tuple[str, ...] = ()
 
     def script_path(self) -> pathlib.Path:
         return HERE / self.script
@@ -189,6 +191,7 @@ BENCHMARKS = {
                 Column("same tokens", "same_tokens", "bool"),
             ),
             compare=("x_recompute", "tokens_per_second"),
+            across=("tokens_per_second", "first_seconds"),
         ),
         Benchmark(
             "export",
@@ -634,9 +637,67 @@ def _tree_text(tree: dict) -> str:
     return f"{tree['name']} at commit {tree['commit'][:10]}{state}"
 
 
+def render_across(record: dict, baseline: str, benchmark: Benchmark | None = None) -> str:
+    """One table of the working tree's ``benchmark.across`` fields on every backend of
+    ``record``, with each backend's value over ``baseline``'s (Markdown).
+
+    The block of marker ``<!-- benchmarks:STEM:across_BASELINE start -->``: numbers of
+    different backends side by side, taken in one run of the runner (their conditions are
+    in each backend's own block).
+    """
+    benchmark = benchmark or BENCHMARKS[record["benchmark"]]
+    backends = [b for b in BACKEND_NAMES if b in record["backends"]]
+    if baseline not in backends or not benchmark.across:
+        raise ValueError(
+            f"render: across_{baseline} needs a {baseline} run and fields to compare; the "
+            f"{record['benchmark']} record has {backends}, across fields {benchmark.across}"
+        )
+    rows_by_backend = {
+        backend: {
+            tuple(row.get(k) for k in benchmark.keys): row
+            for row in record["backends"][backend]["results"]["current"]
+            if "error" not in row
+        }
+        for backend in backends
+    }
+    others = [b for b in backends if b != baseline]
+    key_columns = [c for c in benchmark.columns if c.field in benchmark.keys]
+    headers = {c.field: c.header for c in benchmark.columns}
+    header = [c.header for c in key_columns] + ["field"]
+    header += [BACKEND_NAMES[b] for b in backends]
+    header += [f"{BACKEND_NAMES[b]} / {BACKEND_NAMES[baseline]}" for b in others]
+    rows = []
+    for key, base_row in rows_by_backend[baseline].items():
+        for field in benchmark.across:
+            values = [rows_by_backend[b].get(key, {}).get(field) for b in backends]
+            base = base_row.get(field)
+            ratios = []
+            for b in others:
+                value = rows_by_backend[b].get(key, {}).get(field)
+                ok = _is_number(value) and _is_number(base) and base != 0
+                ratios.append(f"{value / base:.2f}x" if ok else "-")
+            rows.append(
+                [_format(k, "text") for k in key]
+                + [headers.get(field, field)]
+                + [_format(v, "num") for v in values]
+                + ratios
+            )
+    right = [_right(c) for c in key_columns] + [False] + [True] * (len(backends) + len(others))
+    date = record["date"].replace("T", " ")[:16] + " UTC"
+    lines = [
+        f"- Run: {date}, {_tree_text(record['trees']['current'])}; every backend in one "
+        "run of the runner, one after the other (conditions in each backend's block).",
+        "",
+        *_table(header, right, rows),
+    ]
+    return "\n".join(lines)
+
+
 def render_block(record: dict, backend: str, benchmark: Benchmark | None = None) -> str:
     """The conditions and the table of one backend's results in ``record`` (Markdown)."""
     benchmark = benchmark or BENCHMARKS[record["benchmark"]]
+    if backend.startswith("across_"):
+        return render_across(record, backend[len("across_") :], benchmark)
     if backend not in record["backends"]:
         raise ValueError(
             f"render: the {record['benchmark']} record has no {backend} run; it has "

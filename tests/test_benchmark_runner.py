@@ -371,3 +371,36 @@ def test_relative_attention_through_the_runner(runner):
     for row in rows:
         assert row["x_mha"] > 0 and row["extra_S"] == row["extra_peak_bytes"] / (8 * 64 * 64 * 4)
     assert "| rel_keys | 64 |" in runner.render_block(record, backend)
+
+
+def test_across_block_sets_backends_side_by_side(runner):
+    """An across_BASELINE block: each backend's value of the across fields, and its ratio to
+    the baseline backend's, row by row (missing rows and zero baselines give "-")."""
+    benchmark = runner.Benchmark(
+        "fake",
+        "fake.py",
+        keys=("impl",),
+        columns=(runner.Column("impl", "impl", "text"), runner.Column("rate", "rate", "num")),
+        compare=("rate",),
+        across=("rate",),
+    )
+    rows = {
+        "jax": [{"impl": "a", "rate": 200.0}, {"impl": "b", "rate": 0.0}],
+        "torch": [{"impl": "a", "rate": 50.0}, {"impl": "b", "rate": 3.0}],
+        "tensorflow": [{"impl": "a", "rate": 100.0}],
+    }
+    record = {
+        "benchmark": "fake",
+        "date": "2026-12-01T07:00:00",
+        "trees": {
+            "current": {"name": "working tree", "commit": "0123456789abcdef", "dirty": False}
+        },
+        "backends": {b: {"results": {"current": r}} for b, r in rows.items()},
+    }
+    block = runner.render_block(record, "across_jax", benchmark)
+    header = "| impl | field | TensorFlow | JAX | PyTorch | TensorFlow / JAX | PyTorch / JAX |"
+    assert header in block
+    assert "| a | rate | 100 | 200 | 50.0 | 0.50x | 0.25x |" in block
+    assert "| b | rate | - | 0.00 | 3.00 | - | - |" in block
+    with pytest.raises(ValueError, match="across_cpu needs a cpu run"):
+        runner.render_block(record, "across_cpu", benchmark)

@@ -150,3 +150,94 @@ def test_torch_traces_the_decoding_step_of_a_zoo_model():
         model, source, beam_size=2, max_length=length, use_cache=False
     )
     np.testing.assert_array_equal(beam, full_beam)
+
+
+# --------------------------------------------------------------------------- initialize_together
+
+ON_JAX = keras.backend.backend() == "jax"
+jax_only = pytest.mark.skipif(
+    not ON_JAX,
+    reason="initialize_together acts on JAX only (a StatelessScope and one compiled draw); "
+    "elsewhere it does nothing, which test_initialize_together_keeps_the_weights checks",
+)
+
+
+def _builders():
+    from keras_posenc.zoo.coatnet import build_coatnet
+    from keras_posenc.zoo.muse import MUSE
+
+    return {
+        "coatnet": lambda: build_coatnet(
+            blocks=(1, 1, 1, 1, 1),
+            channels=(8, 8, 16, 16, 32),
+            head_dim=8,
+            num_classes=3,
+            input_shape=(32, 32, 3),
+        ),
+        "convs2s_weight_norm": lambda: ConvS2S(
+            23, 29, embed_dim=8, encoder_layers=[(8, 3)], decoder_layers=[(8, 3), (12, 2)]
+        ),
+        "muse": lambda: MUSE(
+            20,
+            20,
+            hidden_dim=8,
+            intermediate_dim=12,
+            num_heads=2,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            kernel_sizes=(3,),
+            max_source_positions=8,
+            max_target_positions=8,
+        ),
+    }
+
+
+@pytest.mark.parametrize("family", ["coatnet", "convs2s_weight_norm", "muse"])
+def test_initialize_together_keeps_the_weights(family):
+    """Inside the block a model starts with the weights plain construction gives for the same
+    seed (to float rounding: one compiled program instead of one per initializer), assignments
+    made while building included (ConvS2S's g = ||v||), and nothing is left uninitialised."""
+    from keras.src.backend.common import global_state
+
+    build = _builders()[family]
+    keras.utils.set_random_seed(7)
+    plain = build()
+    keras.utils.set_random_seed(7)
+    with _compile.initialize_together():
+        together = build()
+    assert not global_state.get_global_attribute("uninitialized_variables")
+    assert len(plain.weights) == len(together.weights)
+    for a, b in zip(plain.weights, together.weights, strict=True):
+        assert a.path == b.path
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(b), ops.convert_to_numpy(a), rtol=1e-5, atol=1e-6, err_msg=a.path
+        )
+    if family == "convs2s_weight_norm":
+        conv = together.decoder_stack.convolutions[0]
+        v = ops.convert_to_numpy(conv.kernel_v)
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(conv.kernel_g), np.sqrt((v**2).sum(axis=(0, 1))), rtol=1e-5
+        )
+
+
+@jax_only
+def test_initialize_together_draws_once_and_falls_back_for_untraceable_initializers():
+    class GlobalRandom(keras.initializers.Initializer):
+        # Draws from Keras' global random state at call time: JAX cannot trace that.
+        def __call__(self, shape, dtype=None):
+            return keras.random.normal(shape, dtype=dtype)
+
+    with _compile.initialize_together():
+        layer = keras.layers.Dense(4, kernel_initializer=GlobalRandom())
+        layer.build((None, 3))
+        assert layer.kernel._value is None  # deferred until the block ends
+    kernel = ops.convert_to_numpy(layer.kernel)
+    assert kernel.shape == (3, 4) and np.all(np.isfinite(kernel)) and np.std(kernel) > 0.1
+
+
+@jax_only
+def test_initialize_together_refuses_to_assign_older_variables():
+    older = keras.Variable(np.zeros(2, "float32"))
+    with pytest.raises(RuntimeError, match="zoo.create\\('x'\\): 1 variable"):
+        with _compile.initialize_together("zoo.create('x')"):
+            older.assign(np.ones(2, "float32"))

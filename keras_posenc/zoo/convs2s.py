@@ -159,20 +159,24 @@ def _normal(stddev: float) -> keras.initializers.Initializer:
     return keras.initializers.RandomNormal(mean=0.0, stddev=stddev)
 
 
-class _ZeroRow(keras.initializers.Initializer):
-    """``N(0, stddev)`` with one row zero: fairseq's embedding with a padding index."""
+class _ZeroRow(keras.initializers.RandomNormal):
+    """``N(0, stddev)`` with one row zero: fairseq's embedding with a padding index.
 
-    def __init__(self, stddev: float, row: int) -> None:
-        self.stddev = stddev
+    A ``RandomNormal``, so it fixes its seed when created (as Keras' initializers do)
+    and can be drawn inside a compiled function (``initialize_together`` on JAX).
+    """
+
+    def __init__(self, stddev: float, row: int, seed: Any = None) -> None:
+        super().__init__(mean=0.0, stddev=stddev, seed=seed)
         self.row = row
 
     def __call__(self, shape: tuple, dtype: Any = None) -> Any:
-        values = keras.random.normal(shape, stddev=self.stddev, dtype=dtype)
+        values = super().__call__(shape, dtype=dtype)
         keep = ops.not_equal(ops.arange(shape[0]), self.row)
         return values * ops.cast(keep[:, None], values.dtype)
 
     def get_config(self) -> dict:
-        return {"stddev": self.stddev, "row": self.row}
+        return {"stddev": self.stddev, "row": self.row, "seed": super().get_config()["seed"]}
 
 
 # --------------------------------------------------------------------------- embedding

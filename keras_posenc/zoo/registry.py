@@ -32,6 +32,7 @@ from typing import Any
 import h5py
 import keras
 
+from keras_posenc._compile import initialize_together
 from keras_posenc.layers._checks import excerpt
 
 _NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -224,7 +225,9 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
     _check_arguments(spec, overrides, what="override")
     if weights is not None:  # before building: a bad file fails fast
         _check_weights_file(name, weights)
-    model = spec.builder(**{**spec.config, **overrides})
+    # On JAX, one compiled program draws every initial weight (see initialize_together).
+    with initialize_together(f"zoo.create({name!r})"):
+        model = spec.builder(**{**spec.config, **overrides})
     if not isinstance(model, keras.Model):
         raise TypeError(
             f"zoo.create({name!r}): the builder returned {type(model).__name__}, "
