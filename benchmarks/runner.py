@@ -194,6 +194,19 @@ BENCHMARKS = {
             across=("tokens_per_second", "first_seconds"),
         ),
         Benchmark(
+            "zoo_create",
+            "zoo_create.py",
+            keys=("model",),
+            columns=(
+                Column("model", "model", "text"),
+                Column("cold s", "cold_seconds", "num"),
+                Column("warm s", "warm_seconds", "num"),
+                Column("parameters", "parameters", "num"),
+            ),
+            compare=("cold_seconds",),
+            across=("cold_seconds", "warm_seconds"),
+        ),
+        Benchmark(
             "export",
             "export.py",
             keys=("case", "runtime"),

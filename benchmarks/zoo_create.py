@@ -1,0 +1,102 @@
+"""Time to build a zoo model (``zoo.create``) on the active Keras backend, cold and warm.
+
+For the backend chosen by KERAS_BACKEND and each small variant, builds the model
+in a fresh Python process (``cold``: nothing compiled yet, keras and keras_posenc
+already imported, as a user's first ``zoo.create`` after the imports) and then
+once more in the same process (``warm``: JAX's compiled programs are cached by
+then). Prints seconds per model; ``--json`` writes the rows.
+
+On JAX most of a cold build is XLA compiling the random draws of the
+initializers (``keras_posenc._compile.initialize_together`` makes that one
+program); TensorFlow and PyTorch draw eagerly.
+
+Usage:
+    KERAS_BACKEND=jax python benchmarks/zoo_create.py [--models coatnet_0,muse_tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+# Small variants, with the arguments that make them small (the issue's 64 x 64 CoAtNets).
+MODELS = {
+    "coatnet_0": {"input_shape": (64, 64, 3)},
+    "coatnet_nano_rw_224": {"input_shape": (64, 64, 3)},
+    "posenet_coatnet_0": {},
+    "convs2s_small": {"src_vocab_size": 1000, "tgt_vocab_size": 1000},
+    "convs2s_iwslt_de_en": {"src_vocab_size": 8000, "tgt_vocab_size": 8000},
+    "muse_tiny": {"src_vocab_size": 1000, "tgt_vocab_size": 1000},
+    "muse_encoder_small": {"vocab_size": 1000},
+}
+DEFAULT_MODELS = ",".join(MODELS)
+
+
+def build_twice(name: str) -> dict:
+    """In this process: import, build cold, build warm; the seconds of each."""
+    start = time.perf_counter()
+    import keras
+
+    from keras_posenc import zoo
+
+    imported = time.perf_counter()
+    times = []
+    for _ in range(2):
+        begin = time.perf_counter()
+        model = zoo.create(name, **MODELS[name])
+        times.append(time.perf_counter() - begin)
+    return {
+        "backend": keras.backend.backend(),
+        "model": name,
+        "import_seconds": imported - start,
+        "cold_seconds": times[0],
+        "warm_seconds": times[1],
+        "parameters": int(model.count_params()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated zoo names")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process: one model
+    parser.add_argument("--json", help="also write the rows (model, cold and warm seconds) here")
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(build_twice(args.one)))
+        return 0
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; expected some of {', '.join(MODELS)}")
+    rows = []
+    for name in names:
+        child = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--one", name],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if child.returncode != 0:
+            print(child.stderr[-2000:], file=sys.stderr)
+            rows.append({"model": name, "error": f"exit {child.returncode}"})
+            continue
+        row = json.loads(child.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(
+            f"{row['backend']:<10} {name:<22} cold {row['cold_seconds']:6.2f} s  "
+            f"warm {row['warm_seconds']:6.2f} s  ({row['parameters']:,} parameters; "
+            f"imports {row['import_seconds']:.1f} s)",
+            flush=True,
+        )
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
+    return 0 if all("error" not in row for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
