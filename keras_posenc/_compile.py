@@ -42,8 +42,9 @@ program compiled for its shape (Keras' JAX random functions are ``jax.jit``-ed w
 static shape), and compiling dozens of them made ``zoo.create("coatnet_0")`` at 64 x 64
 take about 6 s against 0.5 s on TensorFlow. Inside ``initialize_together`` the
 variables are created uninitialised (a ``keras.StatelessScope``), and at its end one
-program, compiled without XLA's costly optimisations (it runs once), draws them all.
-Elsewhere it does nothing.
+program, compiled without XLA's costly optimisations, draws them all. The program takes
+the initializers' seeds as inputs and is kept by what it draws, so building the same
+model again (another seed) reuses it. Elsewhere it does nothing.
 """
 
 from __future__ import annotations
@@ -89,7 +90,6 @@ def initialize_together(who: str = "initialize_together") -> Iterator[None]:
     if keras.backend.backend() != "jax" or in_stateless_scope():
         yield
         return
-    import jax
 
     known = {id(v) for v in global_state.get_global_attribute("uninitialized_variables") or []}
     scope = keras.StatelessScope(initialize_variables=False)
@@ -109,26 +109,102 @@ def initialize_together(who: str = "initialize_together") -> Iterator[None]:
         )
     if not created:
         return
-
-    def draw() -> list:
-        return [v._initializer(v._shape, dtype=v._dtype) for v in created]
-
-    try:
-        program = jax.jit(draw).lower().compile(compiler_options=_ONE_OFF_COMPILER_OPTIONS)
-    except Exception:  # noqa: BLE001
-        # An initializer that cannot be traced (one drawing from Keras' global random
-        # state, which JAX forbids inside a compiled function): Keras' own deferred
-        # initialisation, one variable at a time, as if there were no block.
-        for variable in created:
+    drawn, alone = [], []
+    for variable in created:
+        (drawn if _program_key(variable._initializer) is not None else alone).append(variable)
+    if drawn:
+        try:
+            values = _draw_together(drawn)
+        except Exception:  # noqa: BLE001
+            # An initializer that cannot be traced: Keras' own deferred initialisation,
+            # one variable at a time, as if there were no block.
+            alone = created
+        else:
+            for variable, value in zip(drawn, values, strict=True):
+                variable._initialize(value)
+                variable._initializer = None
+    # Variables whose initializer is not a Keras initializer (a plain function, such as
+    # a SeedGenerator's state): one at a time, as Keras would.
+    for variable in alone:
+        if variable._value is None:
             variable._deferred_initialize()
-    else:
-        for variable, value in zip(created, program(), strict=True):
-            variable._initialize(value)
-            variable._initializer = None
     for variable in created:
         assigned = scope.get_current_value(variable)
         if assigned is not None:
             variable.assign(assigned)
+
+
+# Compiled initialisation programs by what they draw (initializer types, configurations
+# without seeds, shapes and dtypes): the seeds are arguments, so building the same model
+# again reuses the program, as Keras' per-shape random programs were reused before.
+_DRAW_PROGRAMS: dict[tuple, Any] = {}
+_MAX_DRAW_PROGRAMS = 64
+
+
+def _program_key(initializer: Any) -> tuple | None:
+    """What identifies ``initializer``'s draw apart from its seed, or None if unknown
+    (not a Keras initializer, or a configuration that does not reduce to a key)."""
+    if not isinstance(initializer, keras.initializers.Initializer):
+        return None
+    try:
+        config = dict(initializer.get_config())
+    except Exception:  # noqa: BLE001  (a custom initializer without a usable config)
+        return None
+    seeded = isinstance(getattr(initializer, "seed", None), int)
+    if seeded:
+        config.pop("seed", None)
+    elif isinstance(getattr(initializer, "seed", None), keras.random.SeedGenerator):
+        return None  # draws from a generator's state: not a fixed program input
+    try:
+        return (type(initializer), repr(sorted(config.items())), seeded)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _draw_together(variables: list) -> list:
+    """Every variable's initial value from one compiled program (JAX), cached by what
+    it draws; an int-seeded Keras initializer draws with its seed given as an input."""
+    import jax
+    import numpy as np
+
+    key = tuple((_program_key(v._initializer), tuple(v._shape), str(v._dtype)) for v in variables)
+    seeded = [k[0][2] for k in key]
+    seeds = [
+        np.array([v._initializer.seed & 0xFFFFFFFF, 0], "uint32")
+        for v, s in zip(variables, seeded, strict=True)
+        if s
+    ]
+    program = _DRAW_PROGRAMS.get(key)
+    if program is None:
+        generator = keras.random.SeedGenerator(0)
+        initializers = [v._initializer for v in variables]
+        shapes = [(v._shape, v._dtype) for v in variables]
+
+        def draw(seed_values: list) -> list:
+            values, given = [], iter(seed_values)
+            for initializer, (shape, dtype), with_seed in zip(
+                initializers, shapes, seeded, strict=True
+            ):
+                if not with_seed:
+                    values.append(initializer(shape, dtype=dtype))
+                    continue
+                # The initializer draws from a SeedGenerator whose state is this input:
+                # the draw of its int seed s, whose state is [s, 0], as an argument.
+                own = initializer.seed
+                initializer.seed = generator
+                try:
+                    state = keras.ops.cast(next(given), generator.state.dtype)
+                    with keras.StatelessScope(state_mapping=[(generator.state, state)]):
+                        values.append(initializer(shape, dtype=dtype))
+                finally:
+                    initializer.seed = own
+            return values
+
+        program = jax.jit(draw).lower(seeds).compile(compiler_options=_ONE_OFF_COMPILER_OPTIONS)
+        if len(_DRAW_PROGRAMS) >= _MAX_DRAW_PROGRAMS:
+            _DRAW_PROGRAMS.pop(next(iter(_DRAW_PROGRAMS)))
+        _DRAW_PROGRAMS[key] = program
+    return program(seeds)
 
 
 def compile_inference(function: Callable[..., Any], variables: Sequence[Any]) -> Callable:

@@ -200,18 +200,27 @@ def test_initialize_together_keeps_the_weights(family):
     from keras.src.backend.common import global_state
 
     build = _builders()[family]
-    keras.utils.set_random_seed(7)
-    plain = build()
-    keras.utils.set_random_seed(7)
-    with _compile.initialize_together():
-        together = build()
-    assert not global_state.get_global_attribute("uninitialized_variables")
-    assert len(plain.weights) == len(together.weights)
-    for a, b in zip(plain.weights, together.weights, strict=True):
-        assert a.path == b.path
-        np.testing.assert_allclose(
-            ops.convert_to_numpy(b), ops.convert_to_numpy(a), rtol=1e-5, atol=1e-6, err_msg=a.path
-        )
+    firsts = []
+    # The second build reuses the compiled program with the new seeds as its inputs.
+    for seed in (7, 8):
+        keras.utils.set_random_seed(seed)
+        plain = build()
+        keras.utils.set_random_seed(seed)
+        with _compile.initialize_together():
+            together = build()
+        assert not global_state.get_global_attribute("uninitialized_variables")
+        assert len(plain.weights) == len(together.weights)
+        for a, b in zip(plain.weights, together.weights, strict=True):
+            assert a.path == b.path
+            np.testing.assert_allclose(
+                ops.convert_to_numpy(b),
+                ops.convert_to_numpy(a),
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=f"seed {seed}: {a.path}",
+            )
+        firsts.append(ops.convert_to_numpy(together.weights[0]))
+    assert not np.allclose(firsts[0], firsts[1])  # other seeds, other weights
     if family == "convs2s_weight_norm":
         conv = together.decoder_stack.convolutions[0]
         v = ops.convert_to_numpy(conv.kernel_v)
