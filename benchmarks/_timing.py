@@ -3,6 +3,7 @@ module is importable as ``_timing`` from the scripts' folder)."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -28,3 +29,12 @@ def first_and_median_seconds(run: Callable[[], object], repeats: int) -> tuple[f
         run()
         times.append(time.perf_counter() - start)
     return first, statistics.median(times)
+
+
+def finish(rows: list[dict], json_path: str | None) -> int:
+    """Writes ``rows`` to ``json_path`` (the runner reads it) if given; the exit status:
+    0, or 1 if a row records an error."""
+    if json_path:
+        with open(json_path, "w") as handle:
+            json.dump(rows, handle, indent=1)
+    return 0 if all("error" not in row for row in rows) else 1

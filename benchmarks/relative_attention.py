@@ -34,6 +34,8 @@ import subprocess
 import sys
 import time
 
+from _timing import finish  # benchmarks/_timing.py, next to this script
+
 HEADS, HEAD_DIM, MAX_DISTANCE = 8, 64, 16
 IMPLEMENTATIONS = ("keras_mha", "rel_bias", "rel_keys", "rel_keys_values", "naive_shaw")
 NAIVE_MAX_LENGTH = 2048
@@ -190,10 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['extra_S']:>7.2f}",
                 flush=True,
             )
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=1)
-    return 0 if all("error" not in row for row in rows) else 1
+    return finish(rows, args.json)
 
 
 if __name__ == "__main__":

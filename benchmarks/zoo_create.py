@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from _timing import finish  # benchmarks/_timing.py, next to this script
+
 # Small variants, with the arguments that make them small (the 64 x 64 CoAtNets).
 MODELS = {
     "coatnet_0": {"input_shape": (64, 64, 3)},
@@ -92,10 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             f"imports {row['import_seconds']:.1f} s)",
             flush=True,
         )
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=1)
-    return 0 if all("error" not in row for row in rows) else 1
+    return finish(rows, args.json)
 
 
 if __name__ == "__main__":
