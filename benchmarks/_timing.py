@@ -31,10 +31,15 @@ def first_and_median_seconds(run: Callable[[], object], repeats: int) -> tuple[f
     return first, statistics.median(times)
 
 
-def finish(rows: list[dict], json_path: str | None) -> int:
-    """Writes ``rows`` to ``json_path`` (the runner reads it) if given; the exit status:
-    0, or 1 if a row records an error."""
-    if json_path:
-        with open(json_path, "w") as handle:
+def write_json(path: str | None, rows: list[dict]) -> None:
+    """Writes a script's ``rows`` to ``path`` (its ``--json``, which the runner reads), if given."""
+    if path:
+        with open(path, "w") as handle:
             json.dump(rows, handle, indent=1)
+
+
+def finish(rows: list[dict], json_path: str | None) -> int:
+    """Writes ``rows`` to ``json_path`` if given; the exit status: 0, or 1 if a row
+    records an error."""
+    write_json(json_path, rows)
     return 0 if all("error" not in row for row in rows) else 1

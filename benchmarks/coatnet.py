@@ -20,13 +20,12 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
 
-from _timing import median_seconds  # benchmarks/_timing.py, next to this script
+from _timing import median_seconds, write_json  # benchmarks/_timing.py, next to this script
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             for mode, setting, seconds in rows
         ]
-        with open(args.json, "w") as handle:
-            json.dump(records, handle, indent=1)
+        write_json(args.json, records)
     return 0
 
 

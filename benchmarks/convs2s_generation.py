@@ -20,11 +20,13 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
-from _timing import first_and_median_seconds  # benchmarks/_timing.py, next to this script
+from _timing import (  # benchmarks/_timing.py, next to this script
+    first_and_median_seconds,
+    write_json,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             for name in ("cached", "recompute")
         ]
-        with open(args.json, "w") as handle:
-            json.dump(records, handle, indent=1)
+        write_json(args.json, records)
     return 0 if same else 1
 
 

@@ -29,14 +29,13 @@ Usage (one backend per run):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 import tempfile
 import time
 
-from _timing import median_seconds  # benchmarks/_timing.py, next to this script
+from _timing import median_seconds, write_json  # benchmarks/_timing.py, next to this script
 
 
 def _median_ms(run, repeats: int) -> float:
@@ -210,8 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             for case, runtime, ms, ratio, difference in rows
         ]
-        with open(args.json, "w") as handle:
-            json.dump(records, handle, indent=1)
+        write_json(args.json, records)
     return 0
 
 

@@ -45,6 +45,8 @@ import subprocess
 import sys
 import time
 
+from _timing import write_json  # benchmarks/_timing.py, next to this script
+
 HEADS, HEAD_DIM = 8, 64
 IMPLEMENTATIONS = (
     "keras_mha",
@@ -257,9 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{megabytes:>10}{memory:>7}",
                 flush=True,
             )
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=1)
+    write_json(args.json, rows)
     return 1 if failed else 0
 
 
