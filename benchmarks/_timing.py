@@ -3,6 +3,7 @@ module is importable as ``_timing`` from the scripts' folder)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import time
@@ -43,3 +44,19 @@ def finish(rows: list[dict], json_path: str | None) -> int:
     records an error."""
     write_json(json_path, rows)
     return 0 if all("error" not in row for row in rows) else 1
+
+
+def inference() -> contextlib.AbstractContextManager:
+    """A context in which eager calls record no gradients, as in Keras' ``predict``.
+
+    PyTorch records the autograd graph of every eager call unless told not to
+    (``torch.no_grad``), which changes both the time and which kernels run; the
+    other backends record nothing outside a gradient tape or ``jax.grad``.
+    """
+    import keras
+
+    if keras.backend.backend() == "torch":
+        import torch
+
+        return torch.no_grad()
+    return contextlib.nullcontext()

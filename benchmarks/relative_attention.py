@@ -1,7 +1,7 @@
 """Time and extra peak memory of relative attention against keras.layers.MultiHeadAttention.
 
 For each sequence length L (batch 1, 8 heads, head size 64, self-attention, one
-forward pass) and each implementation, a fresh subprocess builds the layer,
+forward pass in inference mode: on PyTorch under ``torch.no_grad``) and each implementation, a fresh subprocess builds the layer,
 runs one warm-up call, then times ``--repeats`` calls. Extra peak memory is the
 growth of the process's peak resident set (ru_maxrss) from just before the
 first full-length call to the end of those calls, so imports and weights do not
@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 
-from _timing import finish  # benchmarks/_timing.py, next to this script
+from _timing import finish, inference  # benchmarks/_timing.py, next to this script
 
 HEADS, HEAD_DIM, MAX_DISTANCE = 8, 64, 16
 IMPLEMENTATIONS = ("keras_mha", "rel_bias", "rel_keys", "rel_keys_values", "naive_shaw")
@@ -105,7 +105,16 @@ def _make_layer(implementation: str):
 
 
 def run_case(implementation: str, length: int, repeats: int) -> dict:
-    """Runs one case in this process and returns its measurements."""
+    """Runs one case in this process and returns its measurements.
+
+    Every call is an inference call (`_timing.inference`: on PyTorch under
+    ``torch.no_grad``, as Keras' ``predict`` runs it), for the layer and the baseline alike.
+    """
+    with inference():
+        return _run_case(implementation, length, repeats)
+
+
+def _run_case(implementation: str, length: int, repeats: int) -> dict:
     import keras
     import numpy as np
     from keras import ops

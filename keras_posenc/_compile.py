@@ -385,3 +385,90 @@ def training_jit_compile() -> bool | str:
     measured on 2 cores); the other backends keep Keras' default, ``"auto"``.
     """
     return False if keras.backend.backend() == "tensorflow" else "auto"
+
+
+# How relative attention builds its relative logits, per backend (`relative_gather`);
+# the measurements are in docs/benchmarks.md, "Building the relative logits" (8 heads,
+# L = 1024 / 2048, eager, 2 CPU cores).
+# - "bias" tables (a Toeplitz matrix): TensorFlow and PyTorch copy strips
+#   (`relative_index.toeplitz`, 12 / 34 and 9 / 33 ms) faster than they gather an
+#   (L, L) index (17 / 67 and 18 / 93 ms); JAX gathers faster (10 / 39 against 20 / 98).
+# - "keys" (per query ``q_i . w[idx(i, j)]``): TensorFlow gathers rows of the
+#   transposed (q_len * rows, batch * heads) products (7 / 27 ms against 16 / 67 for
+#   the flat gather); PyTorch gathers from a 2-D (batch * heads, q_len * rows) view
+#   (14 / 61 ms; a 3-D index_select took 61 / 236); JAX the 3-D flat gather (9 / 37).
+_RELATIVE_GATHER = {
+    "tensorflow": {"bias": "toeplitz", "keys": "rows"},
+    "jax": {"bias": "gather", "keys": "flat"},
+    "torch": {"bias": "toeplitz", "keys": "flat_2d"},
+}
+
+
+def relative_gather(kind: str) -> str:
+    """How relative logits of ``kind`` ("bias" or "keys") are gathered on this backend.
+
+    "bias": ``"toeplitz"`` or ``"gather"``; "keys": ``"rows"``, ``"flat"`` or
+    ``"flat_2d"``. Every method gives the same numbers; only speed differs.
+    """
+    return _RELATIVE_GATHER.get(keras.backend.backend(), _RELATIVE_GATHER["jax"])[kind]
+
+
+def fused_attention_pays() -> bool:
+    """Whether ``fused_attention="auto"`` uses ``keras.ops.dot_product_attention``.
+
+    PyTorch, when no gradient is being recorded (``torch.no_grad``, as in Keras'
+    ``predict``): its CPU ``scaled_dot_product_attention`` then takes the relative
+    logits as a float mask and never builds the probabilities: 8.5 ms against 34 ms
+    for logits, softmax and product at L = 1024 with 8 heads (35 against 131 ms at
+    2048; docs/benchmarks.md). While gradients are recorded a mask that needs one
+    sends it to its unfused path, which was slower than the layer's own (a whole
+    layer at L = 1024: 56 against 52 ms). TensorFlow has no fused CPU kernel (Keras
+    computes the same einsums), and JAX's was slower with a bias (129 against
+    103 ms for a whole layer at L = 1024) and raised the peak memory.
+    """
+    if keras.backend.backend() != "torch":
+        return False
+    import torch
+
+    return not torch.is_grad_enabled()
+
+
+def attention_with_toeplitz_bias(q: Any, k: Any, v: Any, diagonals: Any) -> Any:
+    """Attention whose additive bias depends on ``j - i`` only, or None if not here.
+
+    ``q``, ``k``, ``v``: (batch, length, heads, head_dim) float32, ``q`` already
+    scaled; ``diagonals``: (heads, q_len + k_len - 1) float32, the bias of
+    distance ``j - i = m - (q_len - 1)`` at ``m`` (`relative_index.toeplitz`).
+    Returns (batch, q_len, heads, head_dim), or None where it does not pay
+    (`fused_attention_pays`) or another dtype is given.
+
+    PyTorch: ``scaled_dot_product_attention`` takes a strided view as its mask,
+    so the (heads, q_len, k_len) bias is never built: with the keys (and values)
+    in reverse order the bias of query i and reversed key j' is
+    ``reversed_diagonals[i + j']``, a view with strides (1, 1) of one vector per
+    head (a forward Toeplitz view would need a negative stride, which PyTorch
+    refuses). Attention does not depend on the keys' order. Measured with 8 heads
+    on 2 cores: 7.7 / 31 ms at L = 1024 / 2048 against 8.2 / 38 ms with the
+    bias built, not counting building it (docs/benchmarks.md).
+    """
+    if not fused_attention_pays():
+        return None
+    import torch
+    import torch.nn.functional as F
+
+    if any(tensor.dtype != torch.float32 for tensor in (q, k, v, diagonals)):
+        return None
+    heads, count = diagonals.shape
+    query_length, key_length = q.shape[1], k.shape[1]
+    reversed_diagonals = torch.flip(diagonals, (-1,)).contiguous()
+    bias = torch.as_strided(
+        reversed_diagonals, (1, heads, query_length, key_length), (heads * count, count, 1, 1)
+    )
+    output = F.scaled_dot_product_attention(
+        q.transpose(1, 2),
+        torch.flip(k, (1,)).transpose(1, 2),
+        torch.flip(v, (1,)).transpose(1, 2),
+        attn_mask=bias,
+        scale=1.0,
+    )
+    return output.transpose(1, 2)

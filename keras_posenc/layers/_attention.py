@@ -33,6 +33,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc import _compile
 from keras_posenc.layers._initializers import sublayer_initializer
 
 # Logits of masked pairs. Finite, so a fully masked row never produces NaN
@@ -221,19 +222,23 @@ def write_key_value_cache(cache: Any, key: Any, value: Any, index: Any) -> tuple
 
 
 def use_fused_attention(
-    enabled: bool,
+    enabled: bool | str,
     dropout: float,
     training: Any,
     expressible: bool = True,
 ) -> bool:
     """Whether ``keras.ops.dot_product_attention`` computes this call.
 
-    Only when the layer's ``fused_attention`` is on, the computation is one it
+    ``enabled="auto"`` is on where the backend's fused kernel was measured to
+    pay (`_compile.fused_attention_pays`: PyTorch). Otherwise only when the
+    layer's ``fused_attention`` is on, the computation is one it
     can express (``expressible``: no per-pair value term, no probabilities
     returned, equal query/key and value head sizes, which JAX's version needs)
     and attention dropout is inactive (``dropout == 0`` or ``training`` falsy;
     a symbolic ``training`` counts as possibly true): the fused kernels have none.
     """
+    if enabled == "auto":
+        enabled = _compile.fused_attention_pays()
     if not enabled or not expressible:
         return False
     if dropout == 0:

@@ -42,6 +42,13 @@ def check_bool(caller: str, name: str, value: Any) -> bool:
     return bool(value)
 
 
+def check_bool_or_auto(caller: str, name: str, value: Any) -> bool | str:
+    """``True``, ``False`` or ``"auto"`` (decided per call, e.g. per backend)."""
+    if isinstance(value, bool | np.bool_) or (isinstance(value, str) and value == "auto"):
+        return value if isinstance(value, str) else bool(value)
+    raise TypeError(f"{caller}: `{name}` must be True, False or 'auto', got {value!r}.")
+
+
 def check_choice(caller: str, name: str, value: Any, choices: tuple) -> Any:
     """``value``, one of ``choices`` (strings compared exactly)."""
     if not isinstance(value, str) or value not in choices:

@@ -13,8 +13,15 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc.layers import _attention, position_schemes
-from keras_posenc.layers._checks import check_bool, check_int, check_rate, has_empty_axis
+from keras_posenc import _compile
+from keras_posenc.layers import _attention, position_schemes, relative_index
+from keras_posenc.layers._checks import (
+    check_bool,
+    check_bool_or_auto,
+    check_int,
+    check_rate,
+    has_empty_axis,
+)
 from keras_posenc.layers.relative_position import RelativePositionBias, RelativePositionEmbedding
 
 __all__ = ["MultiHeadRelativeAttention"]
@@ -165,18 +172,17 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             draws from its own copy (a seeded initializer gets one seed per projection,
             derived from its seed), so no two start equal.
         bias_initializer: initializer of the projection biases (copied the same way).
-        fused_attention: ``False`` (default) or ``True``: compute the attention
-            with `keras.ops.dot_product_attention`, the relative logits, the
-            ``attention_bias`` and the mask (a large finite negative fill, never
-            ``-inf``) passed as one additive bias in the compute dtype, so
-            backends with fused attention kernels (e.g. cuDNN / flash kernels
-            on GPU that accept a bias) serve relative attention too. Off by
-            default because on CPU it costs memory: measured at L = 2048
-            without query blocking it raised the peak on PyTorch (3.8 -> 4.0 S
-            for ``"bias"``, 4.0 -> 4.3 S for ``"keys"``) and JAX (3.6 -> 5.4 S
-            and 4.0 -> 5.7 S), TensorFlow unchanged (its version is the same
-            einsum/softmax/einsum); no CPU kernel there skips the logits when
-            given a full bias. On accelerators with fused kernels it can pay off.
+        fused_attention: ``"auto"`` (default), ``True`` or ``False``: compute
+            the attention with `keras.ops.dot_product_attention`, the relative
+            logits, the ``attention_bias`` and the mask (a large finite negative
+            fill, never ``-inf``) passed as one additive bias in the compute
+            dtype, so fused attention kernels that accept a bias (PyTorch's
+            ``scaled_dot_product_attention``, cuDNN / flash kernels on GPU) serve
+            relative attention too. ``"auto"`` uses it where it was measured to
+            pay: on PyTorch (its CPU kernel never builds the probabilities:
+            about 4x faster than logits, softmax and product at L = 1024), not on
+            TensorFlow (no fused CPU kernel) or JAX (slower with a bias on CPU,
+            and a higher peak memory); docs/benchmarks.md has the numbers.
             It applies only where that function can express the computation:
             ``relative="bias"`` or ``"keys"`` (no per-pair value term),
             ``value_dim == key_dim``, no ``return_attention_scores`` and
@@ -270,7 +276,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         query_block_size: int | None = None,
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
-        fused_attention: bool = False,
+        fused_attention: bool | str = "auto",
         position: Any = None,
         **kwargs: Any,
     ) -> None:
@@ -327,7 +333,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.fused_attention = check_bool(caller, "fused_attention", fused_attention)
+        self.fused_attention = check_bool_or_auto(caller, "fused_attention", fused_attention)
         self.supports_masking = True
 
         # The relative tables depend only on the position scheme.
@@ -496,6 +502,18 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 return_attention_scores,
             )
 
+        output = self._toeplitz_attend(
+            q,
+            k,
+            v,
+            (query_mask, value_mask, key_mask, attention_mask, attention_bias),
+            use_causal_mask,
+            offset,
+            training,
+            return_attention_scores,
+        )
+        if output is not None:
+            return self._finish(self.output_dense(output), None, cache, return_attention_scores)
         block = self._query_block(query_length, key_length, attention_mask, attention_bias)
         if block is None:
             output, probabilities = attend_rows(0, None)
@@ -503,14 +521,61 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             output, probabilities = _attention.attend_in_blocks(
                 attend_rows, query_length, block, return_attention_scores
             )
-        output = self.output_dense(output)
+        return self._finish(
+            self.output_dense(output), probabilities, cache, return_attention_scores
+        )
 
+    def _finish(
+        self, output: Any, probabilities: Any, cache: Any, return_attention_scores: bool
+    ) -> Any:
         results = [output]
         if return_attention_scores:
             results.append(ops.cast(probabilities, self.compute_dtype))
         if cache is not None:
             results.append(cache)
         return results[0] if len(results) == 1 else tuple(results)
+
+    def _toeplitz_attend(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        masks: tuple,
+        use_causal_mask: bool,
+        offset: Any,
+        training: Any,
+        return_attention_scores: bool,
+    ) -> Any:
+        """The attention output of ``relative="bias"`` from the bias's diagonals, or None.
+
+        A bias table read by distance is a Toeplitz matrix, and so is a causal
+        mask; where the backend's fused kernel takes it as a view of its
+        ``q_len + k_len - 1`` diagonals (`_compile.attention_with_toeplitz_bias`:
+        PyTorch without gradients), neither the (heads, q_len, k_len) bias nor
+        the probabilities are built and no query blocking is needed. Only
+        without padding masks, ``attention_mask`` or ``attention_bias`` (those
+        are not Toeplitz), with static lengths and when `use_fused_attention`
+        allows the fused path; otherwise None and the general path runs.
+        """
+        query_length, key_length = q.shape[1], k.shape[1]
+        if (
+            self.relative != "bias"
+            or any(mask is not None for mask in masks)
+            or not (isinstance(query_length, int) and isinstance(key_length, int))
+            or not _attention.use_fused_attention(
+                self.fused_attention,
+                self.dropout,
+                training,
+                expressible=not return_attention_scores and self.value_dim == self.key_dim,
+            )
+        ):
+            return None
+        diagonals = self.relative_bias.diagonals(query_length, key_length, offset, "float32")
+        if use_causal_mask:
+            distances = relative_index.distances_in_order(query_length, key_length, offset)
+            fill = ops.cast(_attention.MASK_FILL, "float32")
+            diagonals = ops.where(ops.greater(distances, 0)[None, :], fill, diagonals)
+        return _compile.attention_with_toeplitz_bias(q, k, v, diagonals)
 
     def _empty_result(self, query: Any, key: Any, return_attention_scores: bool) -> Any:
         """The result for an empty batch, query or key sequence (see ``has_empty_axis``).
@@ -597,11 +662,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         relative_logits = self._relative_logits(q, query_length, key_length, offset)
         if attention_bias is not None:
             relative_logits = relative_logits + ops.cast(attention_bias, "float32")
-        # Not `keras.ops.dot_product_attention` by default (`fused_attention`
-        # opts in): measured at L = 2048 on CPU (keras 3.15) it raised the peak,
-        # PyTorch 3.8 -> 4.0 S ("bias") and 4.0 -> 4.3 S ("keys"), JAX 3.6 -> 5.4 S
-        # and 4.0 -> 5.7 S, TensorFlow unchanged: none of them has a CPU kernel
-        # that skips the logits when given a full bias.
+        # `keras.ops.dot_product_attention` where it pays ("auto": PyTorch, whose CPU
+        # kernel takes the bias and skips the probabilities) or where it was asked for.
         fused = _attention.use_fused_attention(
             self.fused_attention,
             self.dropout,
@@ -652,12 +714,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
     def _relative_logits(self, q: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
         """The relative part of the logits, float32, (batch or 1, heads, q_len, k_len)."""
         if self.relative == "bias":
-            # table[idx(i, j), h] gathered straight into (heads, q_len, k_len) from
-            # the transposed (heads, rows) table: RelativePositionBias.call would
-            # gather (q_len, k_len, heads) and transpose it, one more S.
-            table = ops.transpose(ops.cast(self.relative_bias.table(), "float32"))
-            index = self.relative_bias.indices(query_length, key_length, offset)
-            return ops.expand_dims(ops.take(table, index, axis=1), 0)
+            bias = self.relative_bias.per_head(query_length, key_length, offset, "float32")
+            return ops.expand_dims(bias, 0)
         if self._use_skew(query_length, key_length, offset):
             return self._skewed_key_logits(q, query_length, key_length, offset)
         return self._gathered_key_logits(q, query_length, key_length, offset)
@@ -693,12 +751,20 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         """
         table = ops.cast(self.relative_keys.table(), q.dtype)
         rows = self.relative_keys.table_size
-        per_row = ops.cast(ops.einsum("bqhd,rd->bhqr", q, table), "float32")
-        batch, heads = ops.shape(per_row)[0], ops.shape(per_row)[1]
-        per_row = ops.reshape(per_row, (batch, heads, -1))
         index = self.relative_keys.indices(query_length, key_length, offset)
         flat_index = ops.arange(query_length, dtype="int32")[:, None] * rows + index
-        return ops.take(per_row, flat_index, axis=2)
+        batch, heads = ops.shape(q)[0], self.num_heads
+        # The same numbers three ways, the fastest per backend (`_compile.relative_gather`).
+        method = _compile.relative_gather("keys")
+        if method == "rows":
+            # (q_len * rows, batch * heads): each gathered row is batch * heads floats.
+            per_row = ops.cast(ops.einsum("bqhd,rd->qrbh", q, table), "float32")
+            per_row = ops.reshape(per_row, (-1, batch * heads))
+            gathered = ops.take(per_row, flat_index, axis=0)  # (q_len, k_len, batch * heads)
+            gathered = ops.reshape(gathered, (query_length, key_length, batch, heads))
+            return ops.transpose(gathered, (2, 3, 0, 1))
+        per_row = ops.cast(ops.einsum("bqhd,rd->bhqr", q, table), "float32")
+        return _take_flat(per_row, flat_index, method)
 
     def _skewed_key_logits(self, q: Any, query_length: int, key_length: int, offset: Any) -> Any:
         """``q_i . w^K[idx(i, j)]`` by Music Transformer's skew (Huang et al. 2018).
@@ -755,14 +821,14 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         nonempty = ops.logical_and(nonempty[None, :], ops.less_equal(first_key, last_key))
 
         cumulative = ops.cumsum(ops.cast(probabilities, "float32"), axis=-1)
-        batch, heads = ops.shape(cumulative)[0], ops.shape(cumulative)[1]
-        cumulative = ops.reshape(cumulative, (batch, heads, -1))
         row_start = ops.arange(query_length, dtype="int32")[:, None] * ops.cast(key_length, "int32")
+        # "rows" would transpose the cumulative sums (one more S) for a small read.
+        method = "flat" if _compile.relative_gather("keys") == "rows" else None
 
         def read(cumulative: Any, column: Any) -> Any:
             # C[i, column[i, r]]; empty rows read any valid column (masked below).
             column = ops.clip(column, 0, ops.cast(key_length, "int32") - 1)
-            return ops.take(cumulative, row_start + column, axis=2)
+            return _take_flat(cumulative, row_start + column, method)
 
         upto_last = read(cumulative, last_key)
         before_first = read(cumulative, first_key - 1)
@@ -885,3 +951,19 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             fused_attention=self.fused_attention,
         )
         return config
+
+
+def _take_flat(values: Any, flat_index: Any, method: str | None = None) -> Any:
+    """``values`` (batch, heads, q_len, n) read at ``flat_index`` (q_len, m) of its flattened
+    last two axes: (batch, heads, q_len, m).
+
+    ``method`` (default `_compile.relative_gather("keys")`): ``"flat_2d"`` gathers
+    from a (batch * heads, q_len * n) view (PyTorch's index_select on the last axis
+    of a 3-D tensor was 4x slower), anything else from (batch, heads, q_len * n).
+    """
+    method = method or _compile.relative_gather("keys")
+    batch, heads = ops.shape(values)[0], ops.shape(values)[1]
+    if method == "flat_2d":
+        gathered = ops.take(ops.reshape(values, (batch * heads, -1)), flat_index, axis=1)
+        return ops.reshape(gathered, (batch, heads) + tuple(ops.shape(flat_index)))
+    return ops.take(ops.reshape(values, (batch, heads, -1)), flat_index, axis=2)

@@ -18,6 +18,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_posenc import _compile
 from keras_posenc.layers import position_schemes, relative_index
 from keras_posenc.layers._checks import check_int
 from keras_posenc.layers._initializers import sublayer_initializer
@@ -187,8 +188,50 @@ class RelativePositionBias(_SingleTableLayer):
         return self.num_heads  # the table is (table_size, num_heads)
 
     def call(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
-        values = ops.take(self.table(), self.indices(query_length, key_length, offset), axis=0)
-        return ops.expand_dims(ops.transpose(values, (2, 0, 1)), 0)
+        return ops.expand_dims(self.per_head(query_length, key_length, offset), 0)
+
+    def per_head(
+        self, query_length: Any, key_length: Any, offset: Any = 0, dtype: Any = None
+    ) -> Any:
+        """The bias as ``(num_heads, query_length, key_length)``, in ``dtype`` (default: compute).
+
+        Read straight into heads-first order from the transposed table (a
+        gather into (q_len, k_len, heads) and a transpose would copy it once
+        more). With static lengths, where `_compile.relative_gather` says it
+        is faster on the backend, the result is built as the Toeplitz matrix
+        it is (it depends on ``j - i`` only) from its ``q_len + k_len - 1``
+        diagonals (`relative_index.toeplitz`), without a (q_len, k_len) index.
+        """
+        query_length, key_length = relative_index.check_block(
+            type(self).__name__, query_length, key_length, offset
+        )
+        static = isinstance(query_length, int) and isinstance(key_length, int)
+        if (
+            static
+            and min(query_length, key_length) > 0
+            and _compile.relative_gather("bias") == "toeplitz"
+        ):
+            diagonals = self.diagonals(query_length, key_length, offset, dtype)
+            return relative_index.toeplitz(diagonals, query_length, key_length)
+        table = ops.transpose(ops.cast(self.table(), dtype or self.compute_dtype))
+        return ops.take(table, self.indices(query_length, key_length, offset), axis=1)
+
+    def diagonals(
+        self, query_length: Any, key_length: Any, offset: Any = 0, dtype: Any = None
+    ) -> Any:
+        """The bias per head and distance, ``(num_heads, query_length + key_length - 1)``.
+
+        Entry ``m`` is the bias of ``j - (i + offset) = m - (query_length - 1)``
+        (`relative_index.distances_in_order`): the diagonals of the Toeplitz
+        matrix `per_head` returns, ``per_head(...)[h, i, j] ==
+        diagonals(...)[h, j - i + query_length - 1]``.
+        """
+        query_length, key_length = relative_index.check_block(
+            type(self).__name__, query_length, key_length, offset
+        )
+        table = ops.transpose(ops.cast(self.table(), dtype or self.compute_dtype))
+        distances = relative_index.distances_in_order(query_length, key_length, offset)
+        return ops.take(table, self.position.index(distances), axis=1)
 
     def compute_output_shape(
         self, query_length: int | None = None, key_length: int | None = None, offset: Any = 0

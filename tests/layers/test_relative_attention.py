@@ -805,7 +805,7 @@ def test_config_has_every_argument():
     assert config["relative"] == "bias" and config["rotary_max_wavelength"] == 500
     assert config["relative_logits"] == "gather" and config["query_block_size"] == 128
     assert config["fused_attention"] is True and restored.fused_attention is True
-    assert MultiHeadRelativeAttention(2, 4).get_config()["fused_attention"] is False
+    assert MultiHeadRelativeAttention(2, 4).get_config()["fused_attention"] == "auto"
     assert tuple(restored.compute_output_shape((2, 4, 6), (2, 9, 5))) == (2, 4, 7)
 
 
@@ -827,9 +827,14 @@ def test_config_has_every_argument():
         (
             {"fused_attention": "yes"},
             TypeError,
-            r"MultiHeadRelativeAttention: `fused_attention` must be True or False, got 'yes'",
+            r"MultiHeadRelativeAttention: `fused_attention` must be True, False or 'auto', "
+            r"got 'yes'",
         ),
-        ({"fused_attention": 1}, TypeError, r"`fused_attention` must be True or False, got 1"),
+        (
+            {"fused_attention": 1},
+            TypeError,
+            r"`fused_attention` must be True, False or 'auto', got 1",
+        ),
         (
             {"relative_logits": "skew", "relative": "bias"},
             ValueError,

@@ -93,3 +93,12 @@ def multiscale_index(r: np.ndarray, scale: int) -> np.ndarray:
     h = scale // 2
     bins = np.array([v // h for v in np.asarray(r).ravel().tolist()], np.int64)
     return (np.clip(bins, -h, h) + h).reshape(np.shape(r))
+
+
+def toeplitz(diagonals: np.ndarray, query_length: int, key_length: int) -> np.ndarray:
+    """out[..., i, j] = diagonals[..., j - i + query_length - 1], element by element."""
+    out = np.empty(diagonals.shape[:-1] + (query_length, key_length), diagonals.dtype)
+    for i in range(query_length):
+        for j in range(key_length):
+            out[..., i, j] = diagonals[..., j - i + query_length - 1]
+    return out

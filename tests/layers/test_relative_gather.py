@@ -1,0 +1,210 @@
+"""The ways relative logits are read from their tables, each against the numpy reference.
+
+`_compile.relative_gather` picks one way per backend by speed (docs/benchmarks.md);
+every way must give the same numbers on every backend, so each is forced here in turn.
+PyTorch's fused path with a strided Toeplitz bias (`_compile.attention_with_toeplitz_bias`)
+runs only on PyTorch without gradients; its tests say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+from test_relative_attention import assert_close, built_layer, inputs, layer_weights, to_numpy
+
+from keras_posenc import _compile
+from keras_posenc.layers import position_schemes, relative_index
+from keras_posenc.layers.relative_position import RelativePositionBias
+from reference import relative_index as reference_index
+from reference.relative_attention import causal_mask, clip_index_matrix, relative_attention
+from reference.relative_position import relative_position_bias
+
+# Lengths around the 64-row strips of `relative_index.toeplitz`: one strip, exactly
+# two, two with a padded last strip, fewer keys than queries, a single query or key.
+LENGTHS = [(1, 1), (1, 9), (9, 1), (3, 8), (64, 64), (65, 70), (130, 20), (20, 130)]
+ON_TORCH = keras.backend.backend() == "torch"
+
+
+def force(monkeypatch, **methods):
+    """Makes `_compile.relative_gather` answer ``methods[kind]`` (the others as before)."""
+    original = _compile.relative_gather
+    monkeypatch.setattr(
+        _compile, "relative_gather", lambda kind: methods.get(kind) or original(kind)
+    )
+
+
+def no_gradients():
+    """Inference as Keras' ``predict`` runs it: on PyTorch ``torch.no_grad``."""
+    if ON_TORCH:
+        import torch
+
+        return torch.no_grad()
+    return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("lengths", LENGTHS, ids=str)
+def test_toeplitz_matches_reference(lengths, rng):
+    query_length, key_length = lengths
+    diagonals = rng.standard_normal((2, 3, query_length + key_length - 1)).astype("float32")
+    actual = relative_index.toeplitz(diagonals, query_length, key_length)
+    expected = reference_index.toeplitz(diagonals, query_length, key_length)
+    assert tuple(actual.shape) == expected.shape
+    np.testing.assert_array_equal(ops.convert_to_numpy(actual), expected)
+
+
+@pytest.mark.parametrize("offset", [0, 4, "tensor"])
+def test_distances_in_order_are_the_diagonals(offset):
+    value = 3 if offset == "tensor" else offset
+    given = ops.convert_to_tensor(3, "int32") if offset == "tensor" else offset
+    distances = ops.convert_to_numpy(relative_index.distances_in_order(5, 9, given))
+    expected = reference_index.relative_positions(5, 9, value)
+    np.testing.assert_array_equal(reference_index.toeplitz(distances, 5, 9), expected)
+
+
+@pytest.mark.parametrize("method", ["toeplitz", "gather"])
+@pytest.mark.parametrize(
+    "position",
+    [
+        position_schemes.ClipPositions(5),
+        position_schemes.LogBuckets(8, 40, bidirectional=True),
+        position_schemes.LogBuckets(8, 40, bidirectional=False),
+        position_schemes.PiecewiseBuckets(9),
+    ],
+    ids=["clip", "log", "log_causal", "piecewise"],
+)
+def test_bias_methods_match_reference(method, position, rng, monkeypatch):
+    force(monkeypatch, bias=method)
+    layer = RelativePositionBias(num_heads=3, position=position)
+    layer(2, 2)
+    layer.embeddings.assign(rng.standard_normal(tuple(layer.embeddings.shape)).astype("float32"))
+    table = ops.convert_to_numpy(layer.embeddings)
+    for query_length, key_length, offset in [(65, 70, 0), (130, 20, 0), (1, 40, 39), (7, 12, 5)]:
+        expected = relative_position_bias(
+            table, lambda r: reference_bucket(position, r), query_length, key_length, offset
+        )
+        actual = layer(query_length, key_length, offset=offset)
+        np.testing.assert_array_equal(ops.convert_to_numpy(actual), expected)
+
+
+def reference_bucket(position, r):
+    """The reference bucketing of a scheme (independent of keras_posenc's)."""
+    if isinstance(position, position_schemes.ClipPositions):
+        return reference_index.clip_index(r, position.max_distance)
+    if isinstance(position, position_schemes.LogBuckets):
+        return reference_index.t5_relative_position_bucket(
+            r, position.bidirectional, position.num_buckets, position.max_distance
+        )
+    return reference_index.piecewise_index(r, position.num_buckets)
+
+
+@pytest.mark.parametrize("keys", ["rows", "flat", "flat_2d"])
+@pytest.mark.parametrize("relative", ["keys_values", "keys", "bias"])
+def test_gather_methods_match_reference(relative, keys, rng, monkeypatch):
+    force(monkeypatch, keys=keys, bias="toeplitz" if keys == "rows" else "gather")
+    query, value = inputs(rng, 2, 70, 6), inputs(rng, 2, 66, 6)
+    layer = built_layer(query, value, relative=relative)
+    query_mask = np.ones((2, 70), bool)
+    query_mask[0, 5] = False
+    value_mask = np.ones((2, 66), bool)
+    value_mask[1, 60:] = False
+    output, scores = layer(
+        query, value, query_mask=query_mask, value_mask=value_mask, return_attention_scores=True
+    )
+    expected, probabilities = relative_attention(
+        query,
+        value,
+        None,
+        layer_weights(layer),
+        relative,
+        clip_index_matrix(70, 66, 3),
+        query_mask[:, :, None] & value_mask[:, None, :],
+    )
+    assert_close(output, expected, what=f"{relative}, keys read by {keys}")
+    assert_close(scores, probabilities, what=f"{relative} scores, keys read by {keys}")
+    blocked = to_numpy(layer(query, value, query_mask=query_mask, value_mask=value_mask))
+    assert_close(blocked, expected, what="without scores")
+
+
+def test_fused_attention_pays_only_on_torch_without_gradients():
+    with no_gradients():
+        assert _compile.fused_attention_pays() is ON_TORCH
+    assert _compile.fused_attention_pays() is False
+
+
+def test_toeplitz_attention_declines_where_it_does_not_pay(rng):
+    q, k, v = (ops.convert_to_tensor(inputs(rng, 1, 4, 8).reshape(1, 4, 2, 4)) for _ in range(3))
+    diagonals = ops.convert_to_tensor(rng.standard_normal((2, 7)).astype("float32"))
+    assert _compile.attention_with_toeplitz_bias(q, k, v, diagonals) is None  # gradients on
+    with no_gradients():
+        result = _compile.attention_with_toeplitz_bias(q, k, v, diagonals)
+    assert (result is not None) is ON_TORCH
+
+
+def _count_toeplitz_attention(monkeypatch):
+    taken = []
+    original = _compile.attention_with_toeplitz_bias
+
+    def counting(*args):
+        result = original(*args)
+        taken.append(result is not None)
+        return result
+
+    monkeypatch.setattr(_compile, "attention_with_toeplitz_bias", counting)
+    return taken
+
+
+@pytest.mark.skipif(
+    not ON_TORCH,
+    reason="a strided (Toeplitz) bias view is what PyTorch's scaled_dot_product_attention "
+    "takes; elsewhere attention_with_toeplitz_bias returns None (tested above)",
+)
+@pytest.mark.parametrize("lengths", [(70, 70), (3, 8), (9, 4), (1, 1)], ids=str)
+def test_toeplitz_attention_matches_reference(lengths, rng, monkeypatch):
+    query_length, key_length = lengths
+    query, value = inputs(rng, 2, query_length, 6), inputs(rng, 2, key_length, 6)
+    layer = built_layer(query, value, relative="bias", bucketing="log", num_buckets=8)
+    taken = _count_toeplitz_attention(monkeypatch)
+    index = reference_index.t5_relative_position_bucket(
+        reference_index.relative_positions(query_length, key_length), True, 8, 3
+    )
+    weights = layer_weights(layer)
+    with no_gradients():
+        output = layer(query, value)
+        causal = layer(query, value, use_causal_mask=True)
+        masked = layer(query, value, value_mask=np.ones((2, key_length), bool))
+    assert taken == [True, True], "no padding mask: the strided path; a mask: the general one"
+    expected, _ = relative_attention(query, value, None, weights, "bias", index)
+    assert_close(output, expected, what="strided Toeplitz bias")
+    assert_close(masked, expected, what="general path with an all-true mask")
+    expected, _ = relative_attention(
+        query, value, None, weights, "bias", index, causal_mask(query_length, key_length)
+    )
+    assert_close(causal, expected, what="strided Toeplitz bias, causal")
+
+
+@pytest.mark.skipif(
+    not ON_TORCH,
+    reason="a strided (Toeplitz) bias view is what PyTorch's scaled_dot_product_attention "
+    "takes; elsewhere attention_with_toeplitz_bias returns None (tested above)",
+)
+def test_toeplitz_attention_decodes_like_the_full_pass(rng, monkeypatch):
+    x = inputs(rng, 2, 6, 6)
+    layer = built_layer(x, x, relative="bias")
+    full = to_numpy(layer(x, x, use_causal_mask=True))
+    taken = _count_toeplitz_attention(monkeypatch)
+    cache = np.zeros((2, 2, 6, 2, 4), "float32")
+    steps = []
+    with no_gradients():
+        for t in range(6):
+            step = x[:, t : t + 1]
+            index = ops.convert_to_tensor(t, "int32")
+            output, cache = layer(
+                step, step, cache=cache, cache_update_index=index, use_causal_mask=True
+            )
+            steps.append(to_numpy(output))
+    assert taken == [True] * 6
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
