@@ -1,14 +1,15 @@
 """Time and extra peak memory of relative attention against keras.layers.MultiHeadAttention.
 
 For each sequence length L (batch 1, 8 heads, head size 64, self-attention, one
-forward pass in inference mode: on PyTorch under ``torch.no_grad``) and each implementation, a fresh subprocess builds the layer,
-runs one warm-up call, then times ``--repeats`` calls. Extra peak memory is the
-growth of the process's peak resident set (ru_maxrss) from just before the
-first full-length call to the end of those calls, so imports and weights do not
-count. The time ratio to keras_mha is then measured in the same process: calls
-of the layer and of keras.layers.MultiHeadAttention alternate ``--repeats``
-times, and ``x_mha`` is the median of the pairs' ratios (``seconds`` and
-``mha_seconds`` are the medians of the two sides).
+forward pass in inference mode: on PyTorch under ``torch.no_grad``) and each
+implementation, a fresh subprocess builds the layer, runs one warm-up call, then
+times ``--repeats`` calls. Extra peak memory is the growth of the process's peak
+resident set (ru_maxrss) from just before the first full-length call to the end
+of those calls, so imports and weights do not count. The time ratio to keras_mha
+is then measured in the same process: calls of the layer and of
+keras.layers.MultiHeadAttention alternate ``--repeats`` times, and ``x_mha`` is
+the median of the pairs' ratios (``seconds`` and ``mha_seconds`` are the medians
+of the two sides).
 
 Implementations:
     keras_mha        keras.layers.MultiHeadAttention (the baseline)

@@ -149,6 +149,21 @@ BENCHMARKS = {
             split_default="DEFAULT_LENGTHS",
         ),
         Benchmark(
+            "relative_logits",
+            "relative_logits.py",
+            keys=("group", "method", "length"),
+            columns=(
+                Column("group", "group", "text"),
+                Column("way", "method", "text"),
+                Column("L", "length", "text"),
+                Column("ms", "seconds", "ms"),
+                Column("x base", "x_base", "ratio"),
+            ),
+            compare=("x_base",),
+            split="--lengths",
+            split_default="DEFAULT_LENGTHS",
+        ),
+        Benchmark(
             "muse",
             "muse.py",
             keys=_ATTENTION_KEYS,

@@ -388,29 +388,46 @@ def training_jit_compile() -> bool | str:
 
 
 # How relative attention builds its relative logits, per backend (`relative_gather`);
-# the measurements are in docs/benchmarks.md, "Building the relative logits" (8 heads,
-# L = 1024 / 2048, eager, 2 CPU cores).
-# - "bias" tables (a Toeplitz matrix): TensorFlow and PyTorch copy strips
-#   (`relative_index.toeplitz`, 12 / 34 and 9 / 33 ms) faster than they gather an
-#   (L, L) index (17 / 67 and 18 / 93 ms); JAX gathers faster (10 / 39 against 20 / 98).
-# - "keys" (per query ``q_i . w[idx(i, j)]``): TensorFlow gathers rows of the
-#   transposed (q_len * rows, batch * heads) products (7 / 27 ms against 16 / 67 for
-#   the flat gather); PyTorch gathers from a 2-D (batch * heads, q_len * rows) view
-#   (14 / 61 ms; a 3-D index_select took 61 / 236); JAX the 3-D flat gather (9 / 37).
+# measured by benchmarks/relative_logits.py (docs/benchmarks.md, "Building the relative
+# logits": 8 heads, L = 512-2048, eager, 2 CPU cores).
+# - "bias" (a Toeplitz matrix, the same for every query): "rows" gathers rows of
+#   `heads` values and transposes them, "toeplitz" copies strips of its diagonals
+#   (`relative_index.toeplitz`), "gather" reads an (L, L) index into heads-first order.
+# - "keys" (``q_i . w[idx(i, j)]``, per query): "rows" gathers rows of the transposed
+#   (q_len * rows, batch * heads) products, "gather" is PyTorch's ``gather`` with
+#   the index broadcast as a view (`take_along_last_axis`), "flat" / "flat_2d" read
+#   the flattened products from a 3-D / 2-D view.
 _RELATIVE_GATHER = {
-    "tensorflow": {"bias": "toeplitz", "keys": "rows"},
+    "tensorflow": {"bias": "rows", "keys": "rows"},
     "jax": {"bias": "gather", "keys": "flat"},
-    "torch": {"bias": "toeplitz", "keys": "flat_2d"},
+    "torch": {"bias": "toeplitz", "keys": "gather"},
 }
 
 
 def relative_gather(kind: str) -> str:
     """How relative logits of ``kind`` ("bias" or "keys") are gathered on this backend.
 
-    "bias": ``"toeplitz"`` or ``"gather"``; "keys": ``"rows"``, ``"flat"`` or
-    ``"flat_2d"``. Every method gives the same numbers; only speed differs.
+    "bias": ``"rows"``, ``"toeplitz"`` or ``"gather"``; "keys": ``"rows"``,
+    ``"gather"`` (PyTorch only), ``"flat"`` or ``"flat_2d"``. Every method gives
+    the same numbers; only speed differs.
     """
     return _RELATIVE_GATHER.get(keras.backend.backend(), _RELATIVE_GATHER["jax"])[kind]
+
+
+def take_along_last_axis(values: Any, columns: Any) -> Any:
+    """``values[..., i, columns[i, c]]`` for (batch, heads, q_len, n) ``values``.
+
+    PyTorch only (``relative_gather`` names it only there): ``torch.gather`` with the
+    (q_len, m) index broadcast to the batch and heads as a view. Keras'
+    ``take_along_axis`` would first convert the broadcast index to a full int64
+    tensor (2 S at m = k_len), and its ``take`` on the flattened values runs
+    PyTorch's slower index_select.
+    """
+    import torch
+
+    index = torch.as_tensor(columns, device=values.device).long()
+    index = index.expand(values.shape[0], values.shape[1], *index.shape)
+    return torch.gather(values, -1, index)
 
 
 def fused_attention_pays() -> bool:

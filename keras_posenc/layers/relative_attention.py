@@ -743,20 +743,21 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         """``q_i . w^K[idx(i, j)]`` by a gather, for any bucketing and length.
 
         ``Q W_K^T`` is computed once for every table row, (batch, heads,
-        q_len, rows), then flattened to (batch, heads, q_len * rows) and read
-        with one ``take`` at ``i * rows + idx(i, j)``: the index matrix stays
-        (q_len, k_len). (``take_along_axis`` with the index broadcast to
-        (batch, heads, q_len, k_len) made PyTorch build a full int64 index, 2 S.)
+        q_len, rows), and read at column ``idx(i, j)`` of row i (`_take_columns`)
+        with an index matrix of (q_len, k_len), never broadcast to the batch and
+        heads (``keras.ops.take_along_axis`` with a broadcast index made PyTorch
+        build a full int64 index, 2 S). On TensorFlow the products are gathered
+        as rows of (q_len * rows, batch * heads) instead, which was faster there.
         The (q_len, k_len, key_dim) tensor a^K is never built.
         """
         table = ops.cast(self.relative_keys.table(), q.dtype)
-        rows = self.relative_keys.table_size
         index = self.relative_keys.indices(query_length, key_length, offset)
-        flat_index = ops.arange(query_length, dtype="int32")[:, None] * rows + index
-        batch, heads = ops.shape(q)[0], self.num_heads
-        # The same numbers three ways, the fastest per backend (`_compile.relative_gather`).
+        # The same numbers several ways, the fastest per backend (`_compile.relative_gather`).
         method = _compile.relative_gather("keys")
         if method == "rows":
+            batch, heads = ops.shape(q)[0], self.num_heads
+            rows = self.relative_keys.table_size
+            flat_index = ops.arange(query_length, dtype="int32")[:, None] * rows + index
             # (q_len * rows, batch * heads): each gathered row is batch * heads floats.
             per_row = ops.cast(ops.einsum("bqhd,rd->qrbh", q, table), "float32")
             per_row = ops.reshape(per_row, (-1, batch * heads))
@@ -764,7 +765,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             gathered = ops.reshape(gathered, (query_length, key_length, batch, heads))
             return ops.transpose(gathered, (2, 3, 0, 1))
         per_row = ops.cast(ops.einsum("bqhd,rd->bhqr", q, table), "float32")
-        return _take_flat(per_row, flat_index, method)
+        return _take_columns(per_row, index, method)
 
     def _skewed_key_logits(self, q: Any, query_length: int, key_length: int, offset: Any) -> Any:
         """``q_i . w^K[idx(i, j)]`` by Music Transformer's skew (Huang et al. 2018).
@@ -821,14 +822,13 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         nonempty = ops.logical_and(nonempty[None, :], ops.less_equal(first_key, last_key))
 
         cumulative = ops.cumsum(ops.cast(probabilities, "float32"), axis=-1)
-        row_start = ops.arange(query_length, dtype="int32")[:, None] * ops.cast(key_length, "int32")
         # "rows" would transpose the cumulative sums (one more S) for a small read.
         method = "flat" if _compile.relative_gather("keys") == "rows" else None
 
         def read(cumulative: Any, column: Any) -> Any:
             # C[i, column[i, r]]; empty rows read any valid column (masked below).
             column = ops.clip(column, 0, ops.cast(key_length, "int32") - 1)
-            return _take_flat(cumulative, row_start + column, method)
+            return _take_columns(cumulative, column, method)
 
         upto_last = read(cumulative, last_key)
         before_first = read(cumulative, first_key - 1)
@@ -953,16 +953,22 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         return config
 
 
-def _take_flat(values: Any, flat_index: Any, method: str | None = None) -> Any:
-    """``values`` (batch, heads, q_len, n) read at ``flat_index`` (q_len, m) of its flattened
-    last two axes: (batch, heads, q_len, m).
+def _take_columns(values: Any, columns: Any, method: str | None = None) -> Any:
+    """``values[b, h, i, columns[i, c]]``: (batch, heads, q_len, n) read at (q_len, m) columns.
 
-    ``method`` (default `_compile.relative_gather("keys")`): ``"flat_2d"`` gathers
-    from a (batch * heads, q_len * n) view (PyTorch's index_select on the last axis
-    of a 3-D tensor was 4x slower), anything else from (batch, heads, q_len * n).
+    ``method`` (default `_compile.relative_gather("keys")`) only changes the speed:
+    ``"gather"`` is `_compile.take_along_last_axis` (PyTorch's ``gather`` with the
+    index broadcast as a view, 10 / 41 ms at L = 1024 / 2048 with 8 heads);
+    ``"flat_2d"`` reads the flattened last two axes from a (batch * heads,
+    q_len * n) view (PyTorch's index_select on the last axis of a 3-D tensor was
+    4x slower); anything else from (batch, heads, q_len * n).
     """
     method = method or _compile.relative_gather("keys")
-    batch, heads = ops.shape(values)[0], ops.shape(values)[1]
+    if method == "gather":
+        return _compile.take_along_last_axis(values, columns)
+    batch, heads, query_length, width = (ops.shape(values)[axis] for axis in range(4))
+    flat_index = ops.arange(query_length, dtype="int32")[:, None] * ops.cast(width, "int32")
+    flat_index = flat_index + columns
     if method == "flat_2d":
         gathered = ops.take(ops.reshape(values, (batch * heads, -1)), flat_index, axis=1)
         return ops.reshape(gathered, (batch, heads) + tuple(ops.shape(flat_index)))

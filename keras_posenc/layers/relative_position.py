@@ -195,12 +195,14 @@ class RelativePositionBias(_SingleTableLayer):
     ) -> Any:
         """The bias as ``(num_heads, query_length, key_length)``, in ``dtype`` (default: compute).
 
-        Read straight into heads-first order from the transposed table (a
-        gather into (q_len, k_len, heads) and a transpose would copy it once
-        more). With static lengths, where `_compile.relative_gather` says it
-        is faster on the backend, the result is built as the Toeplitz matrix
-        it is (it depends on ``j - i`` only) from its ``q_len + k_len - 1``
-        diagonals (`relative_index.toeplitz`), without a (q_len, k_len) index.
+        Three ways with the same result, the fastest on the backend chosen by
+        `_compile.relative_gather("bias")`: read straight into heads-first
+        order from the transposed table (``"gather"``); gathered as rows of
+        ``heads`` values and transposed (``"rows"``, one more copy but faster
+        on TensorFlow); or, with static lengths, built as the Toeplitz matrix it
+        is (it depends on ``j - i`` only) from its ``q_len + k_len - 1``
+        diagonals (`relative_index.toeplitz`), without a (q_len, k_len) index
+        (``"toeplitz"``).
         """
         query_length, key_length = relative_index.check_block(
             type(self).__name__, query_length, key_length, offset
@@ -213,8 +215,12 @@ class RelativePositionBias(_SingleTableLayer):
         ):
             diagonals = self.diagonals(query_length, key_length, offset, dtype)
             return relative_index.toeplitz(diagonals, query_length, key_length)
-        table = ops.transpose(ops.cast(self.table(), dtype or self.compute_dtype))
-        return ops.take(table, self.indices(query_length, key_length, offset), axis=1)
+        table = ops.cast(self.table(), dtype or self.compute_dtype)  # (rows, heads)
+        index = self.indices(query_length, key_length, offset)
+        if _compile.relative_gather("bias") == "rows":
+            # Rows of `heads` values into (q_len, k_len, heads), then one transposed copy.
+            return ops.transpose(ops.take(table, index, axis=0), (2, 0, 1))
+        return ops.take(ops.transpose(table), index, axis=1)
 
     def diagonals(
         self, query_length: Any, key_length: Any, offset: Any = 0, dtype: Any = None

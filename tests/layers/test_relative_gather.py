@@ -65,7 +65,7 @@ def test_distances_in_order_are_the_diagonals(offset):
     np.testing.assert_array_equal(reference_index.toeplitz(distances, 5, 9), expected)
 
 
-@pytest.mark.parametrize("method", ["toeplitz", "gather"])
+@pytest.mark.parametrize("method", ["toeplitz", "gather", "rows"])
 @pytest.mark.parametrize(
     "position",
     [
@@ -101,10 +101,21 @@ def reference_bucket(position, r):
     return reference_index.piecewise_index(r, position.num_buckets)
 
 
-@pytest.mark.parametrize("keys", ["rows", "flat", "flat_2d"])
+# Each way to read "keys", with a way to read "bias" (each "bias" way appears once).
+GATHERS = {"rows": "rows", "flat": "gather", "flat_2d": "toeplitz", "gather": "toeplitz"}
+TORCH_ONLY = pytest.mark.skipif(
+    not ON_TORCH,
+    reason="torch.gather with a broadcast index view: `_compile.relative_gather` "
+    "names this way on PyTorch only",
+)
+
+
+@pytest.mark.parametrize(
+    "keys", ["rows", "flat", "flat_2d", pytest.param("gather", marks=TORCH_ONLY)]
+)
 @pytest.mark.parametrize("relative", ["keys_values", "keys", "bias"])
 def test_gather_methods_match_reference(relative, keys, rng, monkeypatch):
-    force(monkeypatch, keys=keys, bias="toeplitz" if keys == "rows" else "gather")
+    force(monkeypatch, keys=keys, bias=GATHERS[keys])
     query, value = inputs(rng, 2, 70, 6), inputs(rng, 2, 66, 6)
     layer = built_layer(query, value, relative=relative)
     query_mask = np.ones((2, 70), bool)
