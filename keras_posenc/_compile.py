@@ -435,13 +435,14 @@ def fused_attention_pays() -> bool:
 
     PyTorch, when no gradient is being recorded (``torch.no_grad``, as in Keras'
     ``predict``): its CPU ``scaled_dot_product_attention`` then takes the relative
-    logits as a float mask and never builds the probabilities: 8.5 ms against 34 ms
-    for logits, softmax and product at L = 1024 with 8 heads (35 against 131 ms at
-    2048; docs/benchmarks.md). While gradients are recorded a mask that needs one
-    sends it to its unfused path, which was slower than the layer's own (a whole
-    layer at L = 1024: 56 against 52 ms). TensorFlow has no fused CPU kernel (Keras
-    computes the same einsums), and JAX's was slower with a bias (129 against
-    103 ms for a whole layer at L = 1024) and raised the peak memory.
+    logits as a float mask and never builds the probabilities. With it (and the
+    faster reads of `relative_gather`) ``relative="keys"`` went from 6.4x to 1.9x
+    MultiHeadAttention's time at L = 1024 with 8 heads (docs/benchmarks.md,
+    "Relative attention against MultiHeadAttention"). While gradients are
+    recorded, a mask that needs a gradient sends it to its unfused path, which
+    was slower than the layer's own in a check at L = 1024. TensorFlow has no
+    fused CPU kernel (Keras computes the same einsums), and JAX's was slower with
+    a bias in the same check and raised the peak memory (docs/benchmarks.md).
     """
     if keras.backend.backend() != "torch":
         return False
@@ -464,9 +465,10 @@ def attention_with_toeplitz_bias(q: Any, k: Any, v: Any, diagonals: Any) -> Any:
     in reverse order the bias of query i and reversed key j' is
     ``reversed_diagonals[i + j']``, a view with strides (1, 1) of one vector per
     head (a forward Toeplitz view would need a negative stride, which PyTorch
-    refuses). Attention does not depend on the keys' order. Measured with 8 heads
-    on 2 cores: 7.7 / 31 ms at L = 1024 / 2048 against 8.2 / 38 ms with the
-    bias built, not counting building it (docs/benchmarks.md).
+    refuses). Attention does not depend on the keys' order. With 8 heads at
+    L = 1024 / 2048 it took 0.41 / 0.42 of the time of the same kernel given the
+    bias built (building included; docs/benchmarks.md, "Building the relative
+    logits").
     """
     if not fused_attention_pays():
         return None

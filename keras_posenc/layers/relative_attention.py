@@ -179,10 +179,13 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             dtype, so fused attention kernels that accept a bias (PyTorch's
             ``scaled_dot_product_attention``, cuDNN / flash kernels on GPU) serve
             relative attention too. ``"auto"`` uses it where it was measured to
-            pay: on PyTorch (its CPU kernel never builds the probabilities:
-            about 4x faster than logits, softmax and product at L = 1024), not on
-            TensorFlow (no fused CPU kernel) or JAX (slower with a bias on CPU,
-            and a higher peak memory); docs/benchmarks.md has the numbers.
+            pay: on PyTorch when no gradient is recorded (``torch.no_grad``, as
+            in ``predict``; its CPU kernel never builds the probabilities), not
+            on TensorFlow (no fused CPU kernel) or JAX (slower with a bias on
+            CPU, and a higher peak memory); docs/benchmarks.md has the numbers.
+            With ``relative="bias"`` and no padding mask, attention bias or
+            attention mask (``use_causal_mask`` is fine), PyTorch gets the bias
+            as a strided view of its diagonals: nothing of size L x L is built.
             It applies only where that function can express the computation:
             ``relative="bias"`` or ``"keys"`` (no per-pair value term),
             ``value_dim == key_dim``, no ``return_attention_scores`` and
@@ -958,10 +961,11 @@ def _take_columns(values: Any, columns: Any, method: str | None = None) -> Any:
 
     ``method`` (default `_compile.relative_gather("keys")`) only changes the speed:
     ``"gather"`` is `_compile.take_along_last_axis` (PyTorch's ``gather`` with the
-    index broadcast as a view, 10 / 41 ms at L = 1024 / 2048 with 8 heads);
-    ``"flat_2d"`` reads the flattened last two axes from a (batch * heads,
-    q_len * n) view (PyTorch's index_select on the last axis of a 3-D tensor was
-    4x slower); anything else from (batch, heads, q_len * n).
+    index broadcast as a view); ``"flat_2d"`` reads the flattened last two axes
+    from a (batch * heads, q_len * n) view; anything else from (batch, heads,
+    q_len * n). On PyTorch, with 8 heads at L = 1024 / 2048, "gather" took 0.29 /
+    0.32 and "flat_2d" 0.45 / 0.54 of the 3-D read's time (its index_select on
+    the last axis is slow; docs/benchmarks.md, "Building the relative logits").
     """
     method = method or _compile.relative_gather("keys")
     if method == "gather":
