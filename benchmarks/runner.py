@@ -194,6 +194,18 @@ BENCHMARKS = {
             compare=("images_per_second",),
         ),
         Benchmark(
+            "coatnet_parts",
+            "coatnet_parts.py",
+            keys=("part",),
+            columns=(
+                Column("part", "part", "text"),
+                Column("ms", "seconds", "ms"),
+                Column("share", "share", "ratio"),
+            ),
+            compare=("seconds",),
+            across=("seconds",),
+        ),
+        Benchmark(
             "convs2s_generation",
             "convs2s_generation.py",
             keys=("path",),

@@ -491,3 +491,49 @@ def attention_with_toeplitz_bias(q: Any, k: Any, v: Any, diagonals: Any) -> Any:
         scale=1.0,
     )
     return output.transpose(1, 2)
+
+
+# How a depthwise convolution runs, per backend (`depthwise_method`). Measured by
+# benchmarks/coatnet_parts.py (docs/benchmarks.md, "CoAtNet: where the time goes"): a 3 x 3
+# depthwise convolution of an (8, 56, 56, 384) map, CoAtNet-0's first stage.
+# - JAX: XLA's CPU convolution with feature groups was the slowest part of CoAtNet by far;
+#   nine shifted multiply-adds (`layers.coatnet.depthwise_by_shifts`), which XLA fuses
+#   into one loop, are several times faster.
+# - PyTorch: Keras copies the channels-last map into channels-first and back around the
+#   convolution; `torch_depthwise_conv` gives PyTorch the channels-last view instead.
+# - TensorFlow: its own depthwise kernel was the fastest of the three.
+_DEPTHWISE = {"jax": "shifts", "torch": "torch_channels_last", "tensorflow": "layer"}
+
+
+def depthwise_method() -> str:
+    """``"layer"`` (Keras' ``DepthwiseConv2D``), ``"shifts"`` or ``"torch_channels_last"``."""
+    return _DEPTHWISE.get(keras.backend.backend(), "layer")
+
+
+def torch_depthwise_conv(x: Any, kernel: Any, strides: int, pad: int) -> Any:
+    """A depthwise convolution of a channels-last ``x`` on PyTorch without layout copies.
+
+    ``x``: (batch, height, width, channels); ``kernel``: Keras' (k, k, channels, 1)
+    depthwise kernel; zero padding ``pad`` on each side, then a valid convolution
+    with ``strides``. PyTorch's convolution takes the channels-first *view* of a
+    channels-last tensor (its strides say channels-last) and returns channels-last,
+    so no copy is made either way; Keras' own path copies to channels-first and back.
+    """
+    import torch.nn.functional as F
+
+    weight = kernel.permute(2, 3, 0, 1).to(x.dtype)  # (channels, 1, k, k)
+    output = F.conv2d(
+        x.permute(0, 3, 1, 2), weight, stride=strides, padding=pad, groups=x.shape[-1]
+    )
+    return output.permute(0, 2, 3, 1)
+
+
+def exact_gelu_as_one_op() -> bool:
+    """Whether `layers.activations.exact_gelu` is ``keras.ops.gelu(approximate=False)``.
+
+    PyTorch: yes, its ``gelu`` is one fused kernel where the erf formula runs five
+    elementwise passes (``erf`` and the multiplications were a fifth of CoAtNet-0's
+    time there, docs/benchmarks.md). Elsewhere the erf formula stays: TensorFlow
+    lowers Keras' exact GELU to ``erfc``, which no ONNX opset defines.
+    """
+    return keras.backend.backend() == "torch"

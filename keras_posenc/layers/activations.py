@@ -8,6 +8,8 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_posenc import _compile
+
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
 def exact_gelu(x: Any) -> Any:
@@ -16,7 +18,9 @@ def exact_gelu(x: Any) -> Any:
     Numerically the same function as ``keras.activations.gelu(x, approximate=False)``,
     but that one lowers on TensorFlow to ``erfc``, which tf2onnx emits as an ``Erfc``
     node that no ONNX opset defines (onnxruntime rejects the graph). Written with
-    ``erf`` it becomes the standard ONNX ``Erf`` op on every route.
+    ``erf`` it becomes the standard ONNX ``Erf`` op on every route. On PyTorch it is
+    ``keras.ops.gelu(x, approximate=False)``, one fused kernel there (the formula
+    took five passes over the tensor; `_compile.exact_gelu_as_one_op`).
 
     Args:
         x: a floating tensor.
@@ -34,6 +38,8 @@ def exact_gelu(x: Any) -> Any:
     Reference: Hendrycks and Gimpel, "Gaussian Error Linear Units (GELUs)", 2016.
     """
     x = ops.convert_to_tensor(x)
+    if _compile.exact_gelu_as_one_op():
+        return ops.gelu(x, approximate=False)
     return 0.5 * x * (1.0 + ops.erf(x * ops.cast(1.0 / math.sqrt(2.0), x.dtype)))
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_posenc import _compile
 from keras_posenc._compile import check_synchronized_batch_norm
 from keras_posenc.layers import _attention
 from keras_posenc.layers._checks import (
@@ -85,6 +86,52 @@ def symmetric_pad(x: Any, kernel_size: int, strides: int) -> Any:
     return ops.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
 
 
+def pointwise(conv: keras.layers.Conv2D, x: Any) -> Any:
+    """``conv(x)`` for a 1 x 1 ``Conv2D`` as one matrix product over the channels.
+
+    The same numbers as the convolution (its own weights, in ``x``'s dtype), without
+    the layout copies Keras' PyTorch and JAX convolutions make around a channels-last
+    map: measured on CoAtNet-0's first stage, PyTorch and JAX ran the product in about
+    half the convolution's time, TensorFlow in the same (docs/benchmarks.md, "CoAtNet:
+    where the time goes"). Other convolutions run as they are.
+    """
+    if tuple(conv.kernel_size) != (1, 1) or conv.dilation_rate != (1, 1):
+        return conv(x)
+    row_step, column_step = conv.strides
+    if (row_step, column_step) != (1, 1):
+        # A 1 x 1 kernel reads every stride-th pixel, the same for "same" and "valid".
+        x = x[:, ::row_step, ::column_step]
+    kernel = ops.cast(conv.kernel, x.dtype)
+    y = ops.matmul(x, ops.reshape(kernel, tuple(kernel.shape[2:])))
+    if conv.use_bias:
+        y = y + ops.cast(conv.bias, x.dtype)
+    return y
+
+
+def depthwise_by_shifts(x: Any, kernel: Any, strides: int, pad: int) -> Any:
+    """A depthwise convolution as ``k * k`` shifted multiply-adds (channels last).
+
+    ``kernel``: Keras' (k, k, channels, 1) depthwise kernel; zero padding ``pad``
+    on each side, then a valid convolution with ``strides``. JAX's
+    `_compile.depthwise_method`: XLA fuses the sum into one loop, where its CPU
+    convolution with feature groups was several times slower.
+    """
+    size = kernel.shape[0]
+    if pad:
+        x = ops.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    height = (x.shape[1] - size) // strides + 1
+    width = (x.shape[2] - size) // strides + 1
+    kernel = ops.cast(kernel[..., 0], x.dtype)  # (k, k, channels)
+    total = None
+    for dy in range(size):
+        for dx in range(size):
+            rows = x[:, dy : dy + (height - 1) * strides + 1 : strides]
+            window = rows[:, :, dx : dx + (width - 1) * strides + 1 : strides]
+            term = window * kernel[dy, dx]
+            total = term if total is None else total + term
+    return total
+
+
 def _downsampled(size: int | None, strides: int) -> int | None:
     return None if size is None else -(-size // strides)
 
@@ -148,7 +195,7 @@ class _PooledProjection:
         if layer.shortcut_pool is not None:
             x = layer.shortcut_pool(x)
         if layer.shortcut_projection is not None:
-            x = layer.shortcut_projection(x)
+            x = pointwise(layer.shortcut_projection, x)
         return x
 
 
@@ -485,8 +532,23 @@ class MBConv(keras.layers.Layer):
         self.project_conv.build(shape)
 
     def _depthwise(self, x: Any) -> Any:
+        strides = self.depthwise_conv.strides[0]
+        # The padding as one number per side: "symmetric" always, "same" when the
+        # kernel is odd and the stride 1 (Keras' rule then pads (k - 1) / 2 per side).
+        pad = None
         if self.padding == "symmetric":
-            x = symmetric_pad(x, self.kernel_size, self.depthwise_conv.strides[0])
+            pad = ((strides - 1) + (self.kernel_size - 1)) // 2
+        elif strides == 1 and self.kernel_size % 2:
+            pad = (self.kernel_size - 1) // 2
+        method = _compile.depthwise_method()
+        static = None not in tuple(x.shape[1:3])
+        if pad is not None and static and method == "shifts":
+            return depthwise_by_shifts(x, self.depthwise_conv.kernel, strides, pad)
+        if pad is not None and method == "torch_channels_last":
+            kernel = ops.convert_to_tensor(self.depthwise_conv.kernel)
+            return _compile.torch_depthwise_conv(x, kernel, strides, pad)
+        if self.padding == "symmetric":
+            x = symmetric_pad(x, self.kernel_size, strides)
         return self.depthwise_conv(x)
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
@@ -497,14 +559,14 @@ class MBConv(keras.layers.Layer):
             x = activation(x)
         if self.down_pool is not None:
             x = self.down_pool(x)
-        x = activation(self.expand_norm(self.expand_conv(x), training=training))
+        x = activation(self.expand_norm(pointwise(self.expand_conv, x), training=training))
         x = self._depthwise(x)
         if self.squeeze_excite is not None and self.se_position == "before_norm":
             x = self.squeeze_excite(x)
         x = activation(self.depthwise_norm(x, training=training))
         if self.squeeze_excite is not None and self.se_position == "after_activation":
             x = self.squeeze_excite(x)
-        x = self.project_conv(x)
+        x = pointwise(self.project_conv, x)
         return shortcut + drop_path(x, self.drop_path_rate, self.seed_generator, training)
 
     def compute_output_shape(self, input_shape: Any) -> tuple:

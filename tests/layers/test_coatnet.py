@@ -624,3 +624,43 @@ def test_layer_scale_accepts_numpy_scalars():
     assert block.layer_scale == 0.5 and type(block.layer_scale) is float
     with pytest.raises(ValueError, match="`layer_scale` must be a positive number"):
         RelativeTransformerBlock2D(16, head_dim=8, layer_scale=np.bool_(True))
+
+
+# --------------------------------------------------------------------------- fast paths
+
+
+@pytest.mark.parametrize(
+    "size, kernel, strides", [(9, 3, 1), (8, 3, 2), (9, 3, 2), (7, 5, 1), (6, 5, 2)], ids=str
+)
+def test_depthwise_by_shifts_matches_reference(rng, size, kernel, strides):
+    """JAX's depthwise path (`_compile.depthwise_method`), checked on every backend."""
+    from keras_posenc.layers.coatnet import depthwise_by_shifts
+
+    x = images(rng, (2, size, size, 5))
+    weights = rng.standard_normal((kernel, kernel, 5, 1)).astype("float32")
+    pad = ((strides - 1) + (kernel - 1)) // 2
+    actual = depthwise_by_shifts(
+        ops.convert_to_tensor(x), ops.convert_to_tensor(weights), strides, pad
+    )
+    expected = ref.depthwise_conv2d(
+        x.astype("float64"), weights.astype("float64"), strides, padding="symmetric"
+    )
+    np.testing.assert_allclose(ops.convert_to_numpy(actual), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("strides", [1, 2])
+@pytest.mark.parametrize("use_bias", [False, True])
+def test_pointwise_matches_reference(rng, strides, use_bias):
+    from keras_posenc.layers.coatnet import pointwise
+
+    x = images(rng, (2, 7, 7, 6))
+    conv = keras.layers.Conv2D(4, 1, strides=strides, padding="same", use_bias=use_bias)
+    conv.build(x.shape)
+    for weight in conv.weights:
+        weight.assign(rng.standard_normal(tuple(weight.shape)).astype("float32"))
+    bias = ops.convert_to_numpy(conv.bias).astype("float64") if use_bias else None
+    expected = ref.conv2d(
+        x.astype("float64"), ops.convert_to_numpy(conv.kernel).astype("float64"), bias, strides
+    )
+    actual = ops.convert_to_numpy(pointwise(conv, ops.convert_to_tensor(x)))
+    np.testing.assert_allclose(actual, expected, atol=1e-5)
