@@ -13,6 +13,15 @@ PyTorch eagerly under no_grad):
     head        pooling, normalisation, classifier
     whole       the whole model, for comparison with the sum of the parts
 
+and, with ``--ops``, single operations of the first stage's second block on its
+hidden map (e.g. (8, 56, 56, 384) for ``coatnet_0``), each as its own model: the
+minimal reproductions of the profile's findings
+
+    op: depthwise 3x3, Keras layer     keras.layers.DepthwiseConv2D
+    op: depthwise 3x3, as MBConv runs it   (MBConv's own path on the backend)
+    op: 1x1 conv, Keras layer           the block's project convolution as a layer
+    op: 1x1 conv, as MBConv runs it     `layers.coatnet.pointwise`
+
 Parts are timed round-robin (``--repeats`` rounds, every part once per round),
 each on the output of the part before it; medians. ``share`` is a part's time
 over the sum of the parts. Run it on each backend (the runner's across_tensorflow
@@ -59,12 +68,51 @@ def _sub_model(layers: list, input_shape: tuple):
     return keras.Model(inputs, x)
 
 
+def _operations(model, batch: int) -> list[tuple[str, object, object]]:
+    """``(name, model, input)`` for the single operations of ``--ops``."""
+    import keras
+    import numpy as np
+
+    from keras_posenc.layers.coatnet import pointwise
+
+    block = next(layer for layer in model.layers if layer.name == "stage1_block2")
+
+    class Apply(keras.layers.Layer):
+        """Runs ``function(block, x)``; holds the block so its weights are the model's."""
+
+        def __init__(self, block, function, **kwargs):
+            super().__init__(**kwargs)
+            self.block, self.function = block, function
+
+        def call(self, x):
+            return self.function(self.block, x)
+
+    size = block.input.shape[1]
+    hidden = np.random.default_rng(1).standard_normal((batch, size, size, block.hidden_filters))
+    hidden = hidden.astype("float32")
+    depthwise = keras.layers.DepthwiseConv2D(3, padding="same", use_bias=False)
+    cases = [
+        ("op: depthwise 3x3, Keras layer", lambda _, x: depthwise(x)),
+        ("op: depthwise 3x3, as MBConv runs it", lambda b, x: b._depthwise(x)),
+        ("op: 1x1 conv, Keras layer", lambda b, x: b.project_conv(x)),
+        ("op: 1x1 conv, as MBConv runs it", lambda b, x: pointwise(b.project_conv, x)),
+    ]
+    operations = []
+    for name, function in cases:
+        inputs = keras.Input(hidden.shape[1:], batch_size=batch)
+        operation = keras.Model(inputs, Apply(block, function)(inputs))
+        operation.predict_on_batch(hidden)  # warm-up
+        operations.append((name, operation, hidden))
+    return operations
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="coatnet_0")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--ops", action="store_true", help="also time single operations")
     parser.add_argument("--json", help="also write the rows here (the runner's)")
     args = parser.parse_args(argv)
 
@@ -85,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     whole_input = x.astype("float32")
     model.predict_on_batch(whole_input)
     timed.append(("whole", lambda: model.predict_on_batch(whole_input)))
+    if args.ops:
+        for name, operation, inputs in _operations(model, args.batch):
+            timed.append((name, lambda m=operation, i=inputs: m.predict_on_batch(i)))
 
     times: dict[str, list[float]] = {part: [] for part, _ in timed}
     for _ in range(args.repeats):
@@ -93,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             run()
             times[part].append(time.perf_counter() - start)
     medians = {part: statistics.median(values) for part, values in times.items()}
-    total = sum(seconds for part, seconds in medians.items() if part != "whole")
+    total = sum(seconds for part, seconds in medians.items() if part != "whole" and ":" not in part)
     print(
         f"{args.model} at {args.size}x{args.size}, batch {args.batch}, backend "
         f"{keras.backend.backend()}, predict_on_batch, medians of {args.repeats}"

@@ -192,6 +192,7 @@ BENCHMARKS = {
                 Column("images/s", "images_per_second", "num"),
             ),
             compare=("images_per_second",),
+            across=("images_per_second",),
         ),
         Benchmark(
             "coatnet_parts",
