@@ -28,12 +28,18 @@ import time
 from _timing import median_seconds, write_json  # benchmarks/_timing.py, next to this script
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def model_arguments(description: str) -> argparse.ArgumentParser:
+    """A parser with the arguments every CoAtNet benchmark takes (coatnet_parts.py too)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", default="coatnet_0")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--repeats", type=int, default=5)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = model_arguments(__doc__.split("\n\n")[0])
     parser.add_argument("--onnx", action="store_true", help="also time ONNX Runtime")
     parser.add_argument("--out", help="folder for the ONNX file (default: a temporary one)")
     parser.add_argument("--json", help="also write the rows (mode, seconds, images/s) here")

@@ -34,11 +34,11 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 from _timing import finish  # benchmarks/_timing.py, next to this script
+from coatnet import model_arguments  # benchmarks/coatnet.py
 
 
 def _parts(model) -> list[tuple[str, list]]:
@@ -107,11 +107,7 @@ def _operations(model, batch: int) -> list[tuple[str, object, object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="coatnet_0")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = model_arguments(__doc__.split("\n\n")[0])
     parser.add_argument("--ops", action="store_true", help="also time single operations")
     parser.add_argument("--json", help="also write the rows here (the runner's)")
     args = parser.parse_args(argv)

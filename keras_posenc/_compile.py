@@ -537,3 +537,15 @@ def exact_gelu_as_one_op() -> bool:
     lowers Keras' exact GELU to ``erfc``, which no ONNX opset defines.
     """
     return keras.backend.backend() == "torch"
+
+
+def pointwise_as_matmul() -> bool:
+    """Whether `layers.coatnet.pointwise` runs a 1 x 1 convolution as a matrix product.
+
+    PyTorch and JAX: yes, their Keras convolutions copy the channels-last map around
+    the kernel (docs/benchmarks.md, "CoAtNet: where the time goes"). TensorFlow: no;
+    the product was no faster there, and a model exported from TensorFlow keeps its
+    ``Conv`` nodes, which ONNX Runtime ran about 8 % faster than the products
+    (CoAtNet-0, one run).
+    """
+    return keras.backend.backend() != "tensorflow"

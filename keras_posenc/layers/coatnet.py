@@ -91,11 +91,14 @@ def pointwise(conv: keras.layers.Conv2D, x: Any) -> Any:
 
     The same numbers as the convolution (its own weights, in ``x``'s dtype), without
     the layout copies Keras' PyTorch and JAX convolutions make around a channels-last
-    map: measured on CoAtNet-0's first stage, PyTorch and JAX ran the product in about
-    half the convolution's time, TensorFlow in the same (docs/benchmarks.md, "CoAtNet:
-    where the time goes"). Other convolutions run as they are.
+    map (docs/benchmarks.md, "CoAtNet: where the time goes"). On PyTorch and JAX only
+    (`_compile.pointwise_as_matmul`); other convolutions run as they are.
     """
-    if tuple(conv.kernel_size) != (1, 1) or conv.dilation_rate != (1, 1):
+    if (
+        tuple(conv.kernel_size) != (1, 1)
+        or tuple(conv.dilation_rate) != (1, 1)
+        or not _compile.pointwise_as_matmul()
+    ):
         return conv(x)
     row_step, column_step = conv.strides
     if (row_step, column_step) != (1, 1):

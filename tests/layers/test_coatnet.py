@@ -650,8 +650,12 @@ def test_depthwise_by_shifts_matches_reference(rng, size, kernel, strides):
 
 @pytest.mark.parametrize("strides", [1, 2])
 @pytest.mark.parametrize("use_bias", [False, True])
-def test_pointwise_matches_reference(rng, strides, use_bias):
+@pytest.mark.parametrize("as_matmul", [False, True])
+def test_pointwise_matches_reference(rng, strides, use_bias, as_matmul, monkeypatch):
+    from keras_posenc import _compile
     from keras_posenc.layers.coatnet import pointwise
+
+    monkeypatch.setattr(_compile, "pointwise_as_matmul", lambda: as_matmul)
 
     x = images(rng, (2, 7, 7, 6))
     conv = keras.layers.Conv2D(4, 1, strides=strides, padding="same", use_bias=use_bias)
