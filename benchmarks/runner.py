@@ -704,6 +704,10 @@ def render_across(record: dict, baseline: str, benchmark: Benchmark | None = Non
     others = [b for b in backends if b != baseline]
     key_columns = [c for c in benchmark.columns if c.field in benchmark.keys]
     headers = {c.field: c.header for c in benchmark.columns}
+    # Values are written in their column's style (seconds as ms for an "ms" column).
+    styles = {
+        c.field: c.style if c.style in ("ms", "mb", "sci") else "num" for c in benchmark.columns
+    }
     header = [c.header for c in key_columns] + ["field"]
     header += [BACKEND_NAMES[b] for b in backends]
     header += [f"{BACKEND_NAMES[b]} / {BACKEND_NAMES[baseline]}" for b in others]
@@ -720,7 +724,7 @@ def render_across(record: dict, baseline: str, benchmark: Benchmark | None = Non
             rows.append(
                 [_format(k, "text") for k in key]
                 + [headers.get(field, field)]
-                + [_format(v, "num") for v in values]
+                + [_format(v, styles.get(field, "num")) for v in values]
                 + ratios
             )
     right = [_right(c) for c in key_columns] + [False] + [True] * (len(backends) + len(others))
