@@ -177,7 +177,9 @@ def toeplitz(diagonals: Any, query_length: int, key_length: int) -> Any:
     Args:
         diagonals: a tensor whose last axis has ``query_length + key_length - 1``
             entries (e.g. ``(heads, q_len + k_len - 1)``).
-        query_length, key_length: Python ints (the number of strips must be known).
+        query_length: the number of rows, a Python int (the number of strips must
+            be known).
+        key_length: the number of columns, a Python int.
 
     Examples:
 
