@@ -130,6 +130,15 @@ def check_positive_number(caller: str, name: str, value: Any) -> float:
     return float(value)
 
 
+def check_number_at_least(caller: str, name: str, value: Any, minimum: float) -> float:
+    """A finite int or float ``>= minimum`` (a scaling factor) as a float."""
+    if not _is_finite_number(value) or value < minimum:
+        raise ValueError(
+            f"{caller}: `{name}` must be a finite number >= {minimum:g}, got {value!r}."
+        )
+    return float(value)
+
+
 def check_non_negative_number(caller: str, name: str, value: Any) -> float:
     """A finite int or float >= 0 (a tolerance, a length penalty) as a float.
 
