@@ -31,6 +31,37 @@ def relative_model() -> keras.Model:
     return keras.Model(inputs, x)
 
 
+def position_schemes_model() -> keras.Model:
+    """A small sequence model with every computed bias and every rotary scaling."""
+    inputs = keras.Input((None, 16), name="tokens")
+    x = inputs
+
+    def attention(x, causal=False, **arguments):
+        layer = layers.MultiHeadRelativeAttention(2, 8, **arguments)
+        return layer(x, x, use_causal_mask=causal)
+
+    x = attention(x, relative="bias", position=layers.ALiBi())
+    x = attention(x, relative="bias", position=layers.KERPLE("log"))
+    x = attention(x, relative="bias", position=layers.KERPLE("power"))
+    x = attention(x, causal=True, relative="bias", position=layers.FIRE(hidden_dim=8))
+    x = attention(x, relative="bias", position=layers.ContinuousBias(16, "swin", window=8))
+    rotary = layers.RotaryPositions
+    x = attention(x, relative=None, rotary=rotary(scaling="linear", scaling_factor=2.0))
+    x = attention(x, relative=None, rotary=rotary(scaling="ntk", scaling_factor=2.0))
+    x = attention(x, relative=None, rotary=rotary(scaling="dynamic_ntk", training_length=4))
+    yarn = rotary(scaling="yarn", scaling_factor=4.0, training_length=8)
+    x = attention(x, relative=None, rotary=yarn)
+    x = attention(x, causal=True, relative=None, rotary=rotary(xpos_scale_base=64.0))
+    return keras.Model(inputs, x)
+
+
+def test_position_schemes_export_to_onnx(tmp_path):
+    # Verified at two lengths (7 and 11), both beyond dynamic NTK's training length of 4.
+    report = export_model(position_schemes_model(), os.path.join(tmp_path, "schemes.onnx"))
+    assert report.max_abs_difference is not None and report.max_abs_difference <= 1e-4
+    assert report.verified_shapes == [[(2, 7, 16)], [(2, 11, 16)]]
+
+
 def every_layer_model() -> keras.Model:
     """A small two-input model holding every public layer that takes tensors."""
     seq = keras.Input((None, 16), name="sequence")
@@ -51,6 +82,7 @@ def every_layer_model() -> keras.Model:
     y = keras.layers.Conv2D(8, 3)(y)
     y = layers.MBConv(16, strides=2)(y)  # with SqueezeExcite inside
     y = layers.RelativeTransformerBlock2D(32, head_dim=8, strides=2)(y)  # RelativePositionBias2D
+    y = layers.RelativeTransformerBlock2D(32, head_dim=8, position_bias="mlp")(y)  # the MLP bias
     y = keras.layers.GlobalAveragePooling2D(name="image_features")(y)
     return keras.Model([seq, image], [x, y])
 

@@ -15,6 +15,14 @@ from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, Sque
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
 from keras_posenc.layers.muse import MUSEAttention, MUSEDecoderLayer, MUSEEncoderLayer
 from keras_posenc.layers.padding import SpatialPadding2D
+from keras_posenc.layers.position_biases import (
+    FIRE,
+    KERPLE,
+    ALiBi,
+    ContinuousBias,
+    ContinuousPositionBias2D,
+    PositionBias,
+)
 from keras_posenc.layers.position_schemes import (
     ClipPositions,
     Grid2DPositions,
@@ -44,13 +52,19 @@ from keras_posenc.layers.relative_transformer import (
     RelativeTransformerDecoder,
     RelativeTransformerEncoder,
 )
+from keras_posenc.layers.rotary import RotaryPositions
 
 __all__ = [
+    "ALiBi",
     "ClipPositions",
+    "ContinuousBias",
+    "ContinuousPositionBias2D",
     "ConvS2SAttention",
+    "FIRE",
     "GLUConv1D",
     "GradMultiply",
     "Grid2DPositions",
+    "KERPLE",
     "LogBuckets",
     "MBConv",
     "MUSEAttention",
@@ -60,6 +74,7 @@ __all__ = [
     "MultiHeadRelativeAttention",
     "MultiScaleRelativePositionEmbedding",
     "PiecewiseBuckets",
+    "PositionBias",
     "PositionScheme",
     "RelativePositionBias",
     "RelativePositionBias2D",
@@ -67,6 +82,7 @@ __all__ = [
     "RelativeTransformerDecoder",
     "RelativeTransformerBlock2D",
     "RelativeTransformerEncoder",
+    "RotaryPositions",
     "SpatialPadding2D",
     "SqueezeExcite",
     "bucket_index",

@@ -27,6 +27,7 @@ from keras_posenc.layers._checks import (
     check_rate,
 )
 from keras_posenc.layers.activations import exact_gelu
+from keras_posenc.layers.position_biases import ContinuousPositionBias2D
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 
 STRIDE_ON = ("expand", "depthwise", "pool")
@@ -36,6 +37,10 @@ EXPAND_FROM = ("output", "input")
 SE_FROM = ("output", "hidden")
 SE_POSITIONS = ("after_activation", "before_norm")
 ATTENTION_WIDTHS = ("output", "input")
+
+#: The 2D position biases of `RelativeTransformerBlock2D`: a learned table per head, or
+#: an MLP of the offsets (`ContinuousPositionBias2D`).
+POSITION_BIASES = ("table", "mlp")
 
 # timm's MBConv initialisation (EfficientNet's): normal, variance 2 / fan_out, untruncated.
 _CONV_INITIALIZER = {
@@ -654,6 +659,11 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         layer_scale: None (default), or the initial value of the layer-scale
             factors, one per channel and branch, multiplying each residual
             branch before it is added (timm's ``init_values``).
+        position_bias: ``"table"`` (default): the learned table
+            `RelativePositionBias2D`; ``"mlp"``: `ContinuousPositionBias2D`, an
+            MLP of the log-scaled offsets (timm's ``rmlp`` models, mode
+            ``"cr"``), whose weights do not depend on the map's size.
+        position_bias_dim: ``"mlp"`` only: the MLP's hidden units (default 512).
         **kwargs: base layer arguments (``name``, ``dtype``, ``trainable``).
 
     Call arguments:
@@ -691,10 +701,14 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         attention_width: str = "output",
         shortcut_bias: bool = True,
         layer_scale: float | None = None,
+        position_bias: str = "table",
+        position_bias_dim: int = 512,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         who = self._who()
+        self.position_bias = check_choice(who, "position_bias", position_bias, POSITION_BIASES)
+        self.position_bias_dim = check_int(who, "position_bias_dim", position_bias_dim, 1)
         self.filters = check_int(who, "filters", filters, 1)
         self.head_dim = check_int(who, "head_dim", head_dim, 1)
         if self.filters % self.head_dim:
@@ -771,9 +785,18 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         if self.attention_pool is not None:
             self.attention_pool.build(shape)
         grid = (_downsampled(height, self.strides), _downsampled(width, self.strides))
-        self.relative_bias = RelativePositionBias2D(
-            self.num_heads, size=grid, dtype=self.dtype_policy, name="relative_bias"
-        )
+        if self.position_bias == "mlp":
+            self.relative_bias = ContinuousPositionBias2D(
+                self.num_heads,
+                size=grid,
+                hidden_dim=self.position_bias_dim,
+                dtype=self.dtype_policy,
+                name="relative_bias",
+            )
+        else:
+            self.relative_bias = RelativePositionBias2D(
+                self.num_heads, size=grid, dtype=self.dtype_policy, name="relative_bias"
+            )
         self.qkv_dense.build((batch, None, channels))
         self.output_dense.build((batch, None, self.attention_dim))
         if self.layer_scale is not None:
@@ -840,5 +863,7 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             attention_width=self.attention_width,
             shortcut_bias=self.shortcut_bias,
             layer_scale=self.layer_scale,
+            position_bias=self.position_bias,
+            position_bias_dim=self.position_bias_dim,
         )
         return config

@@ -70,6 +70,14 @@ class PositionScheme:
     #: Whether Music Transformer's skew can place its key logits (a row per distance
     #: in order, `has_row_per_distance`; then ``max_distance`` is the row of r = 0).
     skewable: bool = False
+    #: Whether the bias is computed from the distance (`position_biases.PositionBias`)
+    #: rather than read from a learned table.
+    computed: bool = False
+    #: Whether the result depends on ``j - i`` only (a Toeplitz matrix per head).
+    toeplitz: bool = True
+    #: Whether it is defined for keys at or before the query only (attention with it
+    #: then needs ``use_causal_mask=True``).
+    causal_only: bool = False
 
     def __init__(self, **arguments: Any) -> None:
         self._arguments = self._check(type(self).__name__, **arguments)

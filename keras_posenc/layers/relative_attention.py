@@ -23,10 +23,11 @@ from keras_posenc.layers._checks import (
     has_empty_axis,
 )
 from keras_posenc.layers.relative_position import RelativePositionBias, RelativePositionEmbedding
+from keras_posenc.layers.rotary import RotaryPositions
 
 __all__ = ["MultiHeadRelativeAttention"]
 
-_RELATIVE_MODES = ("keys_values", "keys", "bias")
+_RELATIVE_MODES = ("keys_values", "keys", "bias", None)
 _RELATIVE_LOGITS = ("auto", "gather", "skew")
 _LOOSE_DEFAULTS = dict(bucketing="clip", max_distance=16, num_buckets=32, bidirectional=True)
 
@@ -47,12 +48,20 @@ def check_relative_arguments(
     Shared by `MultiHeadRelativeAttention` and the blocks built on it, so a bad
     argument fails when the outermost layer is created, with that layer's name.
     Returns the position scheme (``position``, or the one the loose arguments describe);
-    ``defaults`` are the caller's defaults of the loose arguments.
+    ``defaults`` are the caller's defaults of the loose arguments. With
+    ``relative=None`` (no relative term) ``position`` must be None; the loose
+    arguments' scheme is returned, unused.
     """
-    if relative not in _RELATIVE_MODES:
+    if not any(relative is mode or relative == mode for mode in _RELATIVE_MODES):
         raise ValueError(
             f"{caller}: `relative` must be one of {', '.join(map(repr, _RELATIVE_MODES))}, "
             f"got {relative!r}."
+        )
+    if relative is None and position is not None:
+        raise ValueError(
+            f"{caller}: relative=None adds no relative term, so it takes no `position`; "
+            f"got position={position!r}. Pass relative='bias' (or 'keys', 'keys_values') "
+            f"to use it."
         )
     scheme = position_schemes.resolve(
         caller,
@@ -63,7 +72,8 @@ def check_relative_arguments(
         bidirectional,
         _LOOSE_DEFAULTS if defaults is None else defaults,
     )
-    scheme.check_mode(caller, relative)
+    if relative is not None:
+        scheme.check_mode(caller, relative)
     if rotary_max_wavelength is not None:
         if isinstance(rotary_max_wavelength, bool) or not isinstance(
             rotary_max_wavelength, int | float
@@ -78,6 +88,30 @@ def check_relative_arguments(
                 f"got {rotary_max_wavelength!r}."
             )
     return scheme
+
+
+def resolve_rotary(caller: str, rotary: Any, rotary_max_wavelength: Any) -> RotaryPositions | None:
+    """The rotary embedding of ``rotary`` (a `RotaryPositions`, its config, or None) and
+    the older ``rotary_max_wavelength`` (plain RoPE with that wavelength), which must
+    agree when both are given (a config written by a layer holds both)."""
+    if isinstance(rotary, dict):
+        rotary = keras.saving.deserialize_keras_object(rotary)
+    if rotary is not None and not isinstance(rotary, RotaryPositions):
+        raise TypeError(
+            f"{caller}: `rotary` must be None or a RotaryPositions (e.g. "
+            f"RotaryPositions(scaling='yarn', scaling_factor=4, training_length=512)), "
+            f"got {rotary!r}."
+        )
+    if rotary_max_wavelength is None:
+        return rotary
+    if rotary is None:
+        return RotaryPositions(max_wavelength=rotary_max_wavelength)
+    if rotary.max_wavelength != rotary_max_wavelength:
+        raise ValueError(
+            f"{caller}: pass either `rotary` or `rotary_max_wavelength`, not both: "
+            f"rotary_max_wavelength={rotary_max_wavelength!r} does not describe rotary={rotary!r}."
+        )
+    return rotary
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -97,12 +131,23 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
       b[h, idx(r_ij)]``, one learned scalar per head and bucket
       (`RelativePositionBias`).
 
-    ``rotary_max_wavelength`` additionally rotates the projected queries and
-    keys (RoPE, `keras_hub.layers.RotaryEmbedding`), on top of the relative
-    term of any of the three modes. There is no rotary-only mode; for RoPE
-    alone take ``relative="bias"`` with ``bucketing="clip", max_distance=0``:
-    one bucket, a constant per head that the softmax cancels (as the
-    length-generalisation experiment's ``rope`` encoding does).
+    - ``relative=None``: no relative term (content logits only): with
+      ``rotary`` that is RoPE alone; with neither, NoPE (under a causal mask
+      the mask alone carries position).
+
+    With ``relative="bias"`` the scheme may also compute its bias instead of
+    reading a table: ``position=ALiBi()``, ``KERPLE(...)``, ``FIRE(...)`` or
+    ``ContinuousBias(...)`` (`position_biases`); no table then limits the
+    length. FIRE (and xPos rotary) are causal: call with ``use_causal_mask=True``.
+
+    ``rotary`` (a `RotaryPositions`: RoPE, position interpolation, NTK-aware,
+    dynamic NTK, YaRN, xPos) additionally rotates the projected queries and
+    keys, on top of the relative term of any mode or alone (``relative=None``).
+    The older ``rotary_max_wavelength=w`` is ``rotary=RotaryPositions(max_wavelength=w)``.
+    With dynamic NTK scaling the rotation depends on the current length, so
+    the cache holds keys before rotation and every step rotates them all: a
+    decoding step at position ``t`` equals the full pass over the first
+    ``t + 1`` tokens.
 
     Memory (``S`` = one float32 ``(batch, heads, q_len, k_len)`` tensor): the
     key term is ``Q W_K^T`` of shape ``(batch, heads, q_len, rows)``, read
@@ -132,7 +177,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         dropout: dropout rate on the attention probabilities.
         use_bias: whether the projections have biases.
         output_shape: size of the last output axis; default the query's last axis.
-        relative: ``"keys_values"`` (default), ``"keys"`` or ``"bias"``.
+        relative: ``"keys_values"`` (default), ``"keys"``, ``"bias"`` or None
+            (no relative term: rotary alone, or no position information).
         bucketing: ``"clip"`` (default), ``"log"`` or ``"piecewise"``; see
             `relative_index.bucket_index`.
         max_distance: ``"clip"``: ``k`` (table of ``2k + 1`` rows, default 16);
@@ -141,14 +187,19 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             for ``"piecewise"``. Unused by ``"clip"``.
         bidirectional: ``"log"`` only, as in `RelativePositionBias`.
         position: a position scheme (`LogBuckets`, `ClipPositions`,
-            `PiecewiseBuckets`, `MultiScaleBins`, ...) instead of the four loose
-            arguments above, which then must be left at their defaults (or
+            `PiecewiseBuckets`, `MultiScaleBins`, ...; for ``relative="bias"``
+            also `ALiBi`, `KERPLE`, `FIRE`, `ContinuousBias`) instead of the four
+            loose arguments above, which then must be left at their defaults (or
             describe the same scheme). ``None`` (default): the scheme the loose
             arguments describe. The scheme must support ``relative``
             (`PositionScheme.modes`).
         rotary_max_wavelength: ``None`` (default) for no rotary embedding,
-            else the ``max_wavelength`` of the rotary embedding applied to the
-            projected queries and keys (``key_dim`` must then be even).
+            else the ``max_wavelength`` of a plain rotary embedding applied to the
+            projected queries and keys (``key_dim`` must then be even); the
+            same as ``rotary=RotaryPositions(max_wavelength=...)``.
+        rotary: ``None`` (default) or a `RotaryPositions` (rotary embedding,
+            scaled or xPos) applied to the projected queries and keys
+            (``key_dim`` must then be even).
         relative_logits: how the relative key logits ``q_i . w^K[idx(i, j)]``
             are placed: ``"gather"`` (any bucketing and length), ``"skew"``
             (Music Transformer's shift; ``"clip"`` only, used when the lengths
@@ -281,6 +332,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         bias_initializer: Any = "zeros",
         fused_attention: bool | str = "auto",
         position: Any = None,
+        rotary: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -311,12 +363,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         position_schemes.set_position_attributes(
             self, scheme, position, bucketing, max_distance, num_buckets, bidirectional
         )
-        if rotary_max_wavelength is not None:
-            if self.key_dim % 2:
-                raise ValueError(
-                    f"{caller}: rotary embeddings need an even `key_dim`, got {self.key_dim}."
-                )
+        self.rotary = resolve_rotary(caller, rotary, rotary_max_wavelength)
+        if self.rotary is not None:
+            self.rotary.check_head_dim(caller, self.key_dim)
         self.rotary_max_wavelength = rotary_max_wavelength
+        self._rotary_given = rotary is not None
         if relative_logits not in _RELATIVE_LOGITS:
             raise ValueError(
                 f"{caller}: `relative_logits` must be one of "
@@ -348,7 +399,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             self.relative_bias = RelativePositionBias(
                 self.num_heads, name="relative_bias", **table_args
             )
-        else:
+        elif relative is not None:
             self.relative_keys = RelativePositionEmbedding(
                 self.key_dim, name="relative_keys", **table_args
             )
@@ -356,13 +407,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 self.relative_values = RelativePositionEmbedding(
                     self.value_dim, name="relative_values", **table_args
                 )
-        self.rotary = None
-        if rotary_max_wavelength is not None:
-            import keras_hub  # keras_hub imports TensorFlow; only load it when needed
-
-            self.rotary = keras_hub.layers.RotaryEmbedding(
-                max_wavelength=rotary_max_wavelength, dtype=self.dtype_policy, name="rotary"
-            )
 
     # ------------------------------------------------------------------ build
 
@@ -451,19 +495,22 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             value = _attention.unmasked(value)
             key = _attention.unmasked(key)
 
+        self._check_causal(use_causal_mask)
         offset = 0 if cache_update_index is None else cache_update_index
         q = self.query_dense(query)  # (batch, q_len, heads, key_dim)
-        if self.rotary is not None:
-            q = self.rotary(q, start_index=offset)
         if cache is not None:
             k, v, cache = self._use_cache(cache, key, value, cache_update_index)
         else:
             k = self.key_dense(key)
             v = self.value_dense(value)
-            if self.rotary is not None:
-                k = self.rotary(k)
-
         query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
+        if self.rotary is not None:
+            # The current length (dynamic NTK's scale): the keys seen so far.
+            length = key_length if cache is None else offset + query_length
+            q = self.rotary.rotate(q, offset, "query", length)
+            if cache is None or self.rotary.dynamic:  # else the cache holds rotated keys
+                k = self.rotary.rotate(k, 0, "key", length)
+
         q = _attention.scale_queries(q, self.key_dim)
         if attention_bias is not None:
             attention_bias = ops.convert_to_tensor(attention_bias)
@@ -528,6 +575,24 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             self.output_dense(output), probabilities, cache, return_attention_scores
         )
 
+    def _check_causal(self, use_causal_mask: bool) -> None:
+        """Raises for a causal-only scheme (FIRE, xPos) called without the causal mask."""
+        if use_causal_mask:
+            return
+        causal_only = [
+            f"{argument}={scheme!r}"
+            for argument, scheme in (
+                ("position", self.position if self.relative == "bias" else None),
+                ("rotary", self.rotary),
+            )
+            if scheme is not None and scheme.causal_only
+        ]
+        if causal_only:
+            raise ValueError(
+                f"{type(self).__name__}({self.name!r}): {' and '.join(causal_only)} is defined "
+                f"for keys at or before the query only: call with use_causal_mask=True."
+            )
+
     def _finish(
         self, output: Any, probabilities: Any, cache: Any, return_attention_scores: bool
     ) -> Any:
@@ -563,6 +628,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         query_length, key_length = q.shape[1], k.shape[1]
         if (
             self.relative != "bias"
+            or not self.position.toeplitz
             or any(mask is not None for mask in masks)
             or not (isinstance(query_length, int) and isinstance(key_length, int))
             or not _attention.use_fused_attention(
@@ -664,7 +730,10 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         """
         relative_logits = self._relative_logits(q, query_length, key_length, offset)
         if attention_bias is not None:
-            relative_logits = relative_logits + ops.cast(attention_bias, "float32")
+            attention_bias = ops.cast(attention_bias, "float32")
+            relative_logits = (
+                attention_bias if relative_logits is None else relative_logits + attention_bias
+            )
         # `keras.ops.dot_product_attention` where it pays ("auto": PyTorch, whose CPU
         # kernel takes the bias and skips the probabilities) or where it was asked for.
         fused = _attention.use_fused_attention(
@@ -706,8 +775,10 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         if cache_update_index is None:
             return cache[:, 0, ...], cache[:, 1, ...], cache
         new_key = self.key_dense(key)
-        if self.rotary is not None:
-            new_key = self.rotary(new_key, start_index=cache_update_index)
+        if self.rotary is not None and not self.rotary.dynamic:
+            # Rotated once, when written; dynamic NTK's rotation changes with the
+            # length, so its cache holds the keys before rotation.
+            new_key = self.rotary.rotate(new_key, cache_update_index, "key")
         return _attention.write_key_value_cache(
             cache, new_key, self.value_dense(value), cache_update_index
         )
@@ -715,7 +786,9 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
     # ------------------------------------------------------------------ relative terms
 
     def _relative_logits(self, q: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
-        """The relative part of the logits, float32, (batch or 1, heads, q_len, k_len)."""
+        """The relative part of the logits, float32, (batch or 1, heads, q_len, k_len), or None."""
+        if self.relative is None:
+            return None
         if self.relative == "bias":
             bias = self.relative_bias.per_head(query_length, key_length, offset, "float32")
             return ops.expand_dims(bias, 0)
@@ -947,6 +1020,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             relative=self.relative,
             **position_schemes.position_config(self),
             rotary_max_wavelength=self.rotary_max_wavelength,
+            rotary=keras.saving.serialize_keras_object(self.rotary if self._rotary_given else None),
             relative_logits=self.relative_logits,
             query_block_size=self.query_block_size,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),

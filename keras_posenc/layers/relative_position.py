@@ -85,7 +85,8 @@ class _SingleTableLayer(_RelativeTableLayer):
         position_schemes.set_position_attributes(
             self, scheme, position, bucketing, max_distance, num_buckets, bidirectional
         )
-        self.table_size = scheme.table_size
+        # A computed bias (`position_biases`) has weights of its own, no table.
+        self.table_size = None if scheme.computed else scheme.table_size
 
     def _table_columns(self) -> int:
         raise NotImplementedError
@@ -134,10 +135,13 @@ class RelativePositionBias(_SingleTableLayer):
         bidirectional: ``"log"`` only. ``True``: keys before and after the
             query get separate buckets (encoder); ``False``: keys after the
             query share bucket 0 (causal decoder), as in T5.
-        embeddings_initializer: initializer of the ``(table_size, num_heads)`` table.
+        embeddings_initializer: initializer of the ``(table_size, num_heads)`` table
+            (unused by a computed bias, whose scheme initialises its own weights).
         position: a position scheme (e.g. ``LogBuckets(32, 128)``) instead of the
             loose arguments above (left at their defaults); ``None``: the scheme
-            they describe.
+            they describe. A computed bias (`ALiBi`, `KERPLE`, `FIRE`,
+            `ContinuousBias`) is computed from the distances, with the scheme's
+            weights held by this layer (``bias_weights``), instead of a table.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -187,6 +191,27 @@ class RelativePositionBias(_SingleTableLayer):
     def _table_columns(self) -> int:
         return self.num_heads  # the table is (table_size, num_heads)
 
+    def build(self, input_shape: Any = None) -> None:
+        if self.position.computed:
+            # The scheme's own weights (KERPLE's r1, r2; FIRE's MLP; none for ALiBi).
+            self.bias_weights = self.position.build_weights(self, self.num_heads)
+        else:
+            super().build(input_shape)
+
+    def table(self) -> Any:
+        if self.position.computed:
+            raise TypeError(
+                f"{type(self).__name__}({self.name!r}): position={self.position!r} computes "
+                f"its bias, it has no table; use `per_head` or call the layer."
+            )
+        return super().table()
+
+    def _computed(self, r: Any, query_positions: Any = None) -> Any:
+        """A computed scheme's float32 bias ``(num_heads,) + r.shape``."""
+        if not self.built:
+            self.build()
+        return self.position.bias(self.bias_weights, self.num_heads, r, query_positions)
+
     def call(self, query_length: Any, key_length: Any, offset: Any = 0) -> Any:
         return ops.expand_dims(self.per_head(query_length, key_length, offset), 0)
 
@@ -207,6 +232,13 @@ class RelativePositionBias(_SingleTableLayer):
         query_length, key_length = relative_index.check_block(
             type(self).__name__, query_length, key_length, offset
         )
+        dtype = dtype or self.compute_dtype
+        if not self.position.toeplitz:  # FIRE: depends on the query's position too
+            r = relative_index._relative_positions(
+                type(self).__name__, query_length, key_length, offset
+            )
+            positions = ops.arange(query_length, dtype="int32") + ops.cast(offset, "int32")
+            return ops.cast(self._computed(r, positions[:, None]), dtype)
         static = isinstance(query_length, int) and isinstance(key_length, int)
         if (
             static
@@ -215,8 +247,16 @@ class RelativePositionBias(_SingleTableLayer):
         ):
             diagonals = self.diagonals(query_length, key_length, offset, dtype)
             return relative_index.toeplitz(diagonals, query_length, key_length)
-        table = ops.cast(self.table(), dtype or self.compute_dtype)  # (rows, heads)
-        index = self.indices(query_length, key_length, offset)
+        if self.position.computed:
+            # The bias of each of the q_len + k_len - 1 distances, read like a table
+            # whose rows are the distances in order (cheaper than the formula per pair).
+            table = ops.transpose(self.diagonals(query_length, key_length, offset, dtype))
+            index = relative_index._relative_positions(
+                type(self).__name__, query_length, key_length, 0
+            ) + (ops.cast(query_length, "int32") - 1)
+        else:
+            table = ops.cast(self.table(), dtype)  # (rows, heads)
+            index = self.indices(query_length, key_length, offset)
         if _compile.relative_gather("bias") == "rows":
             # Rows of `heads` values into (q_len, k_len, heads), then one transposed copy.
             return ops.transpose(ops.take(table, index, axis=0), (2, 0, 1))
@@ -235,8 +275,15 @@ class RelativePositionBias(_SingleTableLayer):
         query_length, key_length = relative_index.check_block(
             type(self).__name__, query_length, key_length, offset
         )
-        table = ops.transpose(ops.cast(self.table(), dtype or self.compute_dtype))
+        if not self.position.toeplitz:
+            raise ValueError(
+                f"{type(self).__name__}({self.name!r}): position={self.position!r} depends on "
+                f"the query's position, not on j - i alone: it has no diagonals."
+            )
         distances = relative_index.distances_in_order(query_length, key_length, offset)
+        if self.position.computed:
+            return ops.cast(self._computed(distances), dtype or self.compute_dtype)
+        table = ops.transpose(ops.cast(self.table(), dtype or self.compute_dtype))
         return ops.take(table, self.position.index(distances), axis=1)
 
     def compute_output_shape(

@@ -6,7 +6,8 @@ self-attention replaced by `MultiHeadRelativeAttention`: the same arguments,
 masks, residual connections, pre- or post-norm and decoding caches, plus the
 relative position arguments (``relative``, ``position`` or the loose
 ``bucketing``, ``max_distance``, ``num_buckets``, ``bidirectional``, and
-``rotary_max_wavelength``), which are passed to the self-attention unchanged.
+``rotary`` or ``rotary_max_wavelength``), which are passed to the self-attention
+unchanged.
 
 A relative-position Transformer in a few lines, with absolute positions added
 to the inputs (``keras_hub.layers.SinePositionEncoding``) and a T5-style
@@ -51,6 +52,7 @@ from keras_posenc.layers._initializers import redraw_seeded_weights, sublayer_in
 from keras_posenc.layers.relative_attention import (
     MultiHeadRelativeAttention,
     check_relative_arguments,
+    resolve_rotary,
 )
 
 __all__ = ["RelativeTransformerDecoder", "RelativeTransformerEncoder"]
@@ -107,6 +109,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
         rotary_max_wavelength: float | None = None,
         query_block_size: int | None = None,
         position: Any = None,
+        rotary: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -141,6 +144,8 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             self, scheme, position, bucketing, max_distance, num_buckets, bidirectional
         )
         self.rotary_max_wavelength = rotary_max_wavelength
+        self.rotary = resolve_rotary(caller, rotary, rotary_max_wavelength)
+        self._rotary_given = rotary is not None
         self.query_block_size = (
             None
             if query_block_size is None
@@ -159,7 +164,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
                 f"`num_heads` ({self.num_heads}) when `key_dim` is None "
                 f"(key_dim = hidden // num_heads), or pass `key_dim`."
             )
-        if self.rotary_max_wavelength is not None and key_dim % 2:
+        if self.rotary is not None and key_dim % 2:
             raise ValueError(
                 f"{self._describe()}: rotary embeddings need an even `key_dim`, got "
                 f"{key_dim} (hidden {hidden_dim} // num_heads {self.num_heads})."
@@ -173,8 +178,8 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             dropout=self.dropout,
             use_bias=self.use_bias,
             relative=self.relative,
-            position=self.position,
-            rotary_max_wavelength=self.rotary_max_wavelength,
+            position=None if self.relative is None else self.position,
+            rotary=self.rotary,
             query_block_size=self.query_block_size,
             kernel_initializer=sublayer_initializer(self.kernel_initializer, name),
             bias_initializer=sublayer_initializer(self.bias_initializer, name),
@@ -244,6 +249,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             relative=self.relative,
             **position_schemes.position_config(self),
             rotary_max_wavelength=self.rotary_max_wavelength,
+            rotary=keras.saving.serialize_keras_object(self.rotary if self._rotary_given else None),
             query_block_size=self.query_block_size,
         )
         return config
@@ -291,8 +297,9 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
         use_bias: whether the attention projections and the feed-forward
             layers have biases (``False``: as in T5). Layer normalisations
             always have both scale and offset.
-        relative: ``"keys_values"`` (Shaw et al., default), ``"keys"`` or
-            ``"bias"`` (T5); see `MultiHeadRelativeAttention`.
+        relative: ``"keys_values"`` (Shaw et al., default), ``"keys"``,
+            ``"bias"`` (T5) or None (no relative term); see
+            `MultiHeadRelativeAttention`.
         bucketing: ``"clip"`` (default), ``"log"`` (T5) or ``"piecewise"``
             (iRPE); see `relative_index.bucket_index`.
         max_distance: ``"clip"``: ``k`` (a table of ``2k + 1`` rows, default
@@ -301,12 +308,15 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
             // 2) + 1`` for ``"piecewise"``. Unused by ``"clip"``.
         bidirectional: ``"log"`` only: keys before and after a query get
             separate buckets (default ``True``, as in T5's encoder).
-        position: a position scheme (`LogBuckets`, `ClipPositions`, ...) instead
-            of the four loose arguments above, which then stay at their
+        position: a position scheme (`LogBuckets`, `ClipPositions`, ...; with
+            ``relative="bias"`` also `ALiBi`, `KERPLE`, `FIRE`, `ContinuousBias`)
+            instead of the four loose arguments above, which then stay at their
             defaults; passed to `MultiHeadRelativeAttention`.
         rotary_max_wavelength: ``None`` (default) for no rotary embedding, else
             the ``max_wavelength`` of a rotary embedding applied to the
             self-attention's queries and keys (the head size must be even).
+        rotary: a `RotaryPositions` (scaled rotary embeddings, xPos) instead of
+            ``rotary_max_wavelength``; passed to `MultiHeadRelativeAttention`.
         query_block_size: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
             automatically when one example's logits exceed 32 MiB; an int forces
@@ -482,8 +492,9 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         use_bias: whether the attention projections and the feed-forward
             layers have biases (``False``: as in T5). Layer normalisations
             always have both scale and offset.
-        relative: ``"keys_values"`` (Shaw et al., default), ``"keys"`` or
-            ``"bias"`` (T5); see `MultiHeadRelativeAttention`.
+        relative: ``"keys_values"`` (Shaw et al., default), ``"keys"``,
+            ``"bias"`` (T5) or None (no relative term); see
+            `MultiHeadRelativeAttention`.
         bucketing: ``"clip"`` (default), ``"log"`` (T5) or ``"piecewise"``
             (iRPE); see `relative_index.bucket_index`.
         max_distance: ``"clip"``: ``k`` (a table of ``2k + 1`` rows, default
@@ -491,12 +502,15 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         num_buckets: table rows for ``"log"`` (default 32); ``2 * (num_buckets
             // 2) + 1`` for ``"piecewise"``. Unused by ``"clip"``.
         bidirectional: ``"log"`` only; default ``False`` (see above).
-        position: a position scheme (`LogBuckets`, `ClipPositions`, ...) instead
-            of the four loose arguments above, which then stay at their
+        position: a position scheme (`LogBuckets`, `ClipPositions`, ...; with
+            ``relative="bias"`` also `ALiBi`, `KERPLE`, `FIRE`, `ContinuousBias`)
+            instead of the four loose arguments above, which then stay at their
             defaults; passed to `MultiHeadRelativeAttention`.
         rotary_max_wavelength: ``None`` (default) for no rotary embedding, else
             the ``max_wavelength`` of a rotary embedding applied to the
             self-attention's queries and keys (the head size must be even).
+        rotary: a `RotaryPositions` (scaled rotary embeddings, xPos) instead of
+            ``rotary_max_wavelength``; passed to `MultiHeadRelativeAttention`.
         query_block_size: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
             automatically when one example's logits exceed 32 MiB; an int forces
@@ -591,6 +605,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         rotary_max_wavelength: float | None = None,
         query_block_size: int | None = None,
         position: Any = None,
+        rotary: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -612,6 +627,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             rotary_max_wavelength=rotary_max_wavelength,
             query_block_size=query_block_size,
             position=position,
+            rotary=rotary,
             **kwargs,
         )
         self.cross_attention = None

@@ -87,12 +87,34 @@ CASES = {
         lambda **kw: layers.RelativePositionBias2D(2, (3, 3), **kw),
         lambda layer: _call(layer),
     ),
+    # The computed biases' own weights (position_biases): KERPLE's r1 and r2 have one
+    # shape, FIRE's and the continuous bias's MLPs have a kernel each.
+    "RelativePositionBias/kerple": (
+        lambda **kw: layers.RelativePositionBias(2, position=layers.KERPLE("power")),
+        lambda layer: _call(layer, 5, 5),
+    ),
+    "RelativePositionBias/fire": (
+        lambda **kw: layers.RelativePositionBias(2, position=layers.FIRE(hidden_dim=2)),
+        lambda layer: _call(layer, 5, 5),
+    ),
+    "RelativePositionBias/continuous": (
+        lambda **kw: layers.RelativePositionBias(2, position=layers.ContinuousBias(2)),
+        lambda layer: _call(layer, 5, 5),
+    ),
+    "ContinuousPositionBias2D": (
+        lambda **kw: layers.ContinuousPositionBias2D(2, (3, 3), hidden_dim=2),
+        lambda layer: _call(layer),
+    ),
     "RelativePositionEmbedding": (
         lambda **kw: layers.RelativePositionEmbedding(4, **kw),
         lambda layer: _call(layer, 5, 5),
     ),
     "RelativeTransformerBlock2D": (
         lambda **kw: layers.RelativeTransformerBlock2D(8, head_dim=4),
+        lambda layer: _call(layer, _image(8)),
+    ),
+    "RelativeTransformerBlock2D/mlp": (
+        lambda **kw: layers.RelativeTransformerBlock2D(8, head_dim=4, position_bias="mlp"),
         lambda layer: _call(layer, _image(8)),
     ),
     "RelativeTransformerDecoder": (
@@ -122,6 +144,10 @@ SEEDED = {
     "MultiScaleRelativePositionEmbedding": "embeddings_initializer",
     "RelativePositionBias": "embeddings_initializer",
     "RelativePositionBias2D": "embeddings_initializer",
+    # Unused by the computed biases (their schemes draw their own weights): still distinct.
+    "RelativePositionBias/kerple": "embeddings_initializer",
+    "RelativePositionBias/fire": "embeddings_initializer",
+    "RelativePositionBias/continuous": "embeddings_initializer",
     "RelativePositionEmbedding": "embeddings_initializer",
     "RelativeTransformerDecoder": "kernel_initializer",
     "RelativeTransformerEncoder": "kernel_initializer",

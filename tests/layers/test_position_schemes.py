@@ -12,8 +12,9 @@ from keras import ops
 
 from keras_posenc import layers
 from keras_posenc.layers import position_schemes, relative_index
+from reference import position_biases as bias_reference
 from reference import relative_index as reference
-from reference.relative_attention import relative_attention
+from reference.relative_attention import causal_mask, relative_attention
 from reference.relative_position_2d import relative_position_bias_2d
 
 ATOL = 1e-5
@@ -39,6 +40,16 @@ SCHEMES = {
     "grid2d": (layers.Grid2DPositions(size=(2, 3)), None),
 }
 
+# The computed biases (`position_biases`): their reference is the bias itself.
+COMPUTED = {
+    "alibi": layers.ALiBi(),
+    "kerple_log": layers.KERPLE("log"),
+    "kerple_power": layers.KERPLE("power"),
+    "fire": layers.FIRE(hidden_dim=4, initial_threshold=2.0),
+    "continuous": layers.ContinuousBias(hidden_dim=4),
+    "continuous_swin": layers.ContinuousBias(hidden_dim=4, mode="swin", window=5),
+}
+
 
 def to_numpy(tensor):
     return ops.convert_to_numpy(tensor).astype("float64")
@@ -54,32 +65,62 @@ def reference_weights(layer):
     weights["output_bias"] = to_numpy(layer.output_dense.bias)
     for name in ("relative_keys", "relative_values", "relative_bias"):
         table = getattr(layer, name)
-        if table is not None:
+        if table is not None and not table.position.computed:
             weights[name] = to_numpy(table.embeddings)
     return weights
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", list(SCHEMES))
+@pytest.mark.parametrize("name", list(SCHEMES) + list(COMPUTED))
 def test_every_scheme_and_mode(name, mode, rng):
-    scheme, index_reference = SCHEMES[name]
+    if name in COMPUTED:
+        scheme, index_reference = COMPUTED[name], None
+    else:
+        scheme, index_reference = SCHEMES[name]
     if mode not in scheme.modes:
         with pytest.raises(ValueError, match=r"MultiHeadRelativeAttention.*does not support "):
             layers.MultiHeadRelativeAttention(2, 3, relative=mode, position=scheme)
         return
-    assert index_reference is not None, f"{name} supports {mode}: it needs a numpy reference"
+    assert index_reference is not None or scheme.computed, f"{name} needs a numpy reference"
     layer = layers.MultiHeadRelativeAttention(2, 3, relative=mode, position=scheme)
     query, value = rng.standard_normal((2, 4, 5)), rng.standard_normal((2, 7, 5))
     query, value = query.astype("float32"), value.astype("float32")
-    layer(query, value)
+    causal = scheme.causal_only  # FIRE: keys after the query have no bias
+    layer(query, value, use_causal_mask=causal)
     for weight in layer.weights:  # random values everywhere, tables included
-        weight.assign(0.5 * rng.standard_normal(tuple(weight.shape)).astype("float32"))
+        values = 0.5 * rng.standard_normal(tuple(weight.shape))
+        if weight.name in ("r1", "r2", "c", "threshold"):  # positive by definition
+            values = np.abs(values) + 0.1
+        weight.assign(values.astype("float32"))
     mask = rng.random((2, 4, 7)) > 0.3
-    output, scores = layer(query, value, attention_mask=mask, return_attention_scores=True)
-    index = index_reference(reference.relative_positions(4, 7))
-    expected, probabilities = relative_attention(
-        query, value, None, reference_weights(layer), mode, index, mask=mask
+    output, scores = layer(
+        query, value, attention_mask=mask, return_attention_scores=True, use_causal_mask=causal
     )
+    if causal:
+        mask = np.logical_and(mask, causal_mask(4, 7))
+    if scheme.computed:
+        weights = {
+            name.removeprefix("mlp_"): to_numpy(weight)
+            for name, weight in layer.relative_bias.bias_weights.items()
+        }
+        bias = bias_reference.scheme_bias(
+            type(scheme).__name__, scheme.get_config(), weights, 2, 4, 7
+        )
+        expected, probabilities = relative_attention(
+            query,
+            value,
+            None,
+            reference_weights(layer),
+            None,
+            None,
+            mask=mask,
+            attention_bias=bias[None],
+        )
+    else:
+        index = index_reference(reference.relative_positions(4, 7))
+        expected, probabilities = relative_attention(
+            query, value, None, reference_weights(layer), mode, index, mask=mask
+        )
     np.testing.assert_allclose(to_numpy(output), expected, atol=ATOL, err_msg=f"{name} {mode}")
     np.testing.assert_allclose(to_numpy(scores), probabilities, atol=ATOL)
 
@@ -99,6 +140,15 @@ def test_schemes_serialise_and_index_like_the_reference(name):
     np.testing.assert_array_equal(ops.convert_to_numpy(scheme.index(r)), index_reference(r))
     assert int(np.max(index_reference(r))) == scheme.table_size - 1
     assert scheme.contiguous
+
+
+@pytest.mark.parametrize("name", list(COMPUTED))
+def test_computed_schemes_serialise(name):
+    scheme = COMPUTED[name]
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(scheme))
+    assert restored == scheme and restored is not scheme and hash(restored) == hash(scheme)
+    assert scheme.modes == ("bias",) and scheme.computed
+    assert scheme.toeplitz is not scheme.causal_only  # FIRE alone depends on i and is causal
 
 
 def test_loose_arguments_build_the_same_scheme():

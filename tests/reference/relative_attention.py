@@ -16,6 +16,8 @@ weights. Does not import keras_posenc.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -67,6 +69,7 @@ def relative_attention(
     index: np.ndarray,
     mask: np.ndarray | None = None,
     attention_bias: np.ndarray | None = None,
+    rotate: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The full layer: projections, relative attention, output projection.
 
@@ -77,10 +80,12 @@ def relative_attention(
             likewise ``key_*`` and ``value_*``; ``output_kernel`` (heads, dv, out),
             ``output_bias`` (out,) (biases may be None); ``relative_keys`` (rows, dk),
             ``relative_values`` (rows, dv), ``relative_bias`` (rows, heads).
-        relative: "keys_values", "keys" or "bias".
-        index: (q_len, k_len) table row of every (query, key) pair.
+        relative: "keys_values", "keys", "bias" or None (content logits only).
+        index: (q_len, k_len) table row of every (query, key) pair (unused by None).
         mask: bool, broadcastable to (batch, q_len, k_len); True = may attend.
         attention_bias: float, broadcastable to (batch, heads, q_len, k_len).
+        rotate: None, or a function ``(q, k) -> (q, k)`` applied to the projected
+            (batch, length, heads, d) queries and keys (a rotary embedding).
 
     Returns:
         (output (batch, q_len, out), attention probabilities (batch, heads, q_len, k_len)).
@@ -90,12 +95,16 @@ def relative_attention(
     k = project(key, weights["key_kernel"], weights.get("key_bias"))
     v = project(value, weights["value_kernel"], weights.get("value_bias"))
     head_dim = q.shape[-1]
+    if rotate is not None:
+        q, k = rotate(q, k)
 
     if relative in ("keys", "keys_values"):
         a_key = relative_vectors(weights["relative_keys"].astype(np.float64), index)
         # e[b, h, i, j] = q_i . (k_j + a^K_ij) / sqrt(d)
         keys_plus = k[:, None, :, :, :] + a_key[None, :, :, None, :]  # (b, i, j, h, d)
         logits = np.einsum("bihd,bijhd->bhij", q, keys_plus) / np.sqrt(head_dim)
+    elif relative is None:
+        logits = np.einsum("bihd,bjhd->bhij", q, k) / np.sqrt(head_dim)
     elif relative == "bias":
         logits = np.einsum("bihd,bjhd->bhij", q, k) / np.sqrt(head_dim)
         table = weights["relative_bias"].astype(np.float64)
