@@ -369,8 +369,10 @@ class FIRE(PositionBias):
 
     Args:
         hidden_dim: units of the MLP's hidden layer (32 in the paper).
-        initial_c: starting value of ``c``.
-        initial_threshold: starting value of ``L``.
+        initial_c: starting value of ``c`` (ours: 0.1; set the value of the
+            setup you reproduce).
+        initial_threshold: starting value of ``L`` (ours: 512, a typical training
+            length).
 
     Examples:
 

@@ -72,19 +72,27 @@ def built(rng, **arguments):
     return layer, x
 
 
+@pytest.mark.parametrize("relative", ["keys_values", "keys", "bias", None])
 @pytest.mark.parametrize("name", list(ROTARIES))
-def test_rotary_alone_matches_reference(name, rng):
+def test_every_rotary_with_every_relative_mode(name, relative, rng):
+    # The matrix of rotary variants x relative modes (None: rotary alone, or NoPE).
     rotary = ROTARIES[name]
-    layer, x = built(rng, relative=None, rotary=rotary)
-    assert layer.relative_bias is None and layer.relative_keys is None
+    layer, x = built(rng, relative=relative, max_distance=2, rotary=rotary)
+    if relative is None:
+        assert layer.relative_bias is None and layer.relative_keys is None
     output, scores = layer(x, x, use_causal_mask=True, return_attention_scores=True)
+    weights = attention_weights(layer)
+    for table in ("relative_keys", "relative_values", "relative_bias"):
+        if getattr(layer, table) is not None:
+            weights[table] = to_numpy(getattr(layer, table).embeddings)
+    index = np.clip(np.arange(6)[None, :] - np.arange(6)[:, None], -2, 2) + 2
     expected, probabilities = relative_attention(
         x,
         x,
         None,
-        attention_weights(layer),
-        None,
-        None,
+        weights,
+        relative,
+        index,
         mask=causal_mask(6, 6),
         rotate=reference_rotation(rotary, 6),
     )
