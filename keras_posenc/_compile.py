@@ -451,6 +451,16 @@ def fused_attention_pays() -> bool:
     return not torch.is_grad_enabled()
 
 
+def takes_toeplitz_bias(*tensors: Any) -> bool:
+    """Whether `attention_with_toeplitz_bias` computes attention of these float tensors here.
+
+    PyTorch's fused kernel, where it pays (`fused_attention_pays`), for float32 inputs.
+    """
+    return fused_attention_pays() and all(
+        keras.backend.standardize_dtype(tensor.dtype) == "float32" for tensor in tensors
+    )
+
+
 def attention_with_toeplitz_bias(q: Any, k: Any, v: Any, diagonals: Any) -> Any:
     """Attention whose additive bias depends on ``j - i`` only, or None if not here.
 
@@ -470,13 +480,11 @@ def attention_with_toeplitz_bias(q: Any, k: Any, v: Any, diagonals: Any) -> Any:
     bias built (building included; docs/benchmarks.md, "Building the relative
     logits").
     """
-    if not fused_attention_pays():
+    if not takes_toeplitz_bias(q, k, v, diagonals):
         return None
     import torch
     import torch.nn.functional as F
 
-    if any(tensor.dtype != torch.float32 for tensor in (q, k, v, diagonals)):
-        return None
     heads, count = diagonals.shape
     query_length, key_length = q.shape[1], k.shape[1]
     reversed_diagonals = torch.flip(diagonals, (-1,)).contiguous()

@@ -34,6 +34,7 @@ import numpy as np
 from keras import ops
 
 from keras_posenc import _compile
+from keras_posenc.layers import relative_index
 from keras_posenc.layers._initializers import sublayer_initializer
 
 # Logits of masked pairs. Finite, so a fully masked row never produces NaN
@@ -276,6 +277,7 @@ def attend(
     fused: bool = False,
     return_scores: bool = False,
     value_term: Callable[[Any], Any] | None = None,
+    bias_diagonals: Any = None,
 ) -> tuple:
     """Scaled dot-product attention of (batch, length, heads, head_dim) tensors.
 
@@ -293,6 +295,13 @@ def attend(
         return_scores: also return the probabilities (float32, masked rows zero).
         value_term: a function of the (dropped-out) probabilities returning a
             term added to the output (the relative value term).
+        bias_diagonals: None, or a float32 bias that depends on ``j - i`` only (a
+            Toeplitz matrix per head), given as its ``(heads, q_len + k_len - 1)``
+            diagonals (`relative_index.toeplitz`; static lengths). With ``fused``
+            and no ``mask`` or ``bias``, a backend whose fused kernel takes it as
+            a strided view gets it so (`_compile.attention_with_toeplitz_bias`:
+            nothing of size (heads, q_len, k_len) is built); otherwise it is
+            expanded and added to ``bias``.
 
     Returns:
         ``(output, probabilities)``: output (batch, q_len, heads, value_dim),
@@ -305,6 +314,15 @@ def attend(
     masked row (a finite but meaningless softmax) is zeroed on the small output.
     The peak is the bias, the content logits and their sum (3 S).
     """
+    if bias_diagonals is not None:
+        bias_diagonals = ops.convert_to_tensor(bias_diagonals, "float32")
+        if fused and mask is None and bias is None:
+            output = _compile.attention_with_toeplitz_bias(q, k, v, bias_diagonals)
+            if output is not None:
+                return output, None
+        query_length, key_length = q.shape[1], k.shape[1]
+        toeplitz = relative_index.toeplitz(bias_diagonals, query_length, key_length)[None]
+        bias = toeplitz if bias is None else bias + toeplitz
     row_valid = None
     if mask is not None:
         # Keys no query may see (padding) are zeroed: masked logits are added to,

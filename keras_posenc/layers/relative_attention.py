@@ -639,12 +639,15 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             )
         ):
             return None
+        if not _compile.takes_toeplitz_bias(q, k, v):
+            return None  # the general path (query blocking included) builds the bias
         diagonals = self.relative_bias.diagonals(query_length, key_length, offset, "float32")
         if use_causal_mask:
             distances = relative_index.distances_in_order(query_length, key_length, offset)
             fill = ops.cast(_attention.MASK_FILL, "float32")
             diagonals = ops.where(ops.greater(distances, 0)[None, :], fill, diagonals)
-        return _compile.attention_with_toeplitz_bias(q, k, v, diagonals)
+        output, _ = _attention.attend(q, k, v, fused=True, bias_diagonals=diagonals)
+        return output
 
     def _empty_result(self, query: Any, key: Any, return_attention_scores: bool) -> Any:
         """The result for an empty batch, query or key sequence (see ``has_empty_axis``).

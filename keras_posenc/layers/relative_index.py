@@ -149,7 +149,19 @@ def distances_in_order(query_length: Any, key_length: Any, offset: Any = 0) -> A
     ``relative_positions(...)[i, j] == distances_in_order(...)[j - i + query_length - 1]``.
     Plain arithmetic on the lengths: ints stay ints (JAX needs a concrete size
     for ``arange``), symbolic scalars stay tensors.
+
+    Examples:
+
+        >>> import keras
+        >>> from keras_posenc.layers import relative_index
+        >>> print(keras.ops.convert_to_numpy(relative_index.distances_in_order(2, 3)))
+        [-1  0  1  2]
+        >>> print(keras.ops.convert_to_numpy(relative_index.distances_in_order(1, 4, offset=3)))
+        [-3 -2 -1  0]
     """
+    query_length, key_length = check_block(
+        "distances_in_order", query_length, key_length, offset
+    )
     count = query_length + key_length - 1
     first = ops.cast(offset, "int32") + ops.cast(query_length, "int32") - 1
     return ops.arange(count, dtype="int32") - first
@@ -177,9 +189,9 @@ def toeplitz(diagonals: Any, query_length: int, key_length: int) -> Any:
     Args:
         diagonals: a tensor whose last axis has ``query_length + key_length - 1``
             entries (e.g. ``(heads, q_len + k_len - 1)``).
-        query_length: the number of rows, a Python int (the number of strips must
-            be known).
-        key_length: the number of columns, a Python int.
+        query_length: the number of rows, a Python int >= 1 (the number of
+            strips must be known).
+        key_length: the number of columns, a Python int >= 1.
 
     Examples:
 
@@ -189,8 +201,16 @@ def toeplitz(diagonals: Any, query_length: int, key_length: int) -> Any:
         [[2 3 4]
          [1 2 3]]
     """
+    query_length = check_int("toeplitz", "query_length", query_length, minimum=1)
+    key_length = check_int("toeplitz", "key_length", key_length, minimum=1)
     diagonals = ops.convert_to_tensor(diagonals)
-    rows = min(TOEPLITZ_STRIP_ROWS, max(query_length, 1))
+    count = diagonals.shape[-1] if len(diagonals.shape) else None
+    if count is not None and count != query_length + key_length - 1:
+        raise ValueError(
+            f"toeplitz: the last axis of `diagonals` must have query_length + key_length - 1 "
+            f"= {query_length + key_length - 1} entries, got shape {tuple(diagonals.shape)}."
+        )
+    rows = min(TOEPLITZ_STRIP_ROWS, query_length)
     strips = -(-query_length // rows)
     padded = strips * rows
     if padded > query_length:

@@ -228,6 +228,13 @@ class RelativePositionBias(_SingleTableLayer):
         is (it depends on ``j - i`` only) from its ``q_len + k_len - 1``
         diagonals (`relative_index.toeplitz`), without a (q_len, k_len) index
         (``"toeplitz"``).
+
+        Examples:
+
+            >>> from keras_posenc import layers
+            >>> bias = layers.RelativePositionBias(num_heads=4, bucketing="clip", max_distance=2)
+            >>> tuple(bias.per_head(3, 5).shape), tuple(bias.per_head(1, 5, offset=4).shape)
+            ((4, 3, 5), (4, 1, 5))
         """
         query_length, key_length = relative_index.check_block(
             type(self).__name__, query_length, key_length, offset
@@ -271,6 +278,19 @@ class RelativePositionBias(_SingleTableLayer):
         (`relative_index.distances_in_order`): the diagonals of the Toeplitz
         matrix `per_head` returns, ``per_head(...)[h, i, j] ==
         diagonals(...)[h, j - i + query_length - 1]``.
+
+        Examples:
+
+            >>> import numpy as np
+            >>> from keras_posenc import layers
+            >>> bias = layers.RelativePositionBias(num_heads=2, position=layers.ALiBi())
+            >>> diagonals = keras.ops.convert_to_numpy(bias.diagonals(2, 3))  # r = -1 .. 2
+            >>> print(diagonals)
+            [[-0.0625      0.         -0.0625     -0.125     ]
+             [-0.00390625  0.         -0.00390625 -0.0078125 ]]
+            >>> full = keras.ops.convert_to_numpy(bias.per_head(2, 3))
+            >>> bool(np.all(full[:, 1, 0] == diagonals[:, 0]))  # i = 1, j = 0: r = -1
+            True
         """
         query_length, key_length = relative_index.check_block(
             type(self).__name__, query_length, key_length, offset

@@ -181,3 +181,25 @@ def test_write_rows_matches_numpy(rng):
         expected[:, index : index + 2] = rows
         actual = _attention.write_rows(cache, rows, ops.convert_to_tensor(index, "int32"))
         np.testing.assert_array_equal(to_numpy(actual), expected)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_bias_diagonals_equal_the_toeplitz_bias(fused, rng):
+    # A bias given by its diagonals is the Toeplitz matrix of them: the same attention
+    # whether the backend takes the strided view (PyTorch without gradients) or not.
+    q, k, v = (rng.standard_normal((2, n, 3, 4)).astype("float32") for n in (4, 6, 6))
+    diagonals = rng.standard_normal((3, 4 + 6 - 1)).astype("float32")
+    r = np.arange(6)[None, :] - np.arange(4)[:, None]
+    dense = ops.convert_to_tensor(diagonals[:, r + 3][None])  # (1, heads, q_len, k_len)
+    output, _ = _attention.attend(q, k, v, bias_diagonals=diagonals, fused=fused)
+    expected, _ = _attention.attend(q, k, v, bias=dense)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(output), ops.convert_to_numpy(expected), atol=1e-5
+    )
+    # With a mask the diagonals are expanded and added to it.
+    mask = rng.random((2, 4, 6)) > 0.3
+    output, _ = _attention.attend(q, k, v, mask=mask, bias_diagonals=diagonals, fused=fused)
+    expected, _ = _attention.attend(q, k, v, mask=mask, bias=dense)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(output), ops.convert_to_numpy(expected), atol=1e-5
+    )

@@ -296,3 +296,34 @@ def test_symbolic_length_on_tensorflow_or_static_elsewhere():
 def test_bad_input_errors(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: ri.toeplitz([1, 2, 3], 0, 4), ValueError, r"toeplitz: `query_length`"),
+        (
+            lambda: ri.toeplitz([1, 2, 3], 2.0, 2),
+            TypeError,
+            r"toeplitz: `query_length`",
+        ),
+        (
+            lambda: ri.toeplitz([1, 2, 3], 2, 3),
+            ValueError,
+            r"toeplitz: the last axis of `diagonals` must have .* = 4 entries, got shape \(3,\)",
+        ),
+        (
+            lambda: ri.distances_in_order(-1, 3),
+            ValueError,
+            r"distances_in_order: `query_length`",
+        ),
+        (
+            lambda: ri.distances_in_order(2, 3, offset=0.5),
+            TypeError,
+            r"distances_in_order: `offset` must be an integer",
+        ),
+    ],
+)
+def test_toeplitz_and_distances_check_their_arguments(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
