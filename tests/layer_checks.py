@@ -420,3 +420,44 @@ def run_standard_checks(
     for key, check in checks.items():
         if key not in skip:
             check()
+
+
+def relative_attention_weights(layer: keras.layers.Layer) -> dict:
+    """A `MultiHeadRelativeAttention`'s weights by the numpy reference's names.
+
+    The projections' kernels and biases, and the learned tables (``relative_keys``,
+    ``relative_values``, ``relative_bias``) where it has them; a computed bias has none.
+    """
+    weights = {}
+    for role in ("query", "key", "value"):
+        dense = getattr(layer, f"{role}_dense")
+        weights[f"{role}_kernel"] = ops.convert_to_numpy(dense.kernel).astype("float64")
+        weights[f"{role}_bias"] = ops.convert_to_numpy(dense.bias).astype("float64")
+    weights["output_kernel"] = ops.convert_to_numpy(layer.output_dense.kernel).astype("float64")
+    weights["output_bias"] = ops.convert_to_numpy(layer.output_dense.bias).astype("float64")
+    for name in ("relative_keys", "relative_values", "relative_bias"):
+        table = getattr(layer, name)
+        if table is not None and not table.position.computed:
+            weights[name] = ops.convert_to_numpy(table.embeddings).astype("float64")
+    return weights
+
+
+def decode_step_by_step(layer: keras.layers.Layer, x: np.ndarray) -> tuple[list, Any]:
+    """The causal self-attention ``layer`` run on ``x`` one position at a time with a cache.
+
+    Returns each step's output ``(batch, features)`` in order, and the final cache.
+    ``layer`` must have ``num_heads`` heads of ``key_dim`` (keras_hub's cache layout).
+    """
+    batch, length = x.shape[:2]
+    cache = np.zeros((batch, 2, length, layer.num_heads, layer.key_dim), "float32")
+    steps = []
+    for t in range(length):
+        step, cache = layer(
+            x[:, t : t + 1],
+            x[:, t : t + 1],
+            cache=cache,
+            cache_update_index=t,
+            use_causal_mask=True,
+        )
+        steps.append(ops.convert_to_numpy(step)[:, 0].astype("float64"))
+    return steps, cache

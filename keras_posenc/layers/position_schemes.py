@@ -34,6 +34,7 @@ import numpy as np
 
 from keras_posenc.layers import relative_index
 from keras_posenc.layers._checks import check_bool, check_int
+from keras_posenc.layers._description import Description
 from keras_posenc.layers.relative_position_2d import grid_size, relative_index_2d
 
 __all__ = [
@@ -53,7 +54,7 @@ RELATIVE_MODES = ("keys_values", "keys", "bias")
 _LOOSE_DEFAULTS = {"max_distance": 16, "num_buckets": 32, "bidirectional": True}
 
 
-class PositionScheme:
+class PositionScheme(Description):
     """Base class: a map from relative distances ``r = j - i`` to rows of a table.
 
     A subclass sets ``bucketing`` (its name among the layers' loose
@@ -148,19 +149,6 @@ class PositionScheme:
         described = dict(_LOOSE_DEFAULTS, bucketing=self.bucketing)
         described.update({name: getattr(self, name) for name in self.loose_names})
         return described
-
-    def get_config(self) -> dict:
-        return dict(self._arguments)
-
-    @classmethod
-    def from_config(cls, config: dict) -> PositionScheme:
-        return cls(**config)
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.get_config() == self.get_config()
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, tuple(sorted(self.get_config().items()))))
 
     def __repr__(self) -> str:
         arguments = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())

@@ -159,9 +159,7 @@ def distances_in_order(query_length: Any, key_length: Any, offset: Any = 0) -> A
         >>> print(keras.ops.convert_to_numpy(relative_index.distances_in_order(1, 4, offset=3)))
         [-3 -2 -1  0]
     """
-    query_length, key_length = check_block(
-        "distances_in_order", query_length, key_length, offset
-    )
+    query_length, key_length = check_block("distances_in_order", query_length, key_length, offset)
     count = query_length + key_length - 1
     first = ops.cast(offset, "int32") + ops.cast(query_length, "int32") - 1
     return ops.arange(count, dtype="int32") - first

@@ -38,6 +38,7 @@ from keras_posenc.layers._checks import (
     check_positive_number,
     shape_of,
 )
+from keras_posenc.layers._description import Description
 
 __all__ = ["RotaryPositions"]
 
@@ -73,7 +74,7 @@ _XPOS_GAMMA = 0.4
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class RotaryPositions:
+class RotaryPositions(Description):
     """Rotary position embeddings (RoPE) with optional scaling and xPos decay.
 
     The query and key at position ``m`` are rotated pair by pair: pair ``k``
@@ -343,19 +344,6 @@ class RotaryPositions:
         state = dict(self.__dict__)
         state["_keras_hub_layers"] = {}
         return state
-
-    def get_config(self) -> dict:
-        return dict(self._arguments)
-
-    @classmethod
-    def from_config(cls, config: dict) -> RotaryPositions:
-        return cls(**config)
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.get_config() == self.get_config()
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, tuple(sorted(self.get_config().items()))))
 
     def __repr__(self) -> str:
         # The arguments that differ from the defaults: enough to rebuild it, and short.

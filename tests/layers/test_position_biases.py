@@ -11,6 +11,7 @@ import pytest
 from keras import ops
 
 from keras_posenc import _compile, layers
+from layer_checks import decode_step_by_step, relative_attention_weights
 from reference import position_biases as reference
 from reference.relative_attention import causal_mask, relative_attention
 
@@ -108,17 +109,6 @@ def test_bias_has_no_table():
         assert layers.ALiBi().table_size is None  # raises first
 
 
-def attention_weights(layer):
-    weights = {}
-    for role in ("query", "key", "value"):
-        dense = getattr(layer, f"{role}_dense")
-        weights[f"{role}_kernel"] = to_numpy(dense.kernel)
-        weights[f"{role}_bias"] = to_numpy(dense.bias)
-    weights["output_kernel"] = to_numpy(layer.output_dense.kernel)
-    weights["output_bias"] = to_numpy(layer.output_dense.bias)
-    return weights
-
-
 @pytest.mark.parametrize("name", list(SCHEMES))
 def test_attention_with_the_bias_matches_reference(name, rng):
     scheme = SCHEMES[name]
@@ -135,7 +125,7 @@ def test_attention_with_the_bias_matches_reference(name, rng):
         query,
         query,
         None,
-        attention_weights(layer),
+        relative_attention_weights(layer),
         None,
         None,
         mask=np.logical_and(mask, causal_mask(5, 5)),
@@ -146,7 +136,13 @@ def test_attention_with_the_bias_matches_reference(name, rng):
     if not scheme.causal_only:  # bidirectional too (ALiBi's symmetric form)
         output = layer(query, query)
         expected, _ = relative_attention(
-            query, query, None, attention_weights(layer), None, None, attention_bias=bias[None]
+            query,
+            query,
+            None,
+            relative_attention_weights(layer),
+            None,
+            None,
+            attention_bias=bias[None],
         )
         np.testing.assert_allclose(to_numpy(output), expected, atol=ATOL)
 
@@ -166,16 +162,8 @@ def test_decoding_step_by_step_equals_the_full_pass(name, rng):
     layer(x, x, use_causal_mask=True)
     randomise(layer, rng)
     full = to_numpy(layer(x, x, use_causal_mask=True))
-    cache = np.zeros((2, 2, 6, 2, 4), "float32")
-    for t in range(6):
-        step, cache = layer(
-            x[:, t : t + 1],
-            x[:, t : t + 1],
-            cache=cache,
-            cache_update_index=t,
-            use_causal_mask=True,
-        )
-        np.testing.assert_allclose(to_numpy(step)[:, 0], full[:, t], atol=ATOL, err_msg=f"t={t}")
+    for t, step in enumerate(decode_step_by_step(layer, x)[0]):
+        np.testing.assert_allclose(step, full[:, t], atol=ATOL, err_msg=f"t={t}")
 
 
 def test_schemes_round_trip_through_keras_files(tmp_path, rng):
@@ -333,7 +321,7 @@ def test_toeplitz_schemes_take_the_strided_view_on_torch(name, rng, monkeypatch)
         x,
         x,
         None,
-        attention_weights(layer),
+        relative_attention_weights(layer),
         None,
         None,
         mask=causal_mask(6, 6),

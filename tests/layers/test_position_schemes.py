@@ -12,6 +12,7 @@ from keras import ops
 
 from keras_posenc import layers
 from keras_posenc.layers import position_schemes, relative_index
+from layer_checks import relative_attention_weights
 from reference import position_biases as bias_reference
 from reference import relative_index as reference
 from reference.relative_attention import causal_mask, relative_attention
@@ -55,21 +56,6 @@ def to_numpy(tensor):
     return ops.convert_to_numpy(tensor).astype("float64")
 
 
-def reference_weights(layer):
-    weights = {}
-    for name in ("query", "key", "value"):
-        dense = getattr(layer, f"{name}_dense")
-        weights[f"{name}_kernel"] = to_numpy(dense.kernel)
-        weights[f"{name}_bias"] = to_numpy(dense.bias)
-    weights["output_kernel"] = to_numpy(layer.output_dense.kernel)
-    weights["output_bias"] = to_numpy(layer.output_dense.bias)
-    for name in ("relative_keys", "relative_values", "relative_bias"):
-        table = getattr(layer, name)
-        if table is not None and not table.position.computed:
-            weights[name] = to_numpy(table.embeddings)
-    return weights
-
-
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(SCHEMES) + list(COMPUTED))
 def test_every_scheme_and_mode(name, mode, rng):
@@ -110,7 +96,7 @@ def test_every_scheme_and_mode(name, mode, rng):
             query,
             value,
             None,
-            reference_weights(layer),
+            relative_attention_weights(layer),
             None,
             None,
             mask=mask,
@@ -119,7 +105,7 @@ def test_every_scheme_and_mode(name, mode, rng):
     else:
         index = index_reference(reference.relative_positions(4, 7))
         expected, probabilities = relative_attention(
-            query, value, None, reference_weights(layer), mode, index, mask=mask
+            query, value, None, relative_attention_weights(layer), mode, index, mask=mask
         )
     np.testing.assert_allclose(to_numpy(output), expected, atol=ATOL, err_msg=f"{name} {mode}")
     np.testing.assert_allclose(to_numpy(scores), probabilities, atol=ATOL)

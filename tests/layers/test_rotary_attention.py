@@ -12,6 +12,7 @@ import pytest
 from keras import ops
 
 from keras_posenc import layers
+from layer_checks import decode_step_by_step, relative_attention_weights
 from reference import position_biases as bias_reference
 from reference import rotary as rotary_reference
 from reference.relative_attention import causal_mask, relative_attention
@@ -52,17 +53,6 @@ def reference_rotation(rotary, length):
     return rotate
 
 
-def attention_weights(layer):
-    weights = {}
-    for role in ("query", "key", "value"):
-        dense = getattr(layer, f"{role}_dense")
-        weights[f"{role}_kernel"] = to_numpy(dense.kernel)
-        weights[f"{role}_bias"] = to_numpy(dense.bias)
-    weights["output_kernel"] = to_numpy(layer.output_dense.kernel)
-    weights["output_bias"] = to_numpy(layer.output_dense.bias)
-    return weights
-
-
 def built(rng, **arguments):
     layer = layers.MultiHeadRelativeAttention(2, 4, **arguments)
     x = rng.standard_normal((2, 6, 8)).astype("float32")
@@ -81,10 +71,7 @@ def test_every_rotary_with_every_relative_mode(name, relative, rng):
     if relative is None:
         assert layer.relative_bias is None and layer.relative_keys is None
     output, scores = layer(x, x, use_causal_mask=True, return_attention_scores=True)
-    weights = attention_weights(layer)
-    for table in ("relative_keys", "relative_values", "relative_bias"):
-        if getattr(layer, table) is not None:
-            weights[table] = to_numpy(getattr(layer, table).embeddings)
+    weights = relative_attention_weights(layer)
     index = np.clip(np.arange(6)[None, :] - np.arange(6)[:, None], -2, 2) + 2
     expected, probabilities = relative_attention(
         x,
@@ -109,7 +96,7 @@ def test_rotary_with_a_computed_bias_matches_reference(rng):
         x,
         x,
         None,
-        attention_weights(layer),
+        relative_attention_weights(layer),
         None,
         None,
         attention_bias=bias[None],
@@ -122,33 +109,18 @@ def test_rotary_with_a_computed_bias_matches_reference(rng):
 def test_decoding_equals_the_full_pass(name, rng):
     layer, x = built(rng, relative="keys", max_distance=2, rotary=ROTARIES[name])
     full = to_numpy(layer(x, x, use_causal_mask=True))
-    cache = np.zeros((2, 2, 6, 2, 4), "float32")
-    for t in range(6):
-        step, cache = layer(
-            x[:, t : t + 1],
-            x[:, t : t + 1],
-            cache=cache,
-            cache_update_index=t,
-            use_causal_mask=True,
-        )
-        np.testing.assert_allclose(to_numpy(step)[:, 0], full[:, t], atol=ATOL, err_msg=f"t={t}")
+    for t, step in enumerate(decode_step_by_step(layer, x)[0]):
+        np.testing.assert_allclose(step, full[:, t], atol=ATOL, err_msg=f"t={t}")
 
 
 def test_dynamic_ntk_decodes_like_the_full_pass_over_each_prefix(rng):
     # s = max(1, length / 3) changes with every step beyond 3, so the cache keeps the keys
     # before rotation: step t equals the full pass over tokens 0..t at its last position.
     layer, x = built(rng, relative=None, rotary=ROTARIES["dynamic_ntk"])
-    cache = np.zeros((2, 2, 6, 2, 4), "float32")
-    for t in range(6):
-        step, cache = layer(
-            x[:, t : t + 1],
-            x[:, t : t + 1],
-            cache=cache,
-            cache_update_index=t,
-            use_causal_mask=True,
-        )
+    steps, cache = decode_step_by_step(layer, x)
+    for t, step in enumerate(steps):
         prefix = to_numpy(layer(x[:, : t + 1], x[:, : t + 1], use_causal_mask=True))
-        np.testing.assert_allclose(to_numpy(step)[:, 0], prefix[:, t], atol=ATOL, err_msg=f"t={t}")
+        np.testing.assert_allclose(step, prefix[:, t], atol=ATOL, err_msg=f"t={t}")
     # The cached keys are the projected keys, not rotated ones.
     keys = to_numpy(layer.key_dense(x))
     np.testing.assert_allclose(to_numpy(cache)[:, 0], keys, atol=ATOL)
