@@ -21,6 +21,14 @@ Implementations:
     naive_shaw       Shaw et al. written the obvious way: a^K and a^V gathered into
                      (L, L, 64) tensors (only up to L = 2048: it needs them in memory)
 
+Position schemes (`--impls` only; not in the default list), MultiHeadRelativeAttention with:
+    alibi            relative="bias", position=ALiBi()
+    kerple           relative="bias", position=KERPLE("log")
+    fire             relative="bias", position=FIRE() (causal: use_causal_mask=True)
+    continuous       relative="bias", position=ContinuousBias() (hidden 512)
+    rope             relative=None, rotary=RotaryPositions()
+    rope_yarn        relative=None, rotary=RotaryPositions(scaling="yarn", ...)
+
 The yardstick S is one float32 score tensor, heads x L x L x 4 bytes (134 MB at
 L = 2048); memory is reported in units of S, time as a ratio to keras_mha.
 
@@ -43,6 +51,7 @@ from _timing import finish, inference  # benchmarks/_timing.py, next to this scr
 
 HEADS, HEAD_DIM, MAX_DISTANCE = 8, 64, 16
 IMPLEMENTATIONS = ("keras_mha", "rel_bias", "rel_keys", "rel_keys_values", "naive_shaw")
+SCHEME_IMPLEMENTATIONS = ("alibi", "kerple", "fire", "continuous", "rope", "rope_yarn")
 NAIVE_MAX_LENGTH = 2048
 # The runner (benchmarks/runner.py) reads this default to run one length per case.
 DEFAULT_LENGTHS = "256,512,1024,2048,4096"
@@ -96,10 +105,27 @@ def _make_layer(implementation: str):
     if implementation == "naive_shaw":
         layer = _naive_shaw_layer()
         return layer, layer
-    from keras_posenc.layers import MultiHeadRelativeAttention
+    from keras_posenc import layers
 
+    if implementation in SCHEME_IMPLEMENTATIONS:
+        arguments = {
+            "alibi": dict(relative="bias", position=layers.ALiBi()),
+            "kerple": dict(relative="bias", position=layers.KERPLE("log")),
+            "fire": dict(relative="bias", position=layers.FIRE()),
+            "continuous": dict(relative="bias", position=layers.ContinuousBias()),
+            "rope": dict(relative=None, rotary=layers.RotaryPositions()),
+            "rope_yarn": dict(
+                relative=None,
+                rotary=layers.RotaryPositions(
+                    scaling="yarn", scaling_factor=4.0, training_length=512
+                ),
+            ),
+        }[implementation]
+        layer = layers.MultiHeadRelativeAttention(HEADS, HEAD_DIM, **arguments)
+        causal = implementation == "fire"  # FIRE is defined for causal attention only
+        return layer, lambda x: layer(x, x, use_causal_mask=causal)
     relative = implementation.removeprefix("rel_")
-    layer = MultiHeadRelativeAttention(
+    layer = layers.MultiHeadRelativeAttention(
         HEADS, HEAD_DIM, relative=relative, bucketing="clip", max_distance=MAX_DISTANCE
     )
     return layer, lambda x: layer(x, x)
@@ -198,9 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     implementations = [i for i in args.impls.split(",") if i]
-    unknown = set(implementations) - set(IMPLEMENTATIONS)
+    known = IMPLEMENTATIONS + SCHEME_IMPLEMENTATIONS
+    unknown = set(implementations) - set(known)
     if unknown:
-        parser.error(f"--impls: unknown {sorted(unknown)}; choose from {IMPLEMENTATIONS}")
+        parser.error(f"--impls: unknown {sorted(unknown)}; choose from {known}")
     rows = []
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
     print(f"backend {backend}; batch 1, {HEADS} heads, head size {HEAD_DIM}, forward pass")
