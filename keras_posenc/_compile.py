@@ -54,6 +54,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import keras
+import numpy as np
+from keras import ops
 
 # Eager calls of one input signature before the PyTorch path traces it (see above):
 # tracing took 0.3-1 s per signature on 2 cores, a traced ConvS2S step saves ~3.7 ms.
@@ -216,8 +218,8 @@ def compile_inference(function: Callable[..., Any], variables: Sequence[Any]) ->
         variables: every variable the function reads (``model.variables``).
 
     Returns:
-        A callable with the same signature; arguments must be tensors (Python
-        ints would be constants in the compiled graph).
+        A callable with the same signature; arguments must be tensors or NumPy
+        arrays (Python ints would be constants in the compiled graph).
     """
     backend = keras.backend.backend()
     if backend == "tensorflow":
@@ -292,6 +294,12 @@ class TorchTracedFunction:
     def __call__(self, *args: Any) -> Any:
         import torch
 
+        # NumPy arrays become tensors, as tf.function and jax.jit take them: a traced
+        # graph needs tensors, and an array is no hashable part of a signature.
+        args = keras.tree.map_structure(
+            lambda leaf: ops.convert_to_tensor(leaf) if isinstance(leaf, np.ndarray) else leaf,
+            args,
+        )
         key = _signature(args)
         with torch.no_grad():
             graph = self.graphs.get(key)

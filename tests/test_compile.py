@@ -56,6 +56,19 @@ def test_compiled_function_equals_the_function_and_sees_new_weights(rng):
             np.testing.assert_allclose(ops.convert_to_numpy(g), e, atol=1e-6)
 
 
+def test_compiled_function_takes_numpy_arrays(rng):
+    # tf.function and jax.jit take NumPy arrays; so does the PyTorch path, eagerly and traced.
+    layer, function = dense_function()
+    compiled = _compile.compile_inference(function, layer.variables)
+    x = rng.normal(size=(2, 4)).astype("float32")
+    pair = (np.array(2.0, "float32"), np.ones(3, "float32"))
+    tensors = keras.tree.map_structure(ops.convert_to_tensor, (x, pair))
+    expected = [ops.convert_to_numpy(t) for t in function(*tensors)]
+    got = call_many(compiled, (x, pair), _compile.TORCH_TRACE_AFTER + 2)
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_allclose(ops.convert_to_numpy(g), e, atol=1e-6)
+
+
 def test_compiled_while_loop_equals_a_python_loop():
     layer, _ = dense_function()
 

@@ -28,6 +28,7 @@ from keras_posenc.layers._checks import (
     SequenceChecks,
     check_activation,
     check_bool,
+    check_bool_or_auto,
     check_int,
     check_positive_number,
     check_rate,
@@ -164,13 +165,14 @@ class MUSEAttention(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         weight_dropout: dropout rate on the dynamic convolutions' predicted
             taps (after the softmax); must be 0 for ``conv="static"``, whose
             kernels are weights, not predictions.
-        fused_attention: compute the attention with
-            ``keras.ops.dot_product_attention`` (PyTorch's
+        fused_attention: ``"auto"`` (default), ``True`` or ``False``: compute
+            the attention with ``keras.ops.dot_product_attention`` (PyTorch's
             ``scaled_dot_product_attention``, ``jax.nn.dot_product_attention``)
             when attention dropout is inactive (the rule every attention layer
-            here shares); the same results within float32 rounding. On CPU it
-            was about 2x faster and lighter on PyTorch and slower on JAX
-            (``benchmarks/muse.py``), so it is off by default. Under mixed
+            here shares); the same results within float32 rounding. ``"auto"``
+            uses it where it was measured to pay, as `MultiHeadRelativeAttention`
+            does: on PyTorch when no gradient is recorded (``predict``); on CPU
+            it was slower on JAX (``benchmarks/muse.py``). Under mixed
             precision the fused function computes in the compute dtype (e.g.
             bfloat16), so results differ from the float32 softmax by that
             dtype's rounding.
@@ -232,7 +234,7 @@ class MUSEAttention(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
         weight_dropout: float = 0.0,
-        fused_attention: bool = False,
+        fused_attention: bool | str = "auto",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -255,7 +257,7 @@ class MUSEAttention(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
                 f"conv='static' has none, so it must be 0, got {weight_dropout!r}."
             )
         self.use_bias = check_bool(caller, "use_bias", use_bias)
-        self.fused_attention = check_bool(caller, "fused_attention", fused_attention)
+        self.fused_attention = check_bool_or_auto(caller, "fused_attention", fused_attention)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -560,7 +562,7 @@ class _CrossAttention(keras.layers.Layer):
         use_bias: bool,
         kernel_initializer: Any,
         bias_initializer: Any,
-        fused_attention: bool,
+        fused_attention: bool | str,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -622,7 +624,7 @@ class _MUSEBlock(SequenceChecks, keras.layers.Layer):
         use_bias: bool = True,
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
-        fused_attention: bool = False,
+        fused_attention: bool | str = "auto",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -650,7 +652,7 @@ class _MUSEBlock(SequenceChecks, keras.layers.Layer):
             caller, "layer_norm_epsilon", layer_norm_epsilon
         )
         self.use_bias = check_bool(caller, "use_bias", use_bias)
-        self.fused_attention = check_bool(caller, "fused_attention", fused_attention)
+        self.fused_attention = check_bool_or_auto(caller, "fused_attention", fused_attention)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -788,9 +790,9 @@ class MUSEEncoderLayer(_MUSEBlock):
             own copy (a seeded initializer gets one seed per kernel, derived from its
             seed), so no two start equal.
         bias_initializer: initializer of every bias (copied the same way).
-        fused_attention: self- (and cross-) attention through
-            ``keras.ops.dot_product_attention`` without active attention
-            dropout; see `MUSEAttention`.
+        fused_attention: ``"auto"`` (default), ``True`` or ``False``: self- (and
+            cross-) attention through ``keras.ops.dot_product_attention`` without
+            active attention dropout; see `MUSEAttention`.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -904,9 +906,9 @@ class MUSEDecoderLayer(_MUSEBlock):
             own copy (a seeded initializer gets one seed per kernel, derived from its
             seed), so no two start equal.
         bias_initializer: initializer of every bias (copied the same way).
-        fused_attention: self- (and cross-) attention through
-            ``keras.ops.dot_product_attention`` without active attention
-            dropout; see `MUSEAttention`.
+        fused_attention: ``"auto"`` (default), ``True`` or ``False``: self- (and
+            cross-) attention through ``keras.ops.dot_product_attention`` without
+            active attention dropout; see `MUSEAttention`.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:

@@ -390,9 +390,10 @@ class MUSE(Seq2SeqModel):
         attention_dropout: dropout on attention probabilities.
         activation_dropout: dropout after the feed-forward activation.
         weight_dropout: dropout on the dynamic kernels' taps (0.1 officially).
-        fused_attention: attention through ``keras.ops.dot_product_attention``
-            when it can (float32, no active attention dropout): faster on
-            PyTorch, slower on JAX on CPU; see `MUSEAttention`.
+        fused_attention: ``"auto"`` (default), ``True`` or ``False``: attention
+            through ``keras.ops.dot_product_attention`` when it can (float32, no
+            active attention dropout); ``"auto"`` where it pays (PyTorch without
+            gradients); see `MUSEAttention`.
         share_embeddings: one table for source tokens, target tokens and the
             output projection (fairseq's ``--share-all-embeddings``; needs equal
             vocabulary sizes).
@@ -440,7 +441,7 @@ class MUSE(Seq2SeqModel):
         attention_dropout: float = 0.0,
         activation_dropout: float = 0.0,
         weight_dropout: float = 0.1,
-        fused_attention: bool = False,
+        fused_attention: bool | str = "auto",
         share_embeddings: bool = False,
         tie_output_embedding: bool | None = None,
         max_source_positions: int | None = 1024,
@@ -660,7 +661,7 @@ def build_muse_encoder(
     attention_dropout: float = 0.0,
     activation_dropout: float = 0.0,
     weight_dropout: float = 0.1,
-    fused_attention: bool = False,
+    fused_attention: bool | str = "auto",
     pad_id: int = 0,
     name: str = "muse_encoder",
 ) -> keras.Model:
@@ -687,8 +688,8 @@ def build_muse_encoder(
         attention_dropout: dropout on attention probabilities.
         activation_dropout: dropout after the feed-forward activation.
         weight_dropout: dropout on the dynamic kernels' taps.
-        fused_attention: attention through ``keras.ops.dot_product_attention``
-            when it can; see `MUSEAttention`.
+        fused_attention: ``"auto"`` (default), ``True`` or ``False``; see
+            `MUSEAttention`.
         pad_id: padding id.
         name: the model's name.
 

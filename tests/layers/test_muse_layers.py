@@ -435,7 +435,7 @@ def test_weight_dropout_drops_predicted_taps(rng):
         ({"activation": "nope"}, ValueError, r"`activation` must be a Keras activation.*'nope'"),
         ({"layer_norm_epsilon": 0}, ValueError, r"`layer_norm_epsilon` must be a positive"),
         ({"use_bias": 1}, TypeError, r"`use_bias` must be True or False"),
-        ({"fused_attention": "yes"}, TypeError, r"`fused_attention` must be True or False"),
+        ({"fused_attention": "yes"}, TypeError, r"`fused_attention` must be True, False or 'auto'"),
     ],
 )
 def test_bad_constructor_arguments(cls, kwargs, error, pattern):
