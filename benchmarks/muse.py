@@ -20,15 +20,19 @@ self-attention, one forward pass):
 Implementations:
     keras_mha      keras.layers.MultiHeadAttention(8, 64) (the baseline)
     muse_dynamic   MUSEAttention(8, 64, conv="dynamic"): kernel sizes (3, 15), the
-                   official code's layer
+                   official code's layer, with the layer's defaults
+                   (fused_attention="auto": the fused kernel on PyTorch without
+                   gradients, as in the "compiled" mode, nowhere else)
     muse_dynamic_fused
                    the same with fused_attention=True: attention through
                    keras.ops.dot_product_attention (as keras_mha does without dropout)
+                   on every backend and in both modes
     muse_static    MUSEAttention(8, 64, conv="static"): kernel sizes (1, 3, 7),
                    depthwise + pointwise per kernel (the paper's description)
     attention_only the same self-attention as MUSEAttention without convolutions:
-                   separate q/k/v projections, float32 softmax, C -> C output (what
-                   MUSE's attention branch alone costs in this implementation)
+                   separate q/k/v projections, float32 softmax (fused where "auto"
+                   fuses), C -> C output (what MUSE's attention branch alone costs in
+                   this implementation)
 
 Usage:
     KERAS_BACKEND=torch python benchmarks/muse.py
@@ -103,8 +107,9 @@ def _make_forward(implementation: str):
     from keras_posenc.layers import MUSEAttention
 
     conv = "static" if implementation == "muse_static" else "dynamic"
-    fused = implementation.endswith("_fused")
-    layer = MUSEAttention(HEADS, HEAD_DIM, conv=conv, fused_attention=fused)
+    # The layer's default ("auto"), or the fused kernel everywhere.
+    fused = {"fused_attention": True} if implementation.endswith("_fused") else {}
+    layer = MUSEAttention(HEADS, HEAD_DIM, conv=conv, **fused)
     return layer, layer
 
 
