@@ -582,7 +582,7 @@ class ContinuousPositionBias2D(keras.layers.Layer):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        who = f"{type(self).__name__} '{self.name}'"
+        who = self._who()
         self.num_heads = check_int(who, "num_heads", num_heads, minimum=1)
         self.size = grid_size(size, who, "size")
         self.hidden_dim = check_int(who, "hidden_dim", hidden_dim, minimum=1)
@@ -596,15 +596,27 @@ class ContinuousPositionBias2D(keras.layers.Layer):
             pretrained_size = grid_size(pretrained_size, who, "pretrained_size")
         self.pretrained_size = pretrained_size
         self.dropout = check_rate(who, "dropout", dropout)
-        if self.mode == "swin" and 1 in (pretrained_size or self.size):
-            raise ValueError(
-                f"{who}: mode='swin' divides the offsets by size - 1, so every side must be "
-                f">= 2; got size={self.size}, pretrained_size={pretrained_size}."
-            )
+        self._window(*self.size)  # checks the sides now, not at the first call
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self._allow_non_tensor_positional_args = True
         # No tensor input will ever trigger build(), so create the weights now.
         self.build()
+
+    def _who(self) -> str:
+        return f"{type(self).__name__} '{self.name}'"
+
+    def _window(self, height: int, width: int) -> tuple | None:
+        """``"swin"``: the grid whose ``size - 1`` normalises the offsets; else None."""
+        if self.mode != "swin":
+            return None
+        window = self.pretrained_size or (height, width)
+        if 1 in window:
+            raise ValueError(
+                f"{self._who()}: mode='swin' divides the offsets by size - 1, so every side "
+                f"must be >= 2; got size={(height, width)}, "
+                f"pretrained_size={self.pretrained_size}."
+            )
+        return window
 
     def build(self, input_shape: Any = None) -> None:
         self.mlp_weights = _mlp_weights(
@@ -619,13 +631,8 @@ class ContinuousPositionBias2D(keras.layers.Layer):
         return grid.reshape(-1, 2)
 
     def call(self, size: Any = None, training: Any = None) -> Any:
-        who = f"{type(self).__name__} '{self.name}'"
-        height, width = self.size if size is None else grid_size(size, who, "size")
-        window = (self.pretrained_size or (height, width)) if self.mode == "swin" else None
-        if self.mode == "swin" and 1 in window:
-            raise ValueError(
-                f"{who}: mode='swin' divides the offsets by size - 1; got size={(height, width)}."
-            )
+        height, width = self.size if size is None else grid_size(size, self._who(), "size")
+        window = self._window(height, width)
         inputs = log_coordinates(self.offsets_table(height, width), self.mode, window)
         hidden = _mlp_hidden(self.mlp_weights, "mlp", inputs)
         hidden = self.dropout_layer(hidden, training=training)
@@ -639,7 +646,7 @@ class ContinuousPositionBias2D(keras.layers.Layer):
         return ops.cast(bias, self.compute_dtype)
 
     def compute_output_shape(self, size: Any = None) -> tuple:
-        height, width = self.size if size is None else grid_size(size, self.name, "size")
+        height, width = self.size if size is None else grid_size(size, self._who(), "size")
         return (1, self.num_heads, height * width, height * width)
 
     def compute_output_spec(self, size: Any = None, training: Any = None) -> Any:

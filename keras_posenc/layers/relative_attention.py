@@ -52,7 +52,7 @@ def check_relative_arguments(
     ``relative=None`` (no relative term) ``position`` must be None; the loose
     arguments' scheme is returned, unused.
     """
-    if not any(relative is mode or relative == mode for mode in _RELATIVE_MODES):
+    if relative not in _RELATIVE_MODES:
         raise ValueError(
             f"{caller}: `relative` must be one of {', '.join(map(repr, _RELATIVE_MODES))}, "
             f"got {relative!r}."
