@@ -399,7 +399,7 @@ def _experiment_length(args: argparse.Namespace) -> int:
         markdown_table,
     )
 
-    choices = {"encodings": args.encodings, "tasks": args.tasks}
+    choices = {"encodings": args.encodings, "tasks": args.tasks, "workers": args.workers}
     return _run_study(length_generalization_experiment, markdown_table, args, choices)
 
 
@@ -602,18 +602,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     length = experiments.add_parser(
         "length",
-        help="which position encodings generalise from length 64 to 128-512",
+        help="which position encodings generalise from length 64 to 128-1024",
         description="Small causal Transformers, one per position encoding, trained on "
-        "synthetic token tasks at length 64 and tested at 64, 128, 256 and 512; prints the "
-        "accuracy table (mean ± std over seeds). --quick: the relative task, one seed, a short "
-        f"training ({measured('experiment length --quick')}); the full run: "
+        "synthetic token tasks at length 64 and tested at 64, 128, 256, 512 and 1024; prints "
+        "the accuracy table (mean ± std over seeds). --quick: the relative task, one seed, a "
+        f"short training ({measured('experiment length --quick')}); the full run: "
         f"{FULL_RUNS['experiment length']} (docs/experiments/length-generalization.md).",
     )
     length.add_argument("--quick", action="store_true", help="a short smoke run (one seed)")
     length.add_argument("--out", help="folder for the CSV, the markdown tables and the PNG plot")
     length.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the mode's own)")
     length.add_argument("--encodings", nargs="+", help="a selection of encodings (default: all)")
-    length.add_argument("--tasks", nargs="+", help="copy_back and/or copy_position")
+    length.add_argument(
+        "--tasks", nargs="+", help="a selection of copy_back, copy_position, copy_recent"
+    )
+    length.add_argument(
+        "--workers",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="trainings run at once, each in its own process (default: 2, or 1 on one core); "
+        "the numbers do not depend on it",
+    )
     length.set_defaults(handler=_experiment_length)
     layouts = experiments.add_parser(
         "layouts",

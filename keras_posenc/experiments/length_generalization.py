@@ -1,8 +1,9 @@
 """Which position encodings generalise to longer sequences than they were trained on?
 
 Small Transformer stacks, identical except for how position enters them, are
-trained on synthetic token tasks at length 64 and tested at 64, 128, 256 and
-512. Two tasks, generated in code (`task_data`):
+trained on synthetic token tasks at length 64 and tested at 64, 128, 256, 512
+and 1024 (16 times the training length). Three tasks, generated in code
+(`task_data`):
 
 - ``"copy_back"`` (purely relative): at position ``i`` output the token at
   ``i - shift`` (``shift=4``). The answer is the same function of the
@@ -12,9 +13,15 @@ trained on synthetic token tasks at length 64 and tested at 64, 128, 256 and
   position ``position`` (``3``). From the query's side the distance to the
   answer grows with ``i``: a purely relative encoding must find the start of
   the sequence some other way, and the table shows where it cannot.
+- ``"copy_recent"`` (recency): the tokens ``0 .. marked - 1`` (``marked=3``:
+  0, 1 and 2) are *marked*; at position ``i`` output the most recent marked
+  token at a position ``j < i``. No fixed offset decides: the answer is the
+  nearest earlier marked token, at a distance that varies (geometric, mean
+  ``vocabulary_size / marked`` = 3.3 with uniform tokens), so an encoding
+  that prefers near keys to far ones, ALiBi's premise, should be enough.
 
 The models are causal (decoder-only blocks: `RelativeTransformerDecoder`
-without cross-attention), so both tasks depend on the past only, ALiBi is
+without cross-attention), so the tasks depend on the past only, ALiBi is
 keras_hub's `AlibiBias` exactly as defined (a bias on key positions, which
 the causal mask turns into ``-m (i - j)``), and training on full length-64
 sequences trains every length up to 64 at once (position ``i`` sees only
@@ -26,19 +33,33 @@ first 64 positions, which behave exactly as in training.
 Every model: token embedding (10 tokens, width 32), the encoding's absolute
 term if it has one (added to the embedding), 2 pre-norm blocks (2 heads of
 size 16, feed-forward 64), a final layer normalisation and a 10-way softmax:
-17,806 parameters, plus the encoding's own tables (``params`` in the
+17,806 parameters, plus the encoding's own weights (``params`` in the
 results). Every block's self-attention is `MultiHeadRelativeAttention`; the
 encodings (`ENCODINGS`):
 
-- `none`: no position at all: attention with one bias bucket
-  (``bucketing="clip", max_distance=0``), a constant per head that the
-  softmax cancels;
+- `none`: no position at all (NoPE: under the causal mask only the mask
+  carries order): attention with one bias bucket (``bucketing="clip",
+  max_distance=0``), a constant per head that the softmax cancels;
 - `learned_absolute`: ``keras_hub.layers.PositionEmbedding(64)`` added to
   the tokens; it has no row for position 64 or later, so a longer input
   raises a ValueError and the results say "n/a";
 - `sinusoidal`: ``keras_hub.layers.SinePositionEncoding`` added to the tokens;
 - `rope`: rotary queries and keys (``rotary_max_wavelength=10000``);
+- `rope_pi`, `rope_ntk`, `rope_dynamic_ntk`, `rope_yarn`: the trained `rope`
+  models, not retrained, run at test length ``L`` with a scaled
+  `RotaryPositions`: position interpolation (``scaling="linear"``), NTK-aware
+  and YaRN with ``s = L / 64``, dynamic NTK with ``training_length=64`` (it
+  sets ``s`` from the length itself). At ``L = 64`` every one is `rope`;
+- `xpos`: RoPE with xPos' decay (``RotaryPositions(xpos_scale_base=512)``);
 - `alibi`: ``keras_hub.layers.AlibiBias`` (its default slopes) as ``attention_bias``;
+- `alibi_scheme`: the library's ``ALiBi()`` position scheme in every block's
+  attention (``relative="bias", position=ALiBi()``): the paper's slopes, the
+  same logits as `alibi` up to a constant per query row;
+- `kerple_log`, `kerple_power`: ``KERPLE("log")`` / ``KERPLE("power")`` in
+  every block's attention (learned ``r1, r2`` per head and block);
+- `fire`: ``FIRE()`` in every block's attention (its MLP per block);
+- `continuous_bias`: ``ContinuousBias()`` (an MLP of the log-scaled distance,
+  timm's "cr" form, 512 hidden units) in every block's attention;
 - `relative_bias_clip`: ``RelativePositionBias(bucketing="clip", max_distance=16)``;
 - `relative_bias_log`: T5's ``RelativePositionBias(bucketing="log",
   num_buckets=32, max_distance=64, bidirectional=False)``;
@@ -50,9 +71,15 @@ encodings (`ENCODINGS`):
   max_distance=16`` in every block;
 - `sinusoidal_relative_bias`: `sinusoidal` and `relative_bias_log` together.
 
-Each relative bias is one table shared by both blocks (computed once per call
-and passed as ``attention_bias``), as T5 does, so the four bias rows differ in
-their bucketing only.
+Each learned relative table is one table shared by both blocks (computed
+once per call and passed as ``attention_bias``), as T5 does, so the four
+table rows differ in their bucketing only. The computed schemes (`alibi_scheme`,
+KERPLE, FIRE, the continuous bias) are the library's ``position=`` option of
+each block's attention, with each block's own weights, as a user of the
+library would write them.
+
+The grid's trainings are independent: ``workers`` runs them in parallel
+processes (`_workers.run_jobs`), with one progress bar over them.
 """
 
 from __future__ import annotations
@@ -75,19 +102,29 @@ from keras_posenc.experiments._figures import (
     save_figure,
 )
 from keras_posenc.experiments._settings import merge_settings
-from keras_posenc.layers._checks import check_choice, check_int
+from keras_posenc.experiments._workers import check_workers, run_jobs
+from keras_posenc.layers._checks import check_choice, check_int, check_number_at_least
+from keras_posenc.layers.position_biases import FIRE, KERPLE, ALiBi, ContinuousBias
 from keras_posenc.layers.relative_position import (
     MultiScaleRelativePositionEmbedding,
     RelativePositionBias,
 )
 from keras_posenc.layers.relative_transformer import RelativeTransformerDecoder
+from keras_posenc.layers.rotary import RotaryPositions
 
-ENCODINGS = (
+# The encodings that are trained, in the tables' order (the scaled rotary rows follow `rope`).
+TRAINED_ENCODINGS = (
     "none",
     "learned_absolute",
     "sinusoidal",
     "rope",
+    "xpos",
     "alibi",
+    "alibi_scheme",
+    "kerple_log",
+    "kerple_power",
+    "fire",
+    "continuous_bias",
     "relative_bias_clip",
     "relative_bias_log",
     "relative_bias_piecewise",
@@ -95,10 +132,29 @@ ENCODINGS = (
     "shaw_keys_values",
     "sinusoidal_relative_bias",
 )
-TASKS = ("copy_back", "copy_position")
+# Rows computed from the trained `rope` models at test time, with a scaled rotation:
+# encoding -> `RotaryPositions` scaling.
+SCALED_ROPE = {
+    "rope_pi": "linear",
+    "rope_ntk": "ntk",
+    "rope_dynamic_ntk": "dynamic_ntk",
+    "rope_yarn": "yarn",
+}
+_ROPE_AT = TRAINED_ENCODINGS.index("rope") + 1
+ENCODINGS = TRAINED_ENCODINGS[:_ROPE_AT] + tuple(SCALED_ROPE) + TRAINED_ENCODINGS[_ROPE_AT:]
+# The computed schemes, in each block's attention as ``position=`` (fresh per block).
+_SCHEMES = {
+    "alibi_scheme": lambda: ALiBi(),
+    "kerple_log": lambda: KERPLE("log"),
+    "kerple_power": lambda: KERPLE("power"),
+    "fire": lambda: FIRE(),
+    "continuous_bias": lambda: ContinuousBias(),
+}
+TASKS = ("copy_back", "copy_position", "copy_recent")
 TASK_DESCRIPTIONS = {
     "copy_back": "relative: the token {shift} positions back",
     "copy_position": "absolute: the token at position {position}",
+    "copy_recent": "recency: the most recent earlier token of the {marked} marked ones",
 }
 
 COLUMNS = (
@@ -125,32 +181,32 @@ MODEL_SETTINGS = {
     "intermediate_dim": 64,
     "train_length": 64,
 }
-TASK_SETTINGS = {"shift": 4, "position": 3}
-# The training and evaluation budget. Full: 66 models (11 encodings, 2 tasks,
-# 3 seeds); the recorded run's times are on docs/experiments/length-generalization.md.
+TASK_SETTINGS = {"shift": 4, "position": 3, "marked": 3}
+# The training and evaluation budget. Full: 153 trainings (17 trained encodings,
+# 3 tasks, 3 seeds); the recorded run's times are on docs/experiments/length-generalization.md.
 FULL_SETTINGS = {
     "train_steps": 1000,
     "batch_size": 32,
     "learning_rate": 3e-3,
-    "test_lengths": (64, 128, 256, 512),
+    "test_lengths": (64, 128, 256, 512, 1024),
     "eval_positions": 4096,
 }
 # Quick: every encoding on the relative task, one seed, one block instead of
 # two, a short training at a higher learning rate (much of its time is compiling
-# the 11 models; measured times in docs/data/cli_timings.csv). A smoke test:
+# the 17 models; measured times in docs/data/cli_timings.csv). A smoke test:
 # its numbers are not the study's.
 QUICK_SETTINGS = {
     "num_layers": 1,
     "train_steps": 200,
     "batch_size": 32,
     "learning_rate": 1e-2,
-    "test_lengths": (64, 128, 256, 512),
+    "test_lengths": (64, 128, 256, 512, 1024),
     "eval_positions": 256,
 }
 QUICK_TASKS = ("copy_back",)
 
-# Tokens per evaluation batch: 16 sequences at L = 512, whose attention
-# logits (16, 2, 512, 512) in float32 take 32 MiB.
+# Tokens per evaluation batch: 8 sequences at L = 1024, whose attention
+# logits (8, 2, 1024, 1024) in float32 take 64 MiB.
 _EVAL_TOKENS_PER_BATCH = 8192
 
 
@@ -165,25 +221,30 @@ def task_data(
     vocabulary_size: int = 10,
     shift: int = 4,
     position: int = 3,
+    marked: int = 3,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Random token sequences with the task's answers.
 
     Tokens are uniform in ``0 .. vocabulary_size - 1`` (chance accuracy is
     ``1 / vocabulary_size``). Positions without an answer (the first
     ``shift`` for ``"copy_back"``, those before ``position`` for
-    ``"copy_position"``, whose answer lies in the future of a causal model)
-    get label 0 and weight 0.
+    ``"copy_position"``, whose answer lies in the future of a causal model,
+    and those with no marked token before them for ``"copy_recent"``) get
+    label 0 and weight 0.
 
     Args:
-        task: ``"copy_back"`` (label ``i`` = token ``i - shift``) or
+        task: ``"copy_back"`` (label ``i`` = token ``i - shift``),
             ``"copy_position"`` (label ``i`` = token ``position``, for
-            ``i >= position``).
+            ``i >= position``) or ``"copy_recent"`` (label ``i`` = token
+            ``j``, the largest ``j < i`` whose token is below ``marked``).
         num_sequences: number of sequences.
         length: tokens per sequence.
         seed: seed of the random tokens (anything ``numpy.random.default_rng`` takes).
         vocabulary_size: number of distinct tokens.
         shift: distance back for ``"copy_back"``.
         position: the position whose token ``"copy_position"`` asks for.
+        marked: ``"copy_recent"``: the tokens ``0 .. marked - 1`` are marked
+            (``1 <= marked < vocabulary_size``).
 
     Returns:
         ``(tokens, labels, weights)``: int32, int32 and float32 arrays of shape
@@ -197,6 +258,11 @@ def task_data(
         >>> tokens, labels, weights = task_data("copy_position", 1, 6, position=3)
         >>> bool((labels[0, 3:] == tokens[0, 3]).all()), weights[0].tolist()
         (True, [0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+        >>> tokens, labels, weights = task_data("copy_recent", 1, 8, seed=1)
+        >>> tokens[0].tolist()  # 0, 1 and 2 are marked
+        [4, 5, 7, 9, 0, 1, 8, 9]
+        >>> labels[0].tolist(), weights[0].tolist()
+        ([0, 0, 0, 0, 0, 0, 1, 1], [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
     """
     caller = "task_data"
     check_choice(caller, "task", task, TASKS)
@@ -211,12 +277,42 @@ def task_data(
         shift = check_int(caller, "shift", shift, 1)
         labels[:, shift:] = tokens[:, : max(length - shift, 0)]
         weights[:, shift:] = 1.0
-    else:
+    elif task == "copy_position":
         position = check_int(caller, "position", position, minimum=0)
         if position < length:
             labels[:, position:] = tokens[:, position : position + 1]
             weights[:, position:] = 1.0
+    else:
+        marked = check_int(caller, "marked", marked, minimum=1)
+        if marked >= vocabulary_size:
+            raise ValueError(
+                f"{caller}: `marked` must be below `vocabulary_size` ({vocabulary_size}), "
+                f"so that some tokens are not marked; got {marked}."
+            )
+        # The latest marked position at or before each position, -1 where none yet...
+        latest = np.where(tokens < marked, np.arange(length), -1)
+        latest = np.maximum.accumulate(latest, axis=1)
+        # ... and strictly before it: shifted one to the right.
+        before = np.concatenate([np.full((num_sequences, 1), -1), latest[:, :-1]], axis=1)
+        found = before >= 0
+        labels = np.where(found, np.take_along_axis(tokens, np.maximum(before, 0), 1), 0)
+        labels = labels.astype("int32")
+        weights = found.astype("float32")
     return tokens, labels, weights
+
+
+def chance(task: str, vocabulary_size: int = 10, marked: int = 3) -> float:
+    """Accuracy of a guess that knows only which tokens can be answers.
+
+    ``1 / vocabulary_size``, but ``1 / marked`` for ``"copy_recent"``, whose
+    answer is always one of the marked tokens.
+
+    Examples:
+
+        >>> chance("copy_back"), round(chance("copy_recent"), 3)
+        (0.1, 0.333)
+    """
+    return 1 / marked if task == "copy_recent" else 1 / vocabulary_size
 
 
 # ----------------------------------------------------------------------------- models
@@ -239,6 +335,8 @@ class LengthGeneralizationModel(keras.Model):
         num_layers: number of blocks.
         intermediate_dim: hidden size of each block's feed-forward network.
         train_length: the training length; the size of the learned position table.
+        scaling_factor: the ``s`` of `rope_pi`, `rope_ntk` and `rope_yarn`
+            (the test length over ``train_length``); only those take one.
         **kwargs: standard model arguments (``name``, ...).
 
     Call arguments:
@@ -257,12 +355,21 @@ class LengthGeneralizationModel(keras.Model):
         num_layers: int = 2,
         intermediate_dim: int = 64,
         train_length: int = 64,
+        scaling_factor: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         import keras_hub  # keras_hub imports TensorFlow; only load it when needed
 
-        self.encoding = check_choice(type(self).__name__, "encoding", encoding, ENCODINGS)
+        caller = type(self).__name__
+        self.encoding = check_choice(caller, "encoding", encoding, ENCODINGS)
+        scaled = SCALED_ROPE.get(encoding) in ("linear", "ntk", "yarn")
+        if scaling_factor is not None and not scaled:
+            raise ValueError(
+                f"{caller}({encoding!r}): `scaling_factor` is for the encodings "
+                f"'rope_pi', 'rope_ntk' and 'rope_yarn' only; got {scaling_factor!r}."
+            )
+        self.scaling_factor = scaling_factor
         self.num_heads = num_heads
         self.train_length = train_length
         self.max_length = train_length if encoding == "learned_absolute" else None
@@ -290,19 +397,40 @@ class LengthGeneralizationModel(keras.Model):
         # Attention without a relative term is the same layer with one bias
         # bucket (a constant per head, cancelled by the softmax), so every
         # encoding runs the same attention code.
-        attention = {"relative": "bias", "bucketing": "clip", "max_distance": 0}
+        attention: dict[str, Any] = {"relative": "bias", "bucketing": "clip", "max_distance": 0}
         if encoding == "shaw_keys_values":
             attention = {"relative": "keys_values", "bucketing": "clip", "max_distance": 16}
         elif encoding == "rope":
             attention["rotary_max_wavelength"] = 10000
-        self.blocks = [
-            RelativeTransformerDecoder(
-                intermediate_dim, num_heads, normalize_first=True, name=f"block_{i}", **attention
+        elif encoding == "xpos":
+            attention["rotary"] = RotaryPositions(xpos_scale_base=512)
+        elif encoding in SCALED_ROPE:
+            attention["rotary"] = self._scaled_rotation(caller, train_length)
+        self.blocks = []
+        for i in range(num_layers):
+            if encoding in _SCHEMES:  # a fresh scheme per block: its weights are the block's
+                attention = {"relative": "bias", "position": _SCHEMES[encoding]()}
+            self.blocks.append(
+                RelativeTransformerDecoder(
+                    intermediate_dim,
+                    num_heads,
+                    normalize_first=True,
+                    name=f"block_{i}",
+                    **attention,
+                )
             )
-            for i in range(num_layers)
-        ]
         self.final_norm = keras.layers.LayerNormalization(name="final_norm")
         self.classifier = keras.layers.Dense(vocabulary_size, name="classifier")
+
+    def _scaled_rotation(self, caller: str, train_length: int) -> RotaryPositions:
+        """`rope`'s rotation (wavelength 10000), scaled for ``scaling_factor`` times its length."""
+        scaling = SCALED_ROPE[self.encoding]
+        if scaling == "dynamic_ntk":  # it takes s from each call's length
+            return RotaryPositions(scaling=scaling, training_length=train_length)
+        factor = 1.0 if self.scaling_factor is None else self.scaling_factor
+        factor = check_number_at_least(caller, "scaling_factor", factor, 1.0)
+        extra = {"training_length": train_length} if scaling == "yarn" else {}
+        return RotaryPositions(scaling=scaling, scaling_factor=factor, **extra)
 
     def _attention_bias(self, length: Any) -> Any:
         if self.shared_bias is None:
@@ -341,13 +469,21 @@ class LengthGeneralizationModel(keras.Model):
         return self.classifier(self.final_norm(x))
 
 
-def build_model(encoding: str, seed: int | None = None, **model_settings: Any) -> keras.Model:
+def build_model(
+    encoding: str,
+    seed: int | None = None,
+    scaling_factor: float | None = None,
+    **model_settings: Any,
+) -> keras.Model:
     """The experiment's model for one encoding, built (weights created).
 
     Args:
         encoding: one of `ENCODINGS`.
         seed: if given, ``keras.utils.set_random_seed(seed)`` first, so the
             initial weights are reproducible.
+        scaling_factor: ``s`` of `rope_pi`, `rope_ntk` and `rope_yarn`
+            (default 1: plain RoPE); the study sets the weights of such a
+            model from a trained `rope` model (`scaled_rope`).
         **model_settings: overrides of `MODEL_SETTINGS` (``vocabulary_size``,
             ``hidden_dim``, ``num_heads``, ``num_layers``, ``intermediate_dim``,
             ``train_length``).
@@ -372,7 +508,7 @@ def build_model(encoding: str, seed: int | None = None, **model_settings: Any) -
     settings = {**MODEL_SETTINGS, **model_settings}
     if seed is not None:
         keras.utils.set_random_seed(seed)
-    model = LengthGeneralizationModel(encoding, **settings)
+    model = LengthGeneralizationModel(encoding, scaling_factor=scaling_factor, **settings)
     # A symbolic call creates the weights without running anything (JAX would
     # compile every operation for this one shape).
     model(keras.Input((settings["train_length"],), dtype="int32"))
@@ -428,6 +564,54 @@ def evaluate(
     return correct / total
 
 
+def scaled_rope(
+    trained: LengthGeneralizationModel, encoding: str, test_length: int
+) -> LengthGeneralizationModel:
+    """A trained `rope` model, run with the scaled rotation of ``encoding`` at ``test_length``.
+
+    The same layers with a `RotaryPositions` scaled for ``s = test_length /
+    train_length`` (at least 1; dynamic NTK takes ``s`` from each call's
+    length), and the trained model's weights: the rotation has none, so
+    nothing is retrained.
+
+    Args:
+        trained: a `LengthGeneralizationModel` of encoding ``"rope"``.
+        encoding: one of `SCALED_ROPE` (``"rope_pi"``, ``"rope_ntk"``,
+            ``"rope_dynamic_ntk"``, ``"rope_yarn"``).
+        test_length: the length it will run.
+
+    Returns:
+        A new `LengthGeneralizationModel` with ``trained``'s weights.
+
+    Examples:
+
+        >>> rope = build_model("rope", seed=0)
+        >>> model = scaled_rope(rope, "rope_yarn", 256)
+        >>> model.blocks[0].rotary
+        RotaryPositions(scaling='yarn', scaling_factor=4.0, training_length=64)
+    """
+    caller = "scaled_rope"
+    if getattr(trained, "encoding", None) != "rope":
+        raise ValueError(
+            f"{caller}: `trained` must be a model of encoding 'rope', got {trained!r}."
+        )
+    check_choice(caller, "encoding", encoding, tuple(SCALED_ROPE))
+    settings = {
+        "vocabulary_size": trained.classifier.units,
+        "hidden_dim": trained.token_embedding.output_dim,
+        "num_heads": trained.num_heads,
+        "num_layers": len(trained.blocks),
+        "intermediate_dim": trained.blocks[0].intermediate_dim,
+        "train_length": trained.train_length,
+    }
+    factor = None
+    if SCALED_ROPE[encoding] != "dynamic_ntk":
+        factor = max(1.0, check_int(caller, "test_length", test_length, 1) / trained.train_length)
+    model = build_model(encoding, scaling_factor=factor, **settings)
+    model.set_weights(trained.get_weights())
+    return model
+
+
 def train_and_evaluate(
     encoding: str,
     task: str,
@@ -435,11 +619,12 @@ def train_and_evaluate(
     train_steps: int = 1000,
     batch_size: int = 32,
     learning_rate: float = 3e-3,
-    test_lengths: Sequence[int] = (64, 128, 256, 512),
+    test_lengths: Sequence[int] = (64, 128, 256, 512, 1024),
     eval_positions: int = 4096,
     verbose: int = 0,
     model_settings: dict[str, Any] | None = None,
     task_settings: dict[str, Any] | None = None,
+    scaled: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Trains one model (one encoding, task and seed) and tests it at each length.
 
@@ -450,13 +635,25 @@ def train_and_evaluate(
     the training data), compiled once. Testing: `evaluate` on data that is the
     same for every seed and encoding.
 
+    Args:
+        encoding: one of `TRAINED_ENCODINGS`.
+        scaled: for ``"rope"``, the `SCALED_ROPE` encodings to test too, from
+            the same trained weights (`scaled_rope`).
+
     Returns:
-        ``{"accuracy": {length: accuracy or None}, "params": int,
-        "seconds": float}``; ``None`` where the model cannot run the length.
+        ``{"accuracy": {encoding: {length: accuracy or None}}, "params": int,
+        "seconds": float}``, with one entry per encoding (``encoding`` and
+        those of ``scaled``); ``None`` where the model cannot run the length.
     """
+    check_choice("train_and_evaluate", "encoding", encoding, TRAINED_ENCODINGS)
+    if scaled and encoding != "rope":
+        raise ValueError(
+            f"train_and_evaluate: `scaled` rotations are tested on 'rope' models only; "
+            f"got encoding={encoding!r}, scaled={list(scaled)!r}."
+        )
     model_settings = {**MODEL_SETTINGS, **(model_settings or {})}
     task_settings = {**TASK_SETTINGS, **(task_settings or {})}
-    keras.backend.clear_session()  # no graph or name build-up across 66 models
+    keras.backend.clear_session()  # no graph or name build-up across 153 models
     start = time.perf_counter()
     model = build_model(encoding, seed=seed, **model_settings)
     # Linear warm-up over the first tenth, then cosine decay to zero: the end of
@@ -486,14 +683,16 @@ def train_and_evaluate(
         shuffle=False,
         verbose=verbose,
     )
-    accuracy = {}
+    accuracy: dict[str, dict[int, float | None]] = {name: {} for name in (encoding, *scaled)}
     for length in test_lengths:
         if model.max_length is not None and length > model.max_length:
-            accuracy[length] = None  # it cannot run: reported as n/a, never guessed
+            accuracy[encoding][length] = None  # it cannot run: reported as n/a, never guessed
             continue
-        accuracy[length] = evaluate(
-            model, task, length, eval_positions, seed=10_000 + length, **task_settings
-        )
+        test = {"task": task, "length": length, "num_positions": eval_positions}
+        test.update(seed=10_000 + length, **task_settings)
+        accuracy[encoding][length] = evaluate(model, **test)
+        for name in scaled:
+            accuracy[name][length] = evaluate(scaled_rope(model, name, length), **test)
     return {
         "accuracy": accuracy,
         "params": model.count_params(),
@@ -508,6 +707,7 @@ def length_generalization_experiment(
     encodings: Sequence[str] = ENCODINGS,
     tasks: Sequence[str] | None = None,
     verbose: int = 1,
+    workers: int = 1,
     **settings: Any,
 ) -> list[dict[str, Any]]:
     """Trains every encoding on every task and seed, tests it at every length.
@@ -515,31 +715,36 @@ def length_generalization_experiment(
     Args:
         quick: the quick run (the relative task only, one seed, models of
             one block, 200 training steps at learning rate 1e-2, 256 measured
-            positions per length; about a minute of CPU time, see the
-            command line page) instead of the full one (both tasks, seeds 0,
-            1, 2, two blocks, 1000 steps at 3e-3, 4096 positions; half an hour
-            of CPU time, see the experiment's page).
+            positions per length; about a minute on 2 cores with 2 workers,
+            see the command line page) instead of the full one (the three
+            tasks, seeds 0, 1, 2, two blocks, 1000 steps at 3e-3, 4096
+            positions; see the experiment's page for its time).
         out: a folder to write ``length_generalization.csv``, ``.md`` and
             ``.png`` (accuracy against test length, drawn with matplotlib, the
             ``experiments`` extra; `redraw` draws it again from the CSV) into;
             created if missing.
         seeds: seeds; default ``(0,)`` quick, ``(0, 1, 2)`` full.
-        encodings: a selection of `ENCODINGS`.
+        encodings: a selection of `ENCODINGS`. A `SCALED_ROPE` encoding trains
+            the `rope` models it is computed from (reported only if selected).
         tasks: a selection of `TASKS`; default ``("copy_back",)`` quick, all full.
-        verbose: 1 prints a summary line per encoding, 2 also Keras' one line
-            per training (its progress bar is not used: the first step's
-            estimate includes compiling and was off by minutes); 0 prints nothing.
+        verbose: 1 prints a progress bar over the trainings and then a summary
+            line per encoding, 2 also Keras' one line per training (with one
+            worker; its progress bar is not used: the first step's estimate
+            includes compiling and was off by minutes); 0 prints nothing.
+        workers: trainings run at once, each in its own process (1: all in
+            this one). The results do not depend on it: every training seeds
+            its own weights and data.
         **settings: overrides of `QUICK_SETTINGS` / `FULL_SETTINGS`
             (``train_steps``, ``batch_size``, ``learning_rate``,
             ``test_lengths``, ``eval_positions``), `MODEL_SETTINGS` and
             `TASK_SETTINGS`.
 
     Returns:
-        One dict per (task, encoding, test length) with the keys of
-        ``COLUMNS``: the mean accuracy over seeds, its standard deviation,
-        minimum and maximum (all ``None`` with the note ``"n/a"`` where the
-        model cannot run the length), the number of seeds, parameters, blocks
-        and training steps.
+        One dict per (task, encoding, test length), in the order of ``tasks``
+        and ``encodings``, with the keys of ``COLUMNS``: the mean accuracy over
+        seeds, its standard deviation, minimum and maximum (all ``None`` with
+        the note ``"n/a"`` where the model cannot run the length), the number
+        of seeds, parameters, blocks and training steps.
 
     Raises:
         ImportError: with ``out`` but without matplotlib, before any training.
@@ -561,63 +766,100 @@ def length_generalization_experiment(
                 f"{caller}: `{name}` must be a non-empty selection of {list(allowed)}; "
                 f"received {values!r}."
             )
+    workers = check_workers(caller, workers)
     seeds = tuple(seeds if seeds is not None else ((0,) if quick else (0, 1, 2)))
     if not seeds:
         raise ValueError(f"{caller}: `seeds` must not be empty.")
     budget["test_lengths"] = tuple(budget["test_lengths"])
+    scaled = [name for name in encodings if name in SCALED_ROPE]
+    trained = [
+        name for name in TRAINED_ENCODINGS if name in encodings or (scaled and name == "rope")
+    ]
+    jobs = [
+        {
+            "encoding": encoding,
+            "task": task,
+            "seed": seed,
+            "verbose": 2 if verbose >= 2 and workers == 1 else 0,
+            "model_settings": model_settings,
+            "task_settings": task_settings,
+            "scaled": tuple(scaled) if encoding == "rope" else (),
+            **budget,
+        }
+        for encoding in trained
+        for task in tasks
+        for seed in seeds
+    ]
+    start = time.perf_counter()
+    results = run_jobs(train_and_evaluate, jobs, workers=workers, progress=verbose >= 1)
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for job, result in zip(jobs, results):
+        for name, accuracy in result["accuracy"].items():
+            runs.setdefault((name, job["task"]), []).append(
+                {"accuracy": accuracy, "params": result["params"]}
+            )
 
     rows = []
-    for encoding in encodings:
-        start = time.perf_counter()
-        summary = []
-        for task in tasks:
-            runs = [
-                train_and_evaluate(
-                    encoding,
-                    task,
-                    seed=seed,
-                    verbose=2 if verbose >= 2 else 0,
-                    model_settings=model_settings,
-                    task_settings=task_settings,
-                    **budget,
+    for task in tasks:
+        for encoding in encodings:
+            rows.extend(_rows(task, encoding, runs[encoding, task], budget, model_settings))
+    if verbose:
+        elapsed = time.perf_counter() - start
+        for encoding in encodings:
+            cells = [
+                f"{task} "
+                + ", ".join(
+                    f"{r['test_length']}: {_cell(r)}"
+                    for r in rows
+                    if r["encoding"] == encoding and r["task"] == task
                 )
-                for seed in seeds
+                for task in tasks
             ]
-            cells = []
-            for length in budget["test_lengths"]:
-                values = [run["accuracy"][length] for run in runs]
-                row = {
-                    "task": task,
-                    "encoding": encoding,
-                    "test_length": length,
-                    "seeds": len(seeds),
-                    "params": runs[0]["params"],
-                    "num_layers": model_settings["num_layers"],
-                    "train_steps": budget["train_steps"],
-                }
-                if any(v is None for v in values):
-                    row.update(accuracy=None, accuracy_std=None, accuracy_min=None)
-                    row.update(accuracy_max=None, note="n/a")
-                else:
-                    values = np.array(values)
-                    row.update(
-                        accuracy=float(values.mean()),
-                        accuracy_std=float(values.std()),
-                        accuracy_min=float(values.min()),
-                        accuracy_max=float(values.max()),
-                        note="",
-                    )
-                rows.append(row)
-                cells.append(f"{length}: {_cell(row)}")
-            summary.append(f"{task} " + ", ".join(cells))
-        if verbose:
-            print(
-                f"{encoding}: " + " | ".join(summary) + f" ({rows[-1]['params']:,} params, "
-                f"{len(seeds)} seed(s), {time.perf_counter() - start:.0f} s)",
-                flush=True,
-            )
+            params = next(r["params"] for r in rows if r["encoding"] == encoding)
+            print(f"{encoding}: " + " | ".join(cells) + f" ({params:,} params)", flush=True)
+        print(
+            f"{len(jobs)} trainings ({len(seeds)} seed(s)) in {elapsed:.0f} s with "
+            f"{workers} worker(s)",
+            flush=True,
+        )
     if out is not None:
         write_results(rows, out, vocabulary_size=model_settings["vocabulary_size"])
+    return rows
+
+
+def _rows(
+    task: str,
+    encoding: str,
+    runs: Sequence[dict[str, Any]],
+    budget: dict[str, Any],
+    model_settings: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The result rows of one encoding on one task: the seeds' mean, spread and range."""
+    rows = []
+    for length in budget["test_lengths"]:
+        values = [run["accuracy"][length] for run in runs]
+        row = {
+            "task": task,
+            "encoding": encoding,
+            "test_length": length,
+            "seeds": len(runs),
+            "params": runs[0]["params"],
+            "num_layers": model_settings["num_layers"],
+            "train_steps": budget["train_steps"],
+        }
+        if any(v is None for v in values):
+            row.update(accuracy=None, accuracy_std=None, accuracy_min=None)
+            row.update(accuracy_max=None, note="n/a")
+        else:
+            values = np.array(values)
+            row.update(
+                accuracy=float(values.mean()),
+                accuracy_std=float(values.std()),
+                accuracy_min=float(values.min()),
+                accuracy_max=float(values.max()),
+                note="",
+            )
+        rows.append(row)
     return rows
 
 
@@ -645,7 +887,7 @@ def markdown_table(rows: Sequence[dict[str, Any]], vocabulary_size: int = 10) ->
             f"**{task}** ({description}): accuracy on positions L/2..L-1, mean ± std over "
             f"{first['seeds']} seed(s); {first['num_layers']} block(s), "
             f"{first['train_steps']} training steps at length {MODEL_SETTINGS['train_length']}; "
-            f"chance {1 / vocabulary_size:.2f}"
+            f"chance {chance(task, vocabulary_size, TASK_SETTINGS['marked']):.2f}"
         )
         lines.append("")
         lines.append("| encoding | params | " + " | ".join(f"L={n}" for n in lengths) + " |")
@@ -654,6 +896,12 @@ def markdown_table(rows: Sequence[dict[str, Any]], vocabulary_size: int = 10) ->
             row_cells = [_cell(cells[encoding, n]) for n in lengths]
             params = cells[encoding, lengths[0]]["params"]
             lines.append(f"| {encoding} | {params:,} | " + " | ".join(row_cells) + " |")
+        lines.append("")
+    if any(r["encoding"] in SCALED_ROPE for r in rows):
+        lines.append(
+            "rope_pi, rope_ntk, rope_dynamic_ntk, rope_yarn: the trained rope models with "
+            "the rotation scaled at test time (s = L / 64), not retrained."
+        )
         lines.append("")
     if any(r["accuracy"] is None for r in rows):
         lines.append(
@@ -761,8 +1009,9 @@ def redraw(
 _TASK_STYLES = {
     "copy_back": {"color": "tab:blue", "marker": "o"},
     "copy_position": {"color": "tab:orange", "marker": "s"},
+    "copy_recent": {"color": "tab:green", "marker": "^"},
 }
-_COLUMNS = 4
+_COLUMNS = 5
 
 
 def plot(rows: Sequence[dict[str, Any]], chance: float | None = None) -> Any:
@@ -818,6 +1067,10 @@ def plot(rows: Sequence[dict[str, Any]], chance: float | None = None) -> Any:
         axis.grid(True, color="0.9")
         if chance is not None:
             handles["chance"] = axis.axhline(chance, color="0.45", linestyle="--", linewidth=1)
+        if "copy_recent" in tasks:  # its answer is one of the marked tokens: a higher floor
+            handles["marked"] = axis.axhline(
+                1 / TASK_SETTINGS["marked"], color="tab:green", linestyle=":", linewidth=1
+            )
         for index, task in enumerate(tasks):
             series = [r for r in rows if r["encoding"] == encoding and r["task"] == task]
             style = _TASK_STYLES.get(task, {"marker": "o"})
@@ -855,6 +1108,7 @@ def plot(rows: Sequence[dict[str, Any]], chance: float | None = None) -> Any:
             axes[index - columns].xaxis.set_tick_params(labelbottom=True)
     labels = {task: f"{task} ({TASK_DESCRIPTIONS[task].format(**TASK_SETTINGS)})" for task in tasks}
     labels["chance"] = f"chance ({chance:.2f})" if chance is not None else ""
+    labels["marked"] = f"copy_recent: a marked token at random ({1 / TASK_SETTINGS['marked']:.2f})"
     entries = [key for key in labels if key in handles]
     seeds = max(r["seeds"] for r in rows)
     legend_axis.legend(

@@ -8,51 +8,77 @@ import struct
 
 import numpy as np
 import pytest
+from keras import ops
 
 from keras_posenc import cli
 from keras_posenc.experiments.length_generalization import (
     COLUMNS,
     ENCODINGS,
+    SCALED_ROPE,
     build_model,
+    chance,
     evaluate,
     length_generalization_experiment,
     markdown_table,
+    scaled_rope,
     task_data,
 )
 
 
-def expected_answers(tokens, task, shift, position):
-    """Labels and weights written out position by position, from the task's definition."""
+def source_position(sequence, i, task, shift, position, marked):
+    """Where the answer at position ``i`` lies, from the task's definition; None if nowhere."""
+    if task == "copy_back":
+        source = i - shift
+    elif task == "copy_position":
+        source = position
+    else:  # the nearest earlier marked token, searched backwards one position at a time
+        source = next((j for j in range(i - 1, -1, -1) if sequence[j] < marked), None)
+    # An answer exists and lies in the past (causal).
+    return source if source is not None and 0 <= source <= i else None
+
+
+def expected_answers(tokens, task, shift, position, marked=3):
+    """Labels and weights written out position by position."""
     labels = np.zeros(tokens.shape, np.int64)
     weights = np.zeros(tokens.shape, np.float64)
     for n, sequence in enumerate(tokens):
         for i in range(len(sequence)):
-            source = i - shift if task == "copy_back" else position
-            if 0 <= source <= i:  # an answer exists and lies in the past (causal)
+            source = source_position(sequence, i, task, shift, position, marked)
+            if source is not None:
                 labels[n, i] = sequence[source]
                 weights[n, i] = 1.0
     return labels, weights
 
 
 @pytest.mark.parametrize(
-    "task, length, shift, position",
+    "task, length, shift, position, marked",
     [
-        ("copy_back", 64, 4, 3),
-        ("copy_back", 9, 7, 3),
-        ("copy_back", 3, 5, 3),  # shorter than the shift: no answers
-        ("copy_position", 64, 4, 3),
-        ("copy_position", 12, 4, 0),
-        ("copy_position", 3, 4, 5),  # the position lies beyond the sequence
+        ("copy_back", 64, 4, 3, 3),
+        ("copy_back", 9, 7, 3, 3),
+        ("copy_back", 3, 5, 3, 3),  # shorter than the shift: no answers
+        ("copy_position", 64, 4, 3, 3),
+        ("copy_position", 12, 4, 0, 3),
+        ("copy_position", 3, 4, 5, 3),  # the position lies beyond the sequence
+        ("copy_recent", 64, 4, 3, 3),
+        ("copy_recent", 40, 4, 3, 1),  # one marked token: long gaps, often no answer yet
+        ("copy_recent", 1, 4, 3, 5),  # a single position never has an earlier token
     ],
 )
-def test_task_data_labels(task, length, shift, position):
+def test_task_data_labels(task, length, shift, position, marked):
     tokens, labels, weights = task_data(
-        task, 5, length, seed=7, vocabulary_size=6, shift=shift, position=position
+        task,
+        5,
+        length,
+        seed=7,
+        vocabulary_size=6,
+        shift=shift,
+        position=position,
+        marked=marked,
     )
     assert tokens.shape == labels.shape == weights.shape == (5, length)
     assert tokens.dtype == labels.dtype == np.int32 and weights.dtype == np.float32
     assert tokens.min() >= 0 and tokens.max() < 6
-    expected_labels, expected_weights = expected_answers(tokens, task, shift, position)
+    expected_labels, expected_weights = expected_answers(tokens, task, shift, position, marked)
     np.testing.assert_array_equal(weights, expected_weights)
     # Only positions with an answer are scored; their labels must match exactly.
     np.testing.assert_array_equal(labels * weights, expected_labels * expected_weights)
@@ -68,11 +94,32 @@ def test_task_data_is_seeded_and_uses_every_token():
     assert len(counts) == 10 and counts.min() > 300  # uniform over the 10 tokens (409.6 each)
 
 
+def test_recency_answers_lie_at_varying_distances():
+    """No one offset answers "copy_recent": the distances spread like a geometric law."""
+    tokens, labels, weights = task_data("copy_recent", 200, 64, seed=5)
+    distances = [
+        i - source_position(tokens[n], i, "copy_recent", 4, 3, 3)
+        for n in range(200)
+        for i in range(64)
+        if weights[n, i]
+    ]
+    counts = np.bincount(distances)
+    assert counts[0] == 0 and counts[1] > counts[2] > counts[3] > counts[5] > 0
+    # 3 of 10 tokens marked: the mean distance is 1 / 0.3 = 3.3 (the tail is cut at 64).
+    assert np.mean(distances) == pytest.approx(1 / 0.3, abs=0.15)
+    assert set(labels[weights > 0].tolist()) == {0, 1, 2}  # answers are marked tokens
+    assert chance("copy_recent") == pytest.approx(1 / 3) and chance("copy_back") == 0.1
+
+
 def test_task_data_rejects_bad_arguments():
     with pytest.raises(ValueError, match=r"task_data: `task` must be one of .*got 'reverse'"):
         task_data("reverse", 2, 8)
     with pytest.raises(ValueError, match=r"task_data: `length` must be an integer >= 1, got 0"):
         task_data("copy_back", 2, 0)
+    with pytest.raises(ValueError, match=r"task_data: `marked` must be below `vocabulary_size`"):
+        task_data("copy_recent", 2, 8, vocabulary_size=4, marked=4)
+    with pytest.raises(ValueError, match=r"task_data: `marked` must be an integer >= 1, got 0"):
+        task_data("copy_recent", 2, 8, marked=0)
 
 
 def test_learned_absolute_refuses_lengths_beyond_its_table():
@@ -93,18 +140,84 @@ def test_experiment_rejects_bad_selections():
         length_generalization_experiment(encodings=["bert"], verbose=0)
     with pytest.raises(ValueError, match=r"unknown setting 'epochs'"):
         length_generalization_experiment(epochs=3, verbose=0)
+    with pytest.raises(ValueError, match=r"`workers` must be an integer >= 1, got 0"):
+        length_generalization_experiment(workers=0, verbose=0)
+    with pytest.raises(ValueError, match=r"`scaling_factor` is for the encodings 'rope_pi'"):
+        build_model("rope", scaling_factor=2.0)
+    with pytest.raises(ValueError, match=r"`scaling_factor` must be a finite number >= 1"):
+        build_model("rope_pi", scaling_factor=0.5)
+    with pytest.raises(ValueError, match=r"scaled_rope: `trained` must be a model of encoding"):
+        scaled_rope(build_model("xpos"), "rope_pi", 128)
 
 
 def test_every_encoding_builds_with_the_same_backbone():
     """Same size for all: the parameter counts differ only by the encodings' own tables."""
-    names = ("none", "learned_absolute", "rope", "relative_bias_log", "shaw_keys_values")
-    counts = {name: build_model(name, seed=0).count_params() for name in names}
+    counts = {name: build_model(name, seed=0).count_params() for name in ENCODINGS}
     base = counts["none"]
-    assert counts["rope"] == base  # rotation has no weights
+    for name in ("rope", "xpos", *SCALED_ROPE):
+        assert counts[name] == base  # rotation has no weights
+    # The computed schemes replace each block's one-bucket bias (1 x 2 heads) by their own:
+    assert counts["alibi_scheme"] == base - 2 * 2  # none
+    assert counts["kerple_log"] == counts["kerple_power"] == base + 2 * (2 * 2 - 2)  # r1, r2
+    assert counts["fire"] == base + 2 * (2 + (32 + 32) + (32 * 2 + 2) - 2)  # c, L and the MLP
+    assert counts["continuous_bias"] == base + 2 * ((512 + 512) + (512 * 2 + 2) - 2)
     assert counts["learned_absolute"] == base + 64 * 32  # one row of width 32 per position
     assert counts["relative_bias_log"] == base + 32 * 2  # one shared table: 32 buckets x 2 heads
     # Shaw: per block, key and value tables of 33 x 16 instead of the one-bucket bias (1 x 2).
     assert counts["shaw_keys_values"] == base + 2 * (2 * 33 * 16 - 2)
+
+
+def test_scaled_rope_rows_reuse_the_trained_rope_weights():
+    """The scaled rows are the rope model's weights under another rotation, nothing retrained.
+
+    At the training length every scaling is the identity (s = 1; dynamic NTK
+    does not scale up to its training length), so the outputs equal rope's;
+    at 4x the length they differ from rope's and from each other, except
+    dynamic NTK, which over a whole sequence of length L is NTK-aware with
+    s = L / 64.
+    """
+    rope = build_model("rope", seed=3, num_layers=1)
+    tokens = np.random.default_rng(0).integers(0, 10, (2, 256)).astype("int32")
+    expected = ops.convert_to_numpy(rope(tokens[:, :64]))
+    for name in SCALED_ROPE:
+        model = scaled_rope(rope, name, 64)
+        for ours, theirs in zip(model.get_weights(), rope.get_weights()):
+            np.testing.assert_array_equal(ours, theirs)
+        np.testing.assert_allclose(ops.convert_to_numpy(model(tokens[:, :64])), expected, atol=1e-5)
+    outputs = {
+        name: ops.convert_to_numpy(scaled_rope(rope, name, 256)(tokens)) for name in SCALED_ROPE
+    }
+    outputs["rope"] = ops.convert_to_numpy(rope(tokens))
+    np.testing.assert_allclose(outputs["rope_dynamic_ntk"], outputs["rope_ntk"], atol=1e-5)
+    for first, second in (("rope", "rope_pi"), ("rope", "rope_ntk"), ("rope_pi", "rope_yarn")):
+        assert np.abs(outputs[first] - outputs[second]).max() > 1e-3, (first, second)
+    assert scaled_rope(rope, "rope_pi", 256).blocks[0].rotary.scaling_factor == 4.0
+
+
+def test_parallel_workers_give_the_numbers_of_one_process():
+    """Two spawned worker processes reproduce the one-process run (every job seeds itself)."""
+    settings = {
+        "encodings": ["rope_yarn", "alibi_scheme"],
+        "tasks": ["copy_recent"],
+        "seeds": (1,),
+        "train_steps": 4,
+        "train_length": 16,
+        "test_lengths": (16, 32),
+        "eval_positions": 64,
+        "verbose": 0,
+    }
+    alone = length_generalization_experiment(workers=1, **settings)
+    parallel = length_generalization_experiment(workers=2, **settings)
+    assert [(r["encoding"], r["test_length"]) for r in parallel] == [
+        ("rope_yarn", 16),
+        ("rope_yarn", 32),
+        ("alibi_scheme", 16),
+        ("alibi_scheme", 32),
+    ]
+    for one, two in zip(alone, parallel):
+        # At most one of the >= 64 scored positions may flip on a rounding difference.
+        assert two["accuracy"] == pytest.approx(one["accuracy"], abs=1 / 64 + 1e-9), (one, two)
+        assert (two["params"], two["seeds"]) == (one["params"], 1)
 
 
 def test_tiny_run_learns_the_relative_task_and_writes_its_outputs(tmp_path):
@@ -167,10 +280,13 @@ def test_quick_cli_run(tmp_path, capsys):
     printed = capsys.readouterr().out
     for name in ENCODINGS:
         assert f"\n{name}: copy_back 64: " in "\n" + printed  # the summary line per encoding
+    assert "17 trainings (1 seed(s))" in printed  # the scaled rows are the rope model's
     with open(os.path.join(tmp_path, "length_generalization.csv")) as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == len(ENCODINGS) * 4
+    assert len(rows) == len(ENCODINGS) * 5
     accuracy = {(r["encoding"], r["test_length"]): r["accuracy"] for r in rows}
     for name in ("relative_bias_clip", "shaw_keys_values"):
         assert float(accuracy[name, "64"]) > 0.6  # chance is 0.10
-    assert accuracy["learned_absolute", "512"] == ""
+    for name in SCALED_ROPE:  # s = 1 at the training length: rope's number
+        assert accuracy[name, "64"] == accuracy["rope", "64"]
+    assert accuracy["learned_absolute", "1024"] == ""

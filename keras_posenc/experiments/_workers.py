@@ -1,0 +1,98 @@
+"""Independent training runs of a study, in this process or in parallel worker processes.
+
+A study's grid (encodings x tasks x seeds) is a list of independent jobs,
+each a call of one top-level function with keyword arguments that returns a
+picklable result. `run_jobs` runs them in order in this process, or in
+``workers`` fresh processes (``spawn``: no state of this process is shared;
+each worker imports Keras with this process's backend), and shows one
+progress bar (Keras' ``Progbar``) over the jobs.
+
+Every job seeds its own model and data, so a result does not depend on the
+worker that computed it or on the order of completion; only the wall-clock
+time does.
+
+This module imports no Keras at import time: a worker must set
+``KERAS_BACKEND`` (`_use_backend`) before anything imports Keras.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+
+def _use_backend(backend: str) -> None:
+    """A worker's initializer: the parent's Keras backend, fixed before Keras is imported."""
+    os.environ["KERAS_BACKEND"] = backend
+
+
+def check_workers(caller: str, workers: Any) -> int:
+    """``workers`` as an int >= 1, or a ValueError naming ``caller``.
+
+    Examples:
+
+        >>> check_workers("study", 2)
+        2
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"{caller}: `workers` must be an integer >= 1, got {workers!r}.")
+    return workers
+
+
+def run_jobs(
+    function: Callable[..., Any],
+    jobs: Sequence[dict[str, Any]],
+    workers: int = 1,
+    progress: bool = True,
+    unit: str = "model",
+) -> list[Any]:
+    """``[function(**job) for job in jobs]``, possibly in parallel, with a progress bar.
+
+    Args:
+        function: a module-level function (a worker process imports it by name).
+        jobs: the keyword arguments of each call (picklable).
+        workers: 1 runs the jobs here, one after the other; more runs them in
+            that many ``spawn`` processes (at most one per job).
+        progress: show a Keras progress bar over the jobs (done / total and
+            the estimated time left), updated as each job ends.
+        unit: what a job is, in the progress bar.
+
+    Returns:
+        The results, in the order of ``jobs`` whatever the order of completion.
+
+    Raises:
+        Whatever a job raised (the first in completion order); the jobs not
+        yet started are cancelled.
+    """
+    import keras  # only here: a worker imports this module before its backend is set
+
+    workers = check_workers("run_jobs", workers)
+    bar = keras.utils.Progbar(len(jobs), unit_name=unit) if progress and jobs else None
+    results: list[Any] = [None] * len(jobs)
+    if workers == 1 or len(jobs) <= 1:
+        for index, job in enumerate(jobs):
+            results[index] = function(**job)
+            if bar is not None:
+                bar.update(index + 1)
+        return results
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        min(workers, len(jobs)),
+        mp_context=context,
+        initializer=_use_backend,
+        initargs=(keras.backend.backend(),),
+    ) as pool:
+        futures = {pool.submit(function, **job): index for index, job in enumerate(jobs)}
+        try:
+            for done, future in enumerate(as_completed(futures), start=1):
+                results[futures[future]] = future.result()
+                if bar is not None:
+                    bar.update(done)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    return results
