@@ -932,14 +932,170 @@ def write_results(
         writer.writeheader()
         for row in rows:
             writer.writerow({key: "" if row[key] is None else row[key] for key in COLUMNS})
+    return [csv_path, *_write_tables_and_figure(rows, out, vocabulary_size)]
+
+
+def _write_tables_and_figure(
+    rows: Sequence[dict[str, Any]], out: str | os.PathLike, vocabulary_size: int
+) -> list[str]:
     md_path = os.path.join(out, "length_generalization.md")
     with open(md_path, "w") as handle:
         handle.write(markdown_table(rows, vocabulary_size))
+    claims_path = os.path.join(out, CLAIMS_NAME)
+    with open(claims_path, "w") as handle:
+        handle.write(claims_table(rows, vocabulary_size))
     png_path = save_figure(plot(rows, chance=1 / vocabulary_size), os.path.join(out, FIGURE_NAME))
-    return [csv_path, md_path, png_path]
+    return [md_path, claims_path, png_path]
+
+
+def render(
+    folder: str | os.PathLike, out: str | os.PathLike | None = None, vocabulary_size: int = 10
+) -> list[str]:
+    """Writes the markdown tables, the claims table and the PNG again from the CSV in ``folder``.
+
+    No training: everything `write_results` writes besides the CSV is made
+    from the CSV's rows, so a change to how they are shown needs no new run.
+
+    Args:
+        folder: the folder holding ``length_generalization.csv``.
+        out: the folder to write into; default ``folder``.
+        vocabulary_size: the run's number of token types (chance; the CSV does
+            not record it; default `MODEL_SETTINGS`'s).
+
+    Returns:
+        The paths written.
+
+    Raises:
+        ImportError: without matplotlib (the ``experiments`` extra).
+    """
+    require_matplotlib("length_generalization.render")
+    rows = read_results(folder)
+    out = folder if out is None else out
+    os.makedirs(out, exist_ok=True)
+    return _write_tables_and_figure(rows, out, vocabulary_size)
+
+
+# ----------------------------------------------------------------------------- the claims
+
+# What the papers (or, without a paper, their authors) claim about length, in short; the
+# papers page (docs/papers.md) sets these next to the study's numbers.
+CLAIMS = {
+    "none": "NoPE (Kazemnejad et al. 2023): a causal model without positions generalises "
+    "better than RoPE, ALiBi and T5's bias on small reasoning tasks",
+    "learned_absolute": "cannot represent positions past its table",
+    "sinusoidal": "Vaswani et al. 2017 hoped it extrapolates; known to degrade",
+    "rope": "Su et al. 2021; degrades past the training length unless scaled",
+    "rope_pi": "Chen et al. 2023: LLaMA 2048 -> 32768 with 1000 fine-tuning steps; "
+    "without fine-tuning only for small s",
+    "rope_ntk": "bloc97 2023: longer contexts without fine-tuning, small perplexity loss",
+    "rope_dynamic_ntk": "bloc97 2023: as NTK-aware, and plain RoPE up to the training length",
+    "rope_yarn": "Peng et al. 2023: LLaMA 2 to 64k and 128k with about 400 fine-tuning steps",
+    "xpos": "Sun et al. 2022: extrapolates better than RoPE",
+    "alibi": "Press et al. 2022: trained at 1024, matches sinusoidal trained at 2048 (tested at "
+    "2048)",
+    "alibi_scheme": "the same paper (the library's ALiBi)",
+    "kerple_log": "Chi et al. 2022: the best of its kernels; better than ALiBi at 4x-16x",
+    "kerple_power": "Chi et al. 2022: extrapolates, behind the log kernel",
+    "fire": "Li et al. 2023: beats NoPE, RoPE, ALiBi, KERPLE and T5's bias",
+    "continuous_bias": "Liu et al. 2022 (Swin v2): transfers to larger windows than trained",
+    "relative_bias_clip": "Shaw et al. 2018: defined for any length",
+    "relative_bias_log": "Raffel et al. 2020: defined for any length",
+    "relative_bias_piecewise": "Wu et al. 2021: defined for any length",
+    "relative_bias_multiscale": "the seed lecture: defined for any length",
+    "shaw_keys_values": "Shaw et al. 2018: defined for any length",
+}
+# A model has learned a task when it is this far above chance at the training length
+# (a fraction of the way from chance to 1), and holds a length while it keeps its
+# accuracy at the training length within HOLD_MARGIN.
+LEARNED_FRACTION = 0.5
+HOLD_MARGIN = 0.05
+
+
+def verdict(series: Sequence[dict[str, Any]], chance_level: float) -> str:
+    """One encoding on one task, in words: up to which length it keeps its accuracy.
+
+    ``"not learned"`` when the mean accuracy at the shortest length is less
+    than `LEARNED_FRACTION` of the way from chance to 1; ``"cannot run
+    past L"`` when a length is n/a; otherwise ``"holds to L"`` for the
+    longest ``L`` up to which every mean stays within `HOLD_MARGIN` of the
+    shortest length's, or ``"falls at L"`` for the first length below that.
+
+    Args:
+        series: the rows of one encoding and task, at increasing test lengths.
+        chance_level: the task's chance accuracy (`chance`).
+
+    Examples:
+
+        >>> rows = [{"test_length": n, "accuracy": a} for n, a in ((64, 1.0), (128, 0.98),
+        ...     (256, 0.7))]
+        >>> verdict(rows, 0.1)
+        'holds to 128'
+        >>> verdict(rows[:1] + [{"test_length": 128, "accuracy": None}], 0.1)
+        'cannot run past 64'
+        >>> verdict([{"test_length": 64, "accuracy": 0.3}], 0.1)
+        'not learned'
+    """
+    series = sorted(series, key=lambda row: row["test_length"])
+    first = series[0]["accuracy"]
+    if first is None or first < chance_level + LEARNED_FRACTION * (1 - chance_level):
+        return "not learned"
+    held = series[0]["test_length"]
+    for row in series[1:]:
+        if row["accuracy"] is None:
+            return f"cannot run past {held}"
+        if row["accuracy"] < first - HOLD_MARGIN:
+            return (
+                f"holds to {held}"
+                if held > series[0]["test_length"]
+                else (f"falls at {row['test_length']}")
+            )
+        held = row["test_length"]
+    return f"holds to {held}"
+
+
+def claims_table(rows: Sequence[dict[str, Any]], vocabulary_size: int = 10) -> str:
+    """The published claim of each encoding next to what the study measured, as markdown.
+
+    One line per encoding that `CLAIMS` names; per task, the mean accuracy at
+    the shortest and the longest test length and the `verdict`.
+    """
+    tasks = [task for task in TASKS if any(r["task"] == task for r in rows)]
+    lengths = sorted({r["test_length"] for r in rows})
+    first, last = lengths[0], lengths[-1]
+    header = "| encoding | claim | " + " | ".join(f"{task}: L={first} -> {last}" for task in tasks)
+    lines = [
+        f"Mean accuracy over {max(r['seeds'] for r in rows)} seed(s) at L = {first} and "
+        f"L = {last}; *learned*: at least {LEARNED_FRACTION:.0%} of the way from chance to 1 "
+        f"at L = {first}; *holds to L*: every mean up to L within {HOLD_MARGIN} of the one at "
+        f"L = {first}.",
+        "",
+        header + " |",
+        "|---|---|" + "---|" * len(tasks),
+    ]
+    encodings = list(dict.fromkeys(r["encoding"] for r in rows))
+    for encoding in encodings:
+        if encoding not in CLAIMS:
+            continue
+        cells = []
+        for task in tasks:
+            series = [r for r in rows if r["encoding"] == encoding and r["task"] == task]
+            if not series:
+                cells.append("")
+                continue
+            by_length = {r["test_length"]: r for r in series}
+            shown = [
+                "n/a" if by_length[n]["accuracy"] is None else f"{by_length[n]['accuracy']:.2f}"
+                for n in (first, last)
+                if n in by_length
+            ]
+            level = chance(task, vocabulary_size, TASK_SETTINGS["marked"])
+            cells.append(" -> ".join(shown) + f": {verdict(series, level)}")
+        lines.append(f"| {encoding} | {CLAIMS[encoding]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 CSV_NAME = "length_generalization.csv"
+CLAIMS_NAME = "length_generalization_claims.md"
 FIGURE_NAME = "length_generalization.png"
 _INT_COLUMNS = ("test_length", "seeds", "params", "num_layers", "train_steps")
 _FLOAT_COLUMNS = ("accuracy", "accuracy_std", "accuracy_min", "accuracy_max")

@@ -94,12 +94,18 @@ def test_length_figure_is_wide_and_redraws_from_its_csv(tmp_path):
     assert [os.path.basename(p) for p in paths] == [
         "length_generalization.csv",
         "length_generalization.md",
+        "length_generalization_claims.md",
         "length_generalization.png",
     ]
-    assert png_size(paths[2])[0] >= 800
+    assert png_size(paths[3])[0] >= 800
     assert length_generalization.read_results(tmp_path) == rows  # n/a cells come back as None
     again = length_generalization.redraw(tmp_path, out=tmp_path / "again")
-    assert open(again, "rb").read() == open(paths[2], "rb").read()  # the CSV is all it needs
+    assert open(again, "rb").read() == open(paths[3], "rb").read()  # the CSV is all it needs
+    # render: every file but the CSV again, from the CSV alone, byte for byte.
+    rendered = length_generalization.render(tmp_path, out=tmp_path / "rendered")
+    assert [os.path.basename(p) for p in rendered] == [os.path.basename(p) for p in paths[1:]]
+    for new, old in zip(rendered, paths[1:]):
+        assert open(new, "rb").read() == open(old, "rb").read(), new
 
 
 def test_coatnet_figure_is_wide_and_redraws_from_its_csv(tmp_path):

@@ -12,11 +12,13 @@ from keras import ops
 
 from keras_posenc import cli
 from keras_posenc.experiments.length_generalization import (
+    CLAIMS,
     COLUMNS,
     ENCODINGS,
     SCALED_ROPE,
     build_model,
     chance,
+    claims_table,
     evaluate,
     length_generalization_experiment,
     markdown_table,
@@ -264,6 +266,37 @@ def test_tiny_run_learns_the_relative_task_and_writes_its_outputs(tmp_path):
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     width, height = struct.unpack(">II", png[16:24])
     assert (width, height) == (1200, 500)  # matplotlib: 12 x 5 inches at 100 dpi
+
+
+def test_claims_table_sets_each_claim_next_to_the_measured_verdict():
+    assert set(CLAIMS) == set(ENCODINGS) - {"sinusoidal_relative_bias"}  # no paper claims it
+
+    def series(encoding, task, accuracies):
+        return [
+            {"task": task, "encoding": encoding, "test_length": n, "accuracy": a, "seeds": 3}
+            for n, a in zip((64, 128, 256), accuracies)
+        ]
+
+    rows = (
+        series("rope", "copy_back", (1.0, 0.96, 0.5))
+        + series("rope", "copy_recent", (0.9, 0.3, 0.3))
+        + series("learned_absolute", "copy_back", (1.0, None, None))
+        + series("alibi", "copy_back", (0.5, 0.5, 0.5))  # below 0.55, half way from 0.1 to 1
+        + series("alibi", "copy_recent", (0.7, 0.7, 0.68))  # above 0.67 (chance 1/3)
+        + series("sinusoidal_relative_bias", "copy_back", (1.0, 1.0, 1.0))
+    )
+    table = claims_table(rows).splitlines()
+    assert table[2] == "| encoding | claim | copy_back: L=64 -> 256 | copy_recent: L=64 -> 256 |"
+    assert table[4] == f"| rope | {CLAIMS['rope']} | 1.00 -> 0.50: holds to 128 | " + (
+        "0.90 -> 0.30: falls at 128 |"
+    )
+    assert table[5] == f"| learned_absolute | {CLAIMS['learned_absolute']} | " + (
+        "1.00 -> n/a: cannot run past 64 |  |"
+    )
+    assert table[6] == f"| alibi | {CLAIMS['alibi']} | 0.50 -> 0.50: not learned | " + (
+        "0.70 -> 0.68: holds to 256 |"
+    )
+    assert len(table) == 7  # no claim, no line
 
 
 def test_cli_reports_a_bad_selection(capsys):
