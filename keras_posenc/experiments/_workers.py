@@ -12,7 +12,7 @@ worker that computed it or on the order of completion; only the wall-clock
 time does.
 
 This module imports no Keras at import time: a worker must set
-``KERAS_BACKEND`` (`_use_backend`) before anything imports Keras.
+``KERAS_BACKEND`` (`_start_worker`) before anything imports Keras.
 """
 
 from __future__ import annotations
@@ -23,10 +23,25 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
+# A quiet worker's `quiet_runtime` context, entered for the worker's whole life.
+_QUIET: Any = None
 
-def _use_backend(backend: str) -> None:
-    """A worker's initializer: the parent's Keras backend, fixed before Keras is imported."""
+
+def _start_worker(backend: str, quiet: bool) -> None:
+    """A worker's initializer: the parent's Keras backend, fixed before Keras is imported.
+
+    ``quiet``: import Keras and TensorFlow as the command line does without
+    ``--verbose`` (`keras_posenc.cli.quiet_runtime`), so that a worker does not
+    print the lines TensorFlow writes while it is imported; the parent's own
+    were hidden the same way.
+    """
+    global _QUIET
     os.environ["KERAS_BACKEND"] = backend
+    if quiet:
+        from keras_posenc.cli import quiet_runtime
+
+        _QUIET = quiet_runtime()
+        _QUIET.__enter__()  # never left: the process ends with the pool
 
 
 def check_workers(caller: str, workers: Any) -> int:
@@ -48,6 +63,7 @@ def run_jobs(
     workers: int = 1,
     progress: bool = True,
     unit: str = "model",
+    quiet: bool = True,
 ) -> list[Any]:
     """``[function(**job) for job in jobs]``, possibly in parallel, with a progress bar.
 
@@ -59,6 +75,8 @@ def run_jobs(
         progress: show a Keras progress bar over the jobs (done / total and
             the estimated time left), updated as each job ends.
         unit: what a job is, in the progress bar.
+        quiet: hide what TensorFlow prints while a worker imports it (as the
+            command line does without ``--verbose``).
 
     Returns:
         The results, in the order of ``jobs`` whatever the order of completion.
@@ -82,8 +100,8 @@ def run_jobs(
     with ProcessPoolExecutor(
         min(workers, len(jobs)),
         mp_context=context,
-        initializer=_use_backend,
-        initargs=(keras.backend.backend(),),
+        initializer=_start_worker,
+        initargs=(keras.backend.backend(), quiet),
     ) as pool:
         futures = {pool.submit(function, **job): index for index, job in enumerate(jobs)}
         try:

@@ -791,7 +791,9 @@ def length_generalization_experiment(
         for seed in seeds
     ]
     start = time.perf_counter()
-    results = run_jobs(train_and_evaluate, jobs, workers=workers, progress=verbose >= 1)
+    results = run_jobs(
+        train_and_evaluate, jobs, workers=workers, progress=verbose >= 1, quiet=verbose < 2
+    )
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for job, result in zip(jobs, results):
         for name, accuracy in result["accuracy"].items():

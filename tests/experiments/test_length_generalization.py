@@ -196,8 +196,13 @@ def test_scaled_rope_rows_reuse_the_trained_rope_weights():
     assert scaled_rope(rope, "rope_pi", 256).blocks[0].rotary.scaling_factor == 4.0
 
 
-def test_parallel_workers_give_the_numbers_of_one_process():
-    """Two spawned worker processes reproduce the one-process run (every job seeds itself)."""
+def test_parallel_workers_give_the_numbers_of_one_process(capfd):
+    """Two spawned worker processes reproduce the one-process run (every job seeds itself).
+
+    The workers import TensorFlow (keras_hub does, on every backend) quietly,
+    as the command line does: none of the lines it writes to file descriptor 2
+    while it is imported reach the terminal.
+    """
     settings = {
         "encodings": ["rope_yarn", "alibi_scheme"],
         "tasks": ["copy_recent"],
@@ -209,7 +214,9 @@ def test_parallel_workers_give_the_numbers_of_one_process():
         "verbose": 0,
     }
     alone = length_generalization_experiment(workers=1, **settings)
+    capfd.readouterr()
     parallel = length_generalization_experiment(workers=2, **settings)
+    assert "absl::InitializeLog" not in capfd.readouterr().err
     assert [(r["encoding"], r["test_length"]) for r in parallel] == [
         ("rope_yarn", 16),
         ("rope_yarn", 32),
