@@ -78,9 +78,7 @@ _V1_1 = dict(key_value_dim=64, activation="gelu_tanh", gated_activation=True, ti
 CONFIGS: dict[str, dict[str, Any]] = {
     "t5_small": dict(hidden_dim=512, intermediate_dim=2048, num_heads=8, num_layers=6, **_V1_0),
     "t5_base": dict(hidden_dim=768, intermediate_dim=3072, num_heads=12, num_layers=12, **_V1_0),
-    "t5_1.1_small": dict(
-        hidden_dim=512, intermediate_dim=1024, num_heads=6, num_layers=8, **_V1_1
-    ),
+    "t5_1.1_small": dict(hidden_dim=512, intermediate_dim=1024, num_heads=6, num_layers=8, **_V1_1),
     "t5_1.1_base": dict(
         hidden_dim=768, intermediate_dim=2048, num_heads=12, num_layers=12, **_V1_1
     ),
