@@ -386,20 +386,25 @@ class T5Stack(keras.layers.Layer):
 
     Args:
         num_layers: blocks.
-        intermediate_dim, num_heads, key_value_dim, activation,
-            gated_activation, dropout, layer_norm_epsilon, fused_attention:
-            the blocks' arguments (`T5Block`).
+        intermediate_dim: the blocks' feed-forward width (`T5Block`).
+        num_heads: attention heads.
+        key_value_dim: size of each head.
+        activation: the feed-forward activation.
+        gated_activation: gated feed-forward (T5 v1.1).
+        dropout: dropout rate (see `T5Block`).
+        layer_norm_epsilon: the RMS norms' epsilon.
         decoder: a decoder stack (causal self-attention and bias,
             cross-attention) or an encoder stack.
         num_buckets: rows of the bias table (T5: 32).
         max_distance: distances from it on share the last bucket (T5: 128).
+        fused_attention: ``"auto"``, ``True`` or ``False``; see `MultiHeadRelativeAttention`.
         **kwargs: standard layer arguments.
 
     Call arguments:
         x: embedded tokens, ``(batch, time, d)``.
         padding_mask: ``(batch, time)`` bool (encoder): True for real tokens.
-        encoder_output, encoder_mask: the encoder's output and source mask
-            (decoder without caches).
+        encoder_output: the encoder's output (a decoder without caches).
+        encoder_mask: the source mask, True for real tokens (a decoder).
         caches: for decoding step by step, one ``(self_cache, cross_cache)``
             per block (`T5Block`); the bias rows start at ``cache_update_index``.
         cache_update_index: the position of ``x[:, 0]``.
