@@ -68,6 +68,9 @@ SMALL_VARIANTS = {
     **{name: {"vocab_size": 50, "hidden_dim": 32, "intermediate_dim": 64, "num_heads": 4,
               "num_layers": 1}
        for name in ("muse_encoder_small", "muse_encoder_base")},
+    **{name: {"vocabulary_size": 60, "hidden_dim": 32, "intermediate_dim": 64, "num_heads": 4,
+              "key_value_dim": 8, "num_layers": 2}
+       for name in ("t5_small", "t5_base", "t5_1.1_small", "t5_1.1_base")},
     # PosENet's backbones are fixed networks (keras.applications, CoAtNet-0): only the
     # input size shrinks, so these stay at the backbones' sizes (15M, 24M, 25M).
     **{f"posenet_{b}": {"backbone": b, "input_shape": (32, 32, 3), "feature_size": 8}
@@ -85,13 +88,14 @@ FAMILY_MODELS = {
     "convs2s_lm": "convs2s_lm",
     "convs2s": "convs2s_small",
     "muse": "muse_tiny",
+    "t5": "t5_small",
 }
 ARTIFACT_DTYPES = {"tensor(float)": "float32", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
 
 def family(name: str) -> str:
     """The export guide's table for the registered model ``name``."""
-    for prefix in ("posenet", "coatnet", "convs2s_lm", "muse_encoder", "convs2s", "muse"):
+    for prefix in ("posenet", "coatnet", "convs2s_lm", "muse_encoder", "convs2s", "muse", "t5"):
         if name.startswith(prefix):
             return prefix
     raise AssertionError(f"{name}: no family table in the export guide")

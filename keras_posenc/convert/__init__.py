@@ -5,6 +5,8 @@
 - :func:`from_timm_coatnet`: timm CoAtNet checkpoints (its ``coatnet_*_rw_*`` variants,
   ``.safetensors`` or PyTorch files) -> the zoo's CoAtNet with timm's options;
   :func:`to_timm_state_dict` goes back (e.g. after fine-tuning in Keras).
+- :func:`from_keras_hub_t5`: a keras-hub ``T5Backbone`` (any keras-hub T5 preset) ->
+  :class:`~keras_posenc.zoo.t5.T5`.
 """
 
 from keras_posenc.convert.fairseq import (
@@ -15,6 +17,7 @@ from keras_posenc.convert.fairseq import (
     posenc_to_fairseq_ids,
     read_fairseq_dictionary,
 )
+from keras_posenc.convert.keras_hub_t5 import from_keras_hub_t5
 from keras_posenc.convert.timm import (
     config_from_timm,
     from_timm_coatnet,
@@ -26,6 +29,7 @@ __all__ = [
     "config_from_timm",
     "fairseq_to_posenc_ids",
     "from_fairseq_fconv",
+    "from_keras_hub_t5",
     "from_timm_coatnet",
     "load_fairseq_checkpoint",
     "load_timm_state_dict",

@@ -35,7 +35,8 @@ import keras
 from keras_posenc._compile import initialize_together
 from keras_posenc.layers._checks import excerpt
 
-_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+# Dots only between other characters, for release names such as "t5_1.1_small".
+_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
 _WEIGHT_SUFFIXES = (".weights.h5", ".keras")
 
 
@@ -91,7 +92,8 @@ def register_model(
 
     Args:
         name: the unique name users pass to :func:`create`; lower case letters,
-            digits and underscores, starting with a letter.
+            digits and underscores (dots between them, as in ``"t5_1.1_small"``),
+            starting with a letter.
         builder: a callable returning a ``keras.Model`` from keyword arguments.
         family: the family the model belongs to.
         config: the keyword arguments for ``builder``. Every key must be an
@@ -122,7 +124,7 @@ def register_model(
     if not isinstance(name, str) or not _NAME_PATTERN.match(name):
         raise ValueError(
             "zoo.register_model: `name` must be lower case letters, digits and underscores "
-            f"starting with a letter; got {name!r}."
+            f"(dots between them) starting with a letter; got {name!r}."
         )
     if name in _REGISTRY:
         raise ValueError(

@@ -33,7 +33,13 @@ it (a tuple of tensors; the default is empty) and the steps run inside
 
 Token ids: ``pad_id`` (default 0) marks padding in sources and targets (a
 source's mask is ``ids != pad_id``: True for real tokens), ``bos_id`` (1)
-starts every target, ``eos_id`` (2) ends it.
+starts every target (the decoder start token), ``eos_id`` (2) ends it. The
+three differ, except in a model whose class sets ``decoder_start_may_be_pad =
+True`` (T5, whose targets start with its padding id 0): there ``bos_id`` may
+equal ``pad_id``, and the model must not find target padding at position 0
+(position 0 always holds the start token: T5's logits mask is ``(ids !=
+pad_id) | (position == 0)``). ``eos_id`` differs from both in every model.
+Generation never produces ``pad_id`` or ``bos_id``.
 """
 
 from __future__ import annotations
@@ -84,6 +90,9 @@ class Seq2SeqModel(FunctionalModel):
     ``get_config``.
 
     Attributes:
+        decoder_start_may_be_pad: a class attribute: whether ``bos_id`` (the
+            decoder start token) may equal ``pad_id`` (False; T5: True). Such a
+            model never reads position 0 of a target as padding.
         source_vocab_size: number of source token ids.
         target_vocab_size: number of target token ids (the logits' width).
         pad_id, bos_id, eos_id: the special token ids.
@@ -91,6 +100,8 @@ class Seq2SeqModel(FunctionalModel):
             table), or None when any length works.
         max_target_length: the longest target (``bos`` included), or None.
     """
+
+    decoder_start_may_be_pad = False
 
     def _init_seq2seq(
         self,
@@ -121,7 +132,14 @@ class Seq2SeqModel(FunctionalModel):
                     f"{owner}: `{name}` must be a token id below both vocabulary sizes "
                     f"({self.source_vocab_size}, {self.target_vocab_size}), got {value}."
                 )
-        if len(set(ids.values())) != 3:
+        if self.decoder_start_may_be_pad:
+            # The decoder start token may be the padding id (T5); eos differs from both.
+            if ids["eos_id"] in (ids["pad_id"], ids["bos_id"]):
+                raise ValueError(
+                    f"{owner}: `eos_id` must differ from `pad_id` and from the decoder start "
+                    f"id, got {ids}."
+                )
+        elif len(set(ids.values())) != 3:
             raise ValueError(f"{owner}: `pad_id`, `bos_id` and `eos_id` must differ, got {ids}.")
         self.pad_id, self.bos_id, self.eos_id = ids["pad_id"], ids["bos_id"], ids["eos_id"]
         self.max_source_length = (

@@ -1,0 +1,169 @@
+"""keras-hub's T5Backbone as the outside truth for the zoo's T5: its weights (random, drawn
+here so every tensor matters) copied by `convert.from_keras_hub_t5`, then the encoder output,
+the decoder output and the logits compared to 1e-5 on every backend, at the small presets'
+configurations (t5_small and t5_1.1_small shapes; the base shapes in the large stage).
+The relative position buckets are compared first: keras-hub evaluates T5's log formula in
+float32 on the backend, keras-posenc compares with thresholds computed once (relative_index)."""
+
+from __future__ import annotations
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+from keras import ops
+from keras_hub.src.models.t5.t5_multi_head_attention import T5MultiHeadAttention
+from keras_hub.src.utils.keras_utils import gelu_approximate
+
+from keras_posenc import zoo
+from keras_posenc.convert import from_keras_hub_t5
+from keras_posenc.layers import relative_index
+from keras_posenc.zoo.t5 import T5, query_kernel_scale
+
+# Lengths with distances well into the log-spaced buckets (exact below 8 / 16).
+SOURCE_LENGTH, TARGET_LENGTH = 40, 24
+
+
+def to_numpy(tensor):
+    return np.asarray(ops.convert_to_numpy(tensor), dtype="float64")
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_buckets_equal_keras_hubs_float32_formula(bidirectional):
+    """Every distance up to 2,000 (16 x max_distance): the same bucket on this backend."""
+    r = np.arange(-2000, 2001, dtype="int32")
+    theirs = T5MultiHeadAttention._relative_position_bucket(
+        ops.convert_to_tensor(r), bidirectional=bidirectional, num_buckets=32, max_distance=128
+    )
+    ours = relative_index.log_bucket_index(r, 32, 128, bidirectional=bidirectional)
+    np.testing.assert_array_equal(ops.convert_to_numpy(ours), ops.convert_to_numpy(theirs))
+
+
+def hub_backbone(name, vocabulary_size):
+    """A keras-hub T5Backbone with the zoo configuration ``name``'s shapes and random weights
+    (keras-hub's own initialisation gives every embedding row about the same vector)."""
+    config = zoo.get_spec(name).config
+    backbone = keras_hub.models.T5Backbone(
+        vocabulary_size=vocabulary_size,
+        num_layers=config["num_layers"],
+        num_heads=config["num_heads"],
+        hidden_dim=config["hidden_dim"],
+        intermediate_dim=config["intermediate_dim"],
+        key_value_dim=config["key_value_dim"],
+        dropout=0.1,
+        # keras-hub's v1.1 presets use its tanh-approximated GELU.
+        activation="relu" if config["activation"] == "relu" else gelu_approximate,
+        use_gated_activation=config["gated_activation"],
+        tie_embedding_weights=config["tie_embeddings"],
+    )
+    rng = np.random.default_rng(0)
+    for weight in backbone.weights:
+        shape = tuple(weight.shape)
+        if "layer_norm" in weight.path:
+            value = 1.0 + 0.2 * rng.standard_normal(shape)
+        elif "relative_attention_bias" in weight.path:
+            value = rng.standard_normal(shape)  # as large as the content logits: it matters
+        elif "embeddings" in weight.path and "reverse" not in weight.path:
+            value = rng.standard_normal(shape)
+        else:
+            value = rng.standard_normal(shape) / np.sqrt(shape[0])
+            if "query_projector" in weight.path:
+                # T5's scale, N(0, (d * d_kv) ** -0.5): logits of about unit size. Without
+                # it they are 8 times larger, the softmaxes nearly one-hot, and float32
+                # rounding alone moved outputs by up to 1.5e-4 (both implementations).
+                value = value / np.sqrt(config["key_value_dim"])
+        weight.assign(value.astype("float32"))
+    return backbone
+
+
+def ids(rng, vocabulary_size):
+    source = rng.integers(2, vocabulary_size, (2, SOURCE_LENGTH)).astype("int32")
+    source[:, -1] = 1  # eos
+    source[1, SOURCE_LENGTH - 11 :] = 0  # the second row padded
+    target_in = rng.integers(2, vocabulary_size, (2, TARGET_LENGTH)).astype("int32")
+    target_in[:, 0] = 0  # the decoder start token
+    return source, target_in
+
+
+def compare(name, vocabulary_size):
+    backbone = hub_backbone(name, vocabulary_size)
+    model = from_keras_hub_t5(backbone)
+    assert model.count_params() == backbone.count_params()
+    source, target_in = ids(np.random.default_rng(1), vocabulary_size)
+    inputs = {
+        "encoder_token_ids": source,
+        "encoder_padding_mask": source != 0,
+        "decoder_token_ids": target_in,
+        # T5's decoder is causal: no real position sees the positions after it, so the
+        # zoo model takes no decoder padding mask (all ones here).
+        "decoder_padding_mask": np.ones_like(target_in, bool),
+    }
+    expected = backbone.predict_on_batch(inputs)
+    # keras-hub's T5Seq2SeqLM head: the tied embedding after scaling by d ** -0.5 (v1.0),
+    # or the separate matrix (v1.1).
+    hidden = expected["decoder_sequence_output"].astype("float64")
+    embedding = backbone.token_embedding
+    if backbone.tie_embedding_weights:
+        expected_logits = hidden * backbone.hidden_dim**-0.5 @ to_numpy(embedding.embeddings).T
+    else:
+        expected_logits = hidden @ to_numpy(embedding.reverse_embeddings)
+
+    state = model.encode(source)
+    decoder_output = model.decoder(
+        model.token_embedding(target_in), encoder_output=state[0], encoder_mask=state[1]
+    )
+    logits = model.predict_on_batch({"encoder_token_ids": source, "decoder_token_ids": target_in})
+    np.testing.assert_allclose(
+        to_numpy(state[0]), expected["encoder_sequence_output"], rtol=1e-5, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        to_numpy(decoder_output), expected["decoder_sequence_output"], rtol=1e-5, atol=1e-5
+    )
+    np.testing.assert_allclose(logits, expected_logits, rtol=1e-5, atol=1e-5)
+    # The comparison is not vacuous: sources, padding and positions all change the outputs.
+    assert (
+        np.abs(
+            expected["encoder_sequence_output"][0] - expected["encoder_sequence_output"][1]
+        ).max()
+        > 0.1
+    )
+    return model
+
+
+@pytest.mark.parametrize("name", ["t5_small", "t5_1.1_small"])
+def test_small_presets_equal_keras_hub(name):
+    # The released vocabulary (32,128 rows) adds only embedding rows, which the same
+    # lookup reads; 1,000 keeps the test fast.
+    model = compare(name, 1000)
+    config = zoo.get_spec(name).config
+    assert model.get_config()["activation"] == config["activation"]
+    assert model.tie_embeddings is config["tie_embeddings"]
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("name", ["t5_base", "t5_1.1_base"])
+def test_base_presets_equal_keras_hub(name):
+    compare(name, 32128)
+
+
+def test_query_kernel_carries_the_scale():
+    backbone = keras_hub.models.T5Backbone(
+        vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16
+    )
+    model = from_keras_hub_t5(backbone)
+    theirs = to_numpy(backbone.encoder_transformer_layers[0].self_attention.query_projector.kernel)
+    ours = to_numpy(model.encoder.blocks[0].self_attention.query_dense.kernel)
+    np.testing.assert_array_equal(ours.reshape(8, 8), theirs * query_kernel_scale(4))
+    assert query_kernel_scale(4) == 2.0
+
+
+def test_bad_backbones():
+    with pytest.raises(TypeError, match="from_keras_hub_t5: `backbone` must be a keras_hub"):
+        from_keras_hub_t5(keras.Sequential([keras.layers.Dense(2)]))
+    backbone = keras_hub.models.T5Backbone(
+        vocabulary_size=20, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+        activation=lambda x: x,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="has no Keras name"):
+        from_keras_hub_t5(backbone)
+    assert isinstance(from_keras_hub_t5(backbone.__class__(20, 1, 2, 8, 16)), T5)
