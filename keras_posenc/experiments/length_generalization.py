@@ -1170,6 +1170,12 @@ _TASK_STYLES = {
     "copy_recent": {"color": "tab:green", "marker": "^"},
 }
 _COLUMNS = 5
+# The tasks in the legend, shorter than `TASK_DESCRIPTIONS`.
+_LEGEND = {
+    "copy_back": "the token {shift} back",
+    "copy_position": "the token at {position}",
+    "copy_recent": "the latest marked token",
+}
 
 
 def plot(rows: Sequence[dict[str, Any]], chance: float | None = None) -> Any:
@@ -1207,10 +1213,17 @@ def plot(rows: Sequence[dict[str, Any]], chance: float | None = None) -> Any:
     columns = min(_COLUMNS, len(encodings))
     grid_rows = math.ceil(len(encodings) / columns)
     # At least 5 inches: the y label spans the grid's height, even of one row of panels.
-    figure = new_figure("length_generalization.plot", height=max(5.0, 1.8 + 2.6 * grid_rows))
+    # The legend: a line per task, chance, and copy_recent's floor; three to a row.
+    legend_entries = len(tasks) + (chance is not None) + ("copy_recent" in tasks)
+    legend_columns = min(3, legend_entries)
+    legend_rows = math.ceil(legend_entries / legend_columns)
+    height = max(5.0, 1.8 + 2.6 * grid_rows) + 0.3 * (legend_rows - 1)
+    figure = new_figure("length_generalization.plot", height=height)
     # The legend gets a row of its own above the panels: constrained layout places a
     # figure legend "outside" without regard to the suptitle or supxlabel (they overlap).
-    grid = figure.add_gridspec(grid_rows + 1, columns, height_ratios=[0.12] + [1] * grid_rows)
+    grid = figure.add_gridspec(
+        grid_rows + 1, columns, height_ratios=[0.12 * legend_rows] + [1] * grid_rows
+    )
     legend_axis = figure.add_subplot(grid[0, :])
     legend_axis.set_axis_off()
     axes = grid[1:, :].subgridspec(grid_rows, columns).subplots(sharex=True, sharey=True)
@@ -1264,16 +1277,16 @@ def plot(rows: Sequence[dict[str, Any]], chance: float | None = None) -> Any:
         axes[index].set_axis_off()
         if index >= columns:  # the panel above an empty cell shows the test lengths
             axes[index - columns].xaxis.set_tick_params(labelbottom=True)
-    labels = {task: f"{task} ({TASK_DESCRIPTIONS[task].format(**TASK_SETTINGS)})" for task in tasks}
+    labels = {task: f"{task} ({_LEGEND[task].format(**TASK_SETTINGS)})" for task in tasks}
     labels["chance"] = f"chance ({chance:.2f})" if chance is not None else ""
-    labels["marked"] = f"copy_recent: a marked token at random ({1 / TASK_SETTINGS['marked']:.2f})"
+    labels["marked"] = f"copy_recent's chance ({1 / TASK_SETTINGS['marked']:.2f})"
     entries = [key for key in labels if key in handles]
     seeds = max(r["seeds"] for r in rows)
     legend_axis.legend(
         [handles[key] for key in entries],
         [labels[key] for key in entries],
         loc="center",
-        ncols=len(entries),
+        ncols=legend_columns,
         fontsize=10,
         frameon=False,
     )
