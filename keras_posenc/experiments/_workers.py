@@ -10,38 +10,19 @@ progress bar (Keras' ``Progbar``) over the jobs.
 Every job seeds its own model and data, so a result does not depend on the
 worker that computed it or on the order of completion; only the wall-clock
 time does.
-
-This module imports no Keras at import time: a worker must set
-``KERAS_BACKEND`` (`_start_worker`) before anything imports Keras.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
-# A quiet worker's `quiet_runtime` context, entered for the worker's whole life.
-_QUIET: Any = None
+import keras
 
-
-def _start_worker(backend: str, quiet: bool) -> None:
-    """A worker's initializer: the parent's Keras backend, fixed before Keras is imported.
-
-    ``quiet``: import Keras and TensorFlow as the command line does without
-    ``--verbose`` (`keras_posenc.cli.quiet_runtime`), so that a worker does not
-    print the lines TensorFlow writes while it is imported; the parent's own
-    were hidden the same way.
-    """
-    global _QUIET
-    os.environ["KERAS_BACKEND"] = backend
-    if quiet:
-        from keras_posenc.cli import quiet_runtime
-
-        _QUIET = quiet_runtime()
-        _QUIET.__enter__()  # never left: the process ends with the pool
+from keras_posenc._quiet import stderr_captured
 
 
 def check_workers(caller: str, workers: Any) -> int:
@@ -75,8 +56,11 @@ def run_jobs(
         progress: show a Keras progress bar over the jobs (done / total and
             the estimated time left), updated as each job ends.
         unit: what a job is, in the progress bar.
-        quiet: hide what TensorFlow prints while a worker imports it (as the
-            command line does without ``--verbose``).
+        quiet: with workers, their standard error (file descriptor 2, which
+            they inherit) and this process's go to a temporary file while the
+            pool runs, printed only if it fails: what TensorFlow writes while
+            each worker imports it is hidden, as the command line hides it in
+            its own process without ``--verbose``.
 
     Returns:
         The results, in the order of ``jobs`` whatever the order of completion.
@@ -85,8 +69,6 @@ def run_jobs(
         Whatever a job raised (the first in completion order); the jobs not
         yet started are cancelled.
     """
-    import keras  # only here: a worker imports this module before its backend is set
-
     workers = check_workers("run_jobs", workers)
     bar = keras.utils.Progbar(len(jobs), unit_name=unit) if progress and jobs else None
     results: list[Any] = [None] * len(jobs)
@@ -97,12 +79,12 @@ def run_jobs(
                 bar.update(index + 1)
         return results
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(
-        min(workers, len(jobs)),
-        mp_context=context,
-        initializer=_start_worker,
-        initargs=(keras.backend.backend(), quiet),
-    ) as pool:
+    # The workers inherit the environment (KERAS_BACKEND) and read the same
+    # keras.json, so they run this process's backend.
+    with contextlib.ExitStack() as stack:
+        if quiet:
+            stack.enter_context(stderr_captured())
+        pool = stack.enter_context(ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context))
         futures = {pool.submit(function, **job): index for index, job in enumerate(jobs)}
         try:
             for done, future in enumerate(as_completed(futures), start=1):

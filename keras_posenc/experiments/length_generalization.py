@@ -899,6 +899,9 @@ def markdown_table(rows: Sequence[dict[str, Any]], vocabulary_size: int = 10) ->
             params = cells[encoding, lengths[0]]["params"]
             lines.append(f"| {encoding} | {params:,} | " + " | ".join(row_cells) + " |")
         lines.append("")
+    ranking = ranking_table(rows)
+    if ranking:
+        lines.extend([ranking, ""])
     if any(r["encoding"] in SCALED_ROPE for r in rows):
         lines.append(
             "rope_pi, rope_ntk, rope_dynamic_ntk, rope_yarn: the trained rope models with "
@@ -911,6 +914,60 @@ def markdown_table(rows: Sequence[dict[str, Any]], vocabulary_size: int = 10) ->
             "table row beyond the training length)."
         )
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# The tasks whose answer lies at a distance from the query (not at a fixed position):
+# where a relative encoding is expected to carry over to longer sequences.
+RANKED_TASKS = ("copy_back", "copy_recent")
+
+
+def ranking_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The encodings ranked by their mean accuracy at the longest length on `RANKED_TASKS`.
+
+    Only the ranked tasks present count, and only encodings measured on all
+    of them at that length (not n/a); an empty string when none is.
+
+    Examples:
+
+        >>> rows = [{"task": "copy_back", "encoding": e, "test_length": 128, "accuracy": a,
+        ...          "seeds": 3} for e, a in (("rope", 0.4), ("alibi", 0.9))]
+        >>> print(ranking_table(rows))
+        **Ranking** at L = 128: mean accuracy over copy_back, 3 seed(s)
+        <BLANKLINE>
+        | rank | encoding | mean | copy_back |
+        |---:|---|---:|---:|
+        | 1 | alibi | 0.90 | 0.90 |
+        | 2 | rope | 0.40 | 0.40 |
+    """
+    tasks = [t for t in RANKED_TASKS if any(r["task"] == t for r in rows)]
+    if not tasks:
+        return ""
+    longest = max(r["test_length"] for r in rows)
+    cells = {
+        (r["encoding"], r["task"]): r["accuracy"]
+        for r in rows
+        if r["test_length"] == longest and r["task"] in tasks
+    }
+    encodings = list(dict.fromkeys(r["encoding"] for r in rows))
+    scored = []
+    for encoding in encodings:
+        values = [cells.get((encoding, task)) for task in tasks]
+        if all(v is not None for v in values):
+            scored.append((-float(np.mean(values)), encodings.index(encoding), encoding, values))
+    if not scored:
+        return ""
+    scored.sort()
+    seeds = max(r["seeds"] for r in rows)
+    lines = [
+        f"**Ranking** at L = {longest}: mean accuracy over {', '.join(tasks)}, {seeds} seed(s)",
+        "",
+        "| rank | encoding | mean | " + " | ".join(tasks) + " |",
+        "|---:|---|---:|" + "---:|" * len(tasks),
+    ]
+    for rank, (negative_mean, _, encoding, values) in enumerate(scored, start=1):
+        shown = " | ".join(f"{v:.2f}" for v in values)
+        lines.append(f"| {rank} | {encoding} | {-negative_mean:.2f} | {shown} |")
+    return "\n".join(lines)
 
 
 def write_results(
