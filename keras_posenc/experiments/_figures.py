@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Callable
 from typing import Any
 
 # Pixels per inch of every saved figure; a figure of FIGURE_WIDTH inches is
@@ -107,3 +108,24 @@ def read_csv_rows(
                 f"the columns {list(columns)} that write_results writes."
             )
         return list(reader)
+
+
+def results_to_redraw(
+    caller: str,
+    read_results: Callable[[Any], list[dict[str, Any]]],
+    folder: str | os.PathLike,
+    out: str | os.PathLike | None,
+) -> tuple[list[dict[str, Any]], str | os.PathLike]:
+    """What an experiment's ``redraw`` starts from: its CSV's rows and the output folder.
+
+    Checks for matplotlib first (before anything is read), reads the rows with
+    the experiment's ``read_results``, and makes ``out`` (default ``folder``).
+
+    Raises:
+        ImportError: without matplotlib (the ``experiments`` extra).
+    """
+    require_matplotlib(caller)
+    rows = read_results(folder)
+    out = folder if out is None else out
+    os.makedirs(out, exist_ok=True)
+    return rows, out

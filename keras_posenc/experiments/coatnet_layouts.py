@@ -64,6 +64,7 @@ from keras_posenc.experiments._figures import (
     new_figure,
     read_csv_rows,
     require_matplotlib,
+    results_to_redraw,
     save_figure,
 )
 from keras_posenc.experiments._settings import merge_settings
@@ -618,10 +619,7 @@ def redraw(folder: str | os.PathLike, out: str | os.PathLike | None = None) -> s
     Raises:
         ImportError: without matplotlib (the ``experiments`` extra).
     """
-    require_matplotlib("coatnet_layouts.redraw")
-    rows = read_results(folder)
-    out = folder if out is None else out
-    os.makedirs(out, exist_ok=True)
+    rows, out = results_to_redraw("coatnet_layouts.redraw", read_results, folder, out)
     return save_figure(plot(rows), os.path.join(out, FIGURE_NAME))
 
 

@@ -99,6 +99,7 @@ from keras_posenc.experiments._figures import (
     new_figure,
     read_csv_rows,
     require_matplotlib,
+    results_to_redraw,
     save_figure,
 )
 from keras_posenc.experiments._settings import merge_settings
@@ -1027,10 +1028,7 @@ def render(
     Raises:
         ImportError: without matplotlib (the ``experiments`` extra).
     """
-    require_matplotlib("length_generalization.render")
-    rows = read_results(folder)
-    out = folder if out is None else out
-    os.makedirs(out, exist_ok=True)
+    rows, out = results_to_redraw("length_generalization.render", read_results, folder, out)
     return _write_tables_and_figure(rows, out, vocabulary_size)
 
 
@@ -1211,10 +1209,7 @@ def redraw(
     Raises:
         ImportError: without matplotlib (the ``experiments`` extra).
     """
-    require_matplotlib("length_generalization.redraw")
-    rows = read_results(folder)
-    out = folder if out is None else out
-    os.makedirs(out, exist_ok=True)
+    rows, out = results_to_redraw("length_generalization.redraw", read_results, folder, out)
     return save_figure(plot(rows, chance=1 / vocabulary_size), os.path.join(out, FIGURE_NAME))
 
 
