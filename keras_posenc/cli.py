@@ -578,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="which position encodings generalise from length 64 to 128-1024",
         description="Small causal Transformers, one per position encoding, trained on "
         "synthetic token tasks at length 64 and tested at 64, 128, 256, 512 and 1024; prints "
-        "the accuracy table (mean ± std over seeds). --quick: the relative task, one seed, a "
+        "the accuracy table (mean and range over seeds). --quick: the relative task, one seed, a "
         f"short training ({measured('experiment length --quick')}); the full run: "
         f"{FULL_RUNS['experiment length']} (docs/experiments/length-generalization.md).",
     )

@@ -870,13 +870,16 @@ def _rows(
 
 
 def _cell(row: dict[str, Any]) -> str:
+    """The mean over seeds and, with several seeds, the lowest and highest in brackets."""
     if row["accuracy"] is None:
         return "n/a"
-    return f"{row['accuracy']:.2f} ± {row['accuracy_std']:.2f}"
+    if row["seeds"] == 1:
+        return f"{row['accuracy']:.2f}"
+    return f"{row['accuracy']:.2f} ({row['accuracy_min']:.2f}-{row['accuracy_max']:.2f})"
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], vocabulary_size: int = 10) -> str:
-    """One markdown table per task: encodings down, test lengths across, mean ± std."""
+    """One markdown table per task: encodings down, test lengths across, mean (range)."""
     lines = []
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     for task in tasks:
@@ -887,8 +890,8 @@ def markdown_table(rows: Sequence[dict[str, Any]], vocabulary_size: int = 10) ->
         first = task_rows[0]
         description = TASK_DESCRIPTIONS[task].format(**TASK_SETTINGS)
         lines.append(
-            f"**{task}** ({description}): accuracy on positions L/2..L-1, mean ± std over "
-            f"{first['seeds']} seed(s); {first['num_layers']} block(s), "
+            f"**{task}** ({description}): accuracy on positions L/2..L-1, mean "
+            f"(lowest-highest) over {first['seeds']} seed(s); {first['num_layers']} block(s), "
             f"{first['train_steps']} training steps at length {MODEL_SETTINGS['train_length']}; "
             f"chance {chance(task, vocabulary_size, TASK_SETTINGS['marked']):.2f}"
         )
