@@ -23,19 +23,7 @@ from typing import Any
 import keras
 
 from keras_posenc._quiet import stderr_captured
-
-
-def check_workers(caller: str, workers: Any) -> int:
-    """``workers`` as an int >= 1, or a ValueError naming ``caller``.
-
-    Examples:
-
-        >>> check_workers("study", 2)
-        2
-    """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"{caller}: `workers` must be an integer >= 1, got {workers!r}.")
-    return workers
+from keras_posenc.layers._checks import check_int
 
 
 def run_jobs(
@@ -69,7 +57,7 @@ def run_jobs(
         Whatever a job raised (the first in completion order); the jobs not
         yet started are cancelled.
     """
-    workers = check_workers("run_jobs", workers)
+    workers = check_int("run_jobs", "workers", workers, 1)
     bar = keras.utils.Progbar(len(jobs), unit_name=unit) if progress and jobs else None
     results: list[Any] = [None] * len(jobs)
     if workers == 1 or len(jobs) <= 1:

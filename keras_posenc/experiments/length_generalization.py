@@ -103,7 +103,7 @@ from keras_posenc.experiments._figures import (
     save_figure,
 )
 from keras_posenc.experiments._settings import merge_settings
-from keras_posenc.experiments._workers import check_workers, run_jobs
+from keras_posenc.experiments._workers import run_jobs
 from keras_posenc.layers._checks import check_choice, check_int, check_number_at_least
 from keras_posenc.layers.position_biases import FIRE, KERPLE, ALiBi, ContinuousBias
 from keras_posenc.layers.relative_position import (
@@ -767,7 +767,7 @@ def length_generalization_experiment(
                 f"{caller}: `{name}` must be a non-empty selection of {list(allowed)}; "
                 f"received {values!r}."
             )
-    workers = check_workers(caller, workers)
+    workers = check_int(caller, "workers", workers, 1)
     seeds = tuple(seeds if seeds is not None else ((0,) if quick else (0, 1, 2)))
     if not seeds:
         raise ValueError(f"{caller}: `seeds` must not be empty.")
