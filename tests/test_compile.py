@@ -151,7 +151,7 @@ def test_torch_traces_the_decoding_step_of_a_zoo_model():
     greedy = generation.greedy_search(model, source, max_length=length, min_length=length)
     beam, _ = generation.beam_search(model, source, beam_size=2, max_length=length)
     compiled = generation._COMPILED[model]
-    for kind in ("greedy_loop", "reordering_step"):
+    for kind in (("loop", True, None, 0), ("reordering_step", True)):
         traced = getattr(compiled[kind], "step", compiled[kind])  # a loop's traced body
         assert isinstance(traced, _compile.TorchTracedFunction), kind
         assert len(traced.graphs) == 1 and traced.trace_errors == {}, (kind, traced.trace_errors)

@@ -52,8 +52,9 @@ from keras_posenc.layers.convs2s import (
     GradMultiply,
     folded_weight_norm,
 )
+from keras_posenc.zoo.language_model import LanguageModel
 from keras_posenc.zoo.registry import register_model
-from keras_posenc.zoo.seq2seq import FunctionalModel, Seq2SeqModel
+from keras_posenc.zoo.seq2seq import Seq2SeqModel
 
 _SQRT_HALF = math.sqrt(0.5)
 REFERENCE = (
@@ -659,13 +660,15 @@ class ConvS2S(Seq2SeqModel):
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class ConvS2SLanguageModel(FunctionalModel):
+class ConvS2SLanguageModel(LanguageModel):
     """The ConvS2S language model (fairseq's ``FConvLanguageModel``): a causal GLU stack.
 
     The decoder of :class:`ConvS2S` without attention and without position
     embeddings (the causal convolutions see only the past, which is enough for
     a language model): ``model(token_ids)`` returns float32 next-token logits
-    ``(batch, time, vocab_size)``.
+    ``(batch, time, vocab_size)``. A :class:`~keras_posenc.zoo.language_model.LanguageModel`:
+    ``generate`` continues prompts with a cache of each convolution's last
+    ``kernel_size`` inputs, so a step costs the same at every position.
 
     Args:
         vocab_size: vocabulary size.
@@ -675,6 +678,8 @@ class ConvS2SLanguageModel(FunctionalModel):
         dropout: dropout rate (also in the reference initialisation).
         weight_norm: weight-normalise the convolutions.
         pad_id: the padding id.
+        bos_id: the usual first token of a prompt (never generated).
+        eos_id: the token that ends a generated text.
         **kwargs: ``name`` and other ``keras.Model`` arguments.
 
     Examples:
@@ -685,6 +690,8 @@ class ConvS2SLanguageModel(FunctionalModel):
         ...                              decoder_out_embed_dim=8)
         >>> tuple(model(np.array([[3, 4, 5, 6]])).shape)
         (1, 4, 30)
+        >>> model.generate(np.array([[1, 4, 5]]), max_length=8).shape
+        (1, 8)
 
     Reference:
         Dauphin, Fan, Auli, Grangier, "Language Modeling with Gated Convolutional
@@ -700,10 +707,13 @@ class ConvS2SLanguageModel(FunctionalModel):
         dropout: float = 0.1,
         weight_norm: bool = True,
         pad_id: int = 0,
+        bos_id: int = 1,
+        eos_id: int = 2,
         **kwargs: Any,
     ) -> None:
         owner = type(self).__name__
-        self.vocab_size = _check_vocab(owner, "vocab_size", vocab_size)
+        _check_vocab(owner, "vocab_size", vocab_size)
+        self._init_language_model(vocab_size, pad_id, bos_id, eos_id, max_length=None)
         self.embed_dim = check_int(owner, "embed_dim", embed_dim, 1)
         self.decoder_layers = parse_layer_specs(owner, "decoder_layers", decoder_layers)
         self.decoder_out_embed_dim = check_int(
@@ -711,11 +721,10 @@ class ConvS2SLanguageModel(FunctionalModel):
         )
         self.dropout = check_rate(owner, "dropout", dropout)
         self.weight_norm = check_bool(owner, "weight_norm", weight_norm)
-        self.pad_id = check_int(owner, "pad_id", pad_id, 0)
         policy = _policy(kwargs)
         p = self.dropout
         self.embedding = ConvS2SEmbedding(
-            self.vocab_size, self.embed_dim, 0, pad_id, p, dtype=policy, name="embedding"
+            self.vocab_size, self.embed_dim, 0, self.pad_id, p, dtype=policy, name="embedding"
         )
         self.fc1 = keras.layers.Dense(
             self.decoder_layers[0][0],
@@ -741,10 +750,45 @@ class ConvS2SLanguageModel(FunctionalModel):
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         x = self.fc1(self.embedding(token_ids))
         x, _ = self.stack.run(x)
-        x = self.fc3(self.output_dropout(self.fc2(x)))
+        x = self._head(x, None)
         # Named, so Keras' output_names and an exported graph's output say "logits".
-        logits = keras.layers.Identity(dtype="float32", name="logits")(ops.cast(x, "float32"))
+        logits = keras.layers.Identity(dtype="float32", name="logits")(x)
         super().__init__(inputs=token_ids, outputs=logits, **kwargs)
+
+    def _head(self, x: Any, training: Any) -> Any:
+        x = self.fc3(self.output_dropout(self.fc2(x), training=training))
+        return ops.cast(x, "float32")
+
+    # ------------------------------------------------------------------ decoding contract
+
+    def cache_names(self) -> tuple[str, ...]:
+        """``cache_decoder_conv_<i>``: the input window ``(batch, kernel_size,
+        input_channels)`` of convolution ``i``."""
+        return tuple(f"cache_{conv.name}" for conv in self.stack.convolutions)
+
+    def init_cache(self, batch_size: Any, max_length: int) -> tuple:
+        """Zero input windows, one per convolution; their size does not depend on
+        ``max_length`` (a convolution sees only its last ``kernel_size`` inputs)."""
+        return tuple(self.stack.empty_caches(batch_size, self.compute_dtype))
+
+    def _folded_convolutions(self) -> list:
+        return [conv for conv in self.stack.convolutions if conv.weight_norm]
+
+    def step_constants(self) -> tuple:
+        """The effective kernel ``g * v / ||v||`` of each weight-normalised convolution,
+        computed once per search (see ``folded_weight_norm``)."""
+        return tuple(conv.kernel for conv in self._folded_convolutions())
+
+    @contextlib.contextmanager
+    def step_scope(self, constants: tuple) -> Iterator[None]:
+        with folded_weight_norm(self._folded_convolutions(), constants):
+            yield
+
+    def decode_step(self, token_ids: Any, cache: tuple, index: Any) -> tuple:
+        ids = ops.reshape(ops.cast(token_ids, "int32"), (-1, 1))
+        x = self.fc1(self.embedding(ids))
+        x, buffers = self.stack.run(x, caches=list(cache))
+        return self._head(x, None)[:, 0], tuple(buffers)
 
     def get_config(self) -> dict:
         return {
@@ -755,7 +799,7 @@ class ConvS2SLanguageModel(FunctionalModel):
             "decoder_out_embed_dim": self.decoder_out_embed_dim,
             "dropout": self.dropout,
             "weight_norm": self.weight_norm,
-            "pad_id": self.pad_id,
+            **self._language_model_config(),
         }
 
     @classmethod
@@ -811,6 +855,8 @@ def build_convs2s_lm(
     dropout: float = 0.1,
     weight_norm: bool = True,
     pad_id: int = 0,
+    bos_id: int = 1,
+    eos_id: int = 2,
     name: str | None = None,
 ) -> ConvS2SLanguageModel:
     """Builds a :class:`ConvS2SLanguageModel` (the builder behind ``convs2s_lm``)."""
@@ -822,6 +868,8 @@ def build_convs2s_lm(
         dropout=dropout,
         weight_norm=weight_norm,
         pad_id=pad_id,
+        bos_id=bos_id,
+        eos_id=eos_id,
         name=name,
     )
 

@@ -124,23 +124,15 @@ class Seq2SeqModel(FunctionalModel):
                 raise ValueError(
                     f"{owner}: `{name}` must be at least 3 (pad, bos and eos ids), got {vocab}."
                 )
-        ids = {}
-        for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
-            ids[name] = check_int(owner, name, value, 0)
-            if ids[name] >= min(self.source_vocab_size, self.target_vocab_size):
-                raise ValueError(
-                    f"{owner}: `{name}` must be a token id below both vocabulary sizes "
-                    f"({self.source_vocab_size}, {self.target_vocab_size}), got {value}."
-                )
-        if self.decoder_start_may_be_pad:
-            # The decoder start token may be the padding id (T5); eos differs from both.
-            if ids["eos_id"] in (ids["pad_id"], ids["bos_id"]):
-                raise ValueError(
-                    f"{owner}: `eos_id` must differ from `pad_id` and from the decoder start "
-                    f"id, got {ids}."
-                )
-        elif len(set(ids.values())) != 3:
-            raise ValueError(f"{owner}: `pad_id`, `bos_id` and `eos_id` must differ, got {ids}.")
+        ids = check_special_ids(
+            owner,
+            pad_id,
+            bos_id,
+            eos_id,
+            min(self.source_vocab_size, self.target_vocab_size),
+            f"both vocabulary sizes ({self.source_vocab_size}, {self.target_vocab_size})",
+            self.decoder_start_may_be_pad,
+        )
         self.pad_id, self.bos_id, self.eos_id = ids["pad_id"], ids["bos_id"], ids["eos_id"]
         self.max_source_length = (
             None
@@ -240,30 +232,10 @@ class Seq2SeqModel(FunctionalModel):
             ValueError: for a rank other than 2, an id outside the vocabulary or
                 a sequence longer than the model's position table.
         """
-        owner = f"{type(self).__name__}({self.name!r})"
-        array = np.asarray(keras.ops.convert_to_numpy(token_ids))
-        if not np.issubdtype(array.dtype, np.integer):
-            raise TypeError(
-                f"{owner}: `{argument}` must hold integer token ids, got dtype {array.dtype}."
-            )
-        if array.ndim != 2:
-            raise ValueError(
-                f"{owner}: `{argument}` must have shape (batch, time), got shape {array.shape}."
-            )
         vocab = self.source_vocab_size if source else self.target_vocab_size
-        if array.size and (array.min() < 0 or array.max() >= vocab):
-            bad = array[(array < 0) | (array >= vocab)]
-            raise ValueError(
-                f"{owner}: `{argument}` holds token ids outside the vocabulary [0, {vocab}): "
-                f"e.g. {int(bad[0])}."
-            )
         limit = self.max_source_length if source else self.max_target_length
-        if limit is not None and array.shape[1] > limit:
-            raise ValueError(
-                f"{owner}: `{argument}` has {array.shape[1]} positions, more than the model's "
-                f"{'max_source_length' if source else 'max_target_length'} = {limit}."
-            )
-        return array.astype("int32")
+        limit_name = "max_source_length" if source else "max_target_length"
+        return check_token_array(self, argument, token_ids, vocab, limit, limit_name)
 
     def generate(
         self,
@@ -271,25 +243,36 @@ class Seq2SeqModel(FunctionalModel):
         max_length: int | None = None,
         beam_size: int = 1,
         length_penalty: float = 1.0,
+        sampler: Any = None,
+        seed: int | None = None,
+        min_length: int = 0,
+        prefix_tokens: Any = None,
+        no_repeat_ngram_size: int = 0,
+        return_n_best: int | None = None,
     ) -> np.ndarray:
-        """Translates a batch of sources: greedy search, or beam search if ``beam_size > 1``.
+        """Translates a batch of sources: greedy search, sampling (``sampler``), or beam
+        search (``beam_size > 1``).
 
-        A thin wrapper over :func:`keras_posenc.generation.greedy_search` and
-        :func:`keras_posenc.generation.beam_search`; see them for the
-        arguments and what is returned (the generated ids after ``bos``).
+        A thin wrapper over :func:`keras_posenc.generation.generate`; see it
+        for the arguments. Returns the generated ids after ``bos``,
+        ``(batch, max_length)`` (``(batch, N, max_length)`` with
+        ``return_n_best=N``).
         """
         from keras_posenc import generation
 
-        if beam_size == 1:
-            return generation.greedy_search(self, encoder_token_ids, max_length=max_length)
-        tokens, _ = generation.beam_search(
+        return generation.generate(
             self,
             encoder_token_ids,
-            beam_size=beam_size,
             max_length=max_length,
+            beam_size=beam_size,
             length_penalty=length_penalty,
+            sampler=sampler,
+            seed=seed,
+            min_length=min_length,
+            prefix_tokens=prefix_tokens,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            return_n_best=return_n_best,
         )
-        return tokens
 
     def _seq2seq_config(self) -> dict:
         return {
@@ -306,6 +289,76 @@ class Seq2SeqModel(FunctionalModel):
         for key in ("trainable", "dtype"):
             config.pop(key, None)
         return cls(**config)
+
+
+def check_special_ids(
+    owner: str,
+    pad_id: Any,
+    bos_id: Any,
+    eos_id: Any,
+    vocab: int,
+    vocab_text: str,
+    start_may_be_pad: bool = False,
+) -> dict[str, int]:
+    """``{"pad_id": .., "bos_id": .., "eos_id": ..}`` after checking each is an int in
+    ``[0, vocab)`` (``vocab_text`` names the limit in the message) and that the three
+    differ; with ``start_may_be_pad`` (T5) ``bos_id`` may equal ``pad_id``.
+
+    Raises:
+        TypeError, ValueError: naming ``owner``, the argument, expected and given.
+    """
+    ids = {}
+    for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
+        ids[name] = check_int(owner, name, value, 0)
+        if ids[name] >= vocab:
+            raise ValueError(
+                f"{owner}: `{name}` must be a token id below {vocab_text}, got {value}."
+            )
+    if start_may_be_pad:
+        # The decoder start token may be the padding id (T5); eos differs from both.
+        if ids["eos_id"] in (ids["pad_id"], ids["bos_id"]):
+            raise ValueError(
+                f"{owner}: `eos_id` must differ from `pad_id` and from the decoder start "
+                f"id, got {ids}."
+            )
+    elif len(set(ids.values())) != 3:
+        raise ValueError(f"{owner}: `pad_id`, `bos_id` and `eos_id` must differ, got {ids}.")
+    return ids
+
+
+def check_token_array(
+    model: Any, argument: str, token_ids: Any, vocab: int, limit: int | None, limit_name: str
+) -> np.ndarray:
+    """``token_ids`` as an int32 numpy array of shape (batch, time), after checking
+    dtype, rank, range (``[0, vocab)``) and length (at most ``limit`` when not None).
+
+    Raises:
+        TypeError: for non-integer ids.
+        ValueError: for a rank other than 2, an id outside the vocabulary or more
+            than ``limit`` positions (named ``limit_name`` in the message).
+    """
+    owner = f"{type(model).__name__}({model.name!r})"
+    array = np.asarray(keras.ops.convert_to_numpy(token_ids))
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(
+            f"{owner}: `{argument}` must hold integer token ids, got dtype {array.dtype}."
+        )
+    if array.ndim != 2:
+        raise ValueError(
+            f"{owner}: `{argument}` must have shape (batch, time), got shape {array.shape}."
+        )
+    if array.size and (array.min() < 0 or array.max() >= vocab):
+        bad = array[(array < 0) | (array >= vocab)]
+        raise ValueError(
+            f"{owner}: `{argument}` holds token ids outside the vocabulary [0, {vocab}): "
+            f"e.g. {int(bad[0])}."
+        )
+    if limit is not None and array.shape[1] > limit:
+        raise ValueError(
+            f"{owner}: `{argument}` has {array.shape[1]} positions, more than the model's "
+            f"{limit_name} = {limit}."
+        )
+    return array.astype("int32")
 
 
 # --------------------------------------------------------------------------- export graphs
@@ -422,23 +475,32 @@ def decoding_signatures(model: Seq2SeqModel) -> tuple[list, list]:
     Returns:
         ``(encoder_signature, step_signature)``, lists of ``keras.InputSpec``.
     """
-    shapes = []
+    caches = []
     for length in (3, 5):
         source = np.full((1, length), model.bos_id, dtype="int32")
-        state = model.encode(source, training=False)
-        cache = model.init_cache(state, length + 2)
-        shapes.append([(tuple(t.shape), keras.backend.standardize_dtype(t.dtype)) for t in cache])
+        caches.append(model.init_cache(model.encode(source, training=False), length + 2))
     names = decoding_names(model)
     (encoder_name,), _ = names["encoder"]
-    token_name, index_name, *cache_names = names["decoder_step"][0]
-    cache_specs = []
-    for (short, dtype), (long, _), name in zip(*shapes, cache_names, strict=True):
-        shape = [None] + [a if a == b else None for a, b in zip(short[1:], long[1:], strict=True)]
-        cache_specs.append(keras.InputSpec(shape=tuple(shape), dtype=dtype, name=name))
     encoder = [keras.InputSpec(shape=(None, None), dtype="int32", name=encoder_name)]
-    step = [
+    return encoder, step_signature(names["decoder_step"][0], *caches)
+
+
+def step_signature(names: list[str], short_cache: tuple, long_cache: tuple) -> list:
+    """The input signature of a one-step decoder graph ``[token_ids, index, *cache]``.
+
+    ``names``: the graph's input names; ``short_cache`` and ``long_cache``: caches
+    built for two lengths. The batch axis is dynamic, and so is every cache axis
+    whose size differs between the two (it follows the source or decoded length).
+    """
+    token_name, index_name, *cache_names = names
+    specs = [
         keras.InputSpec(shape=(None,), dtype="int32", name=token_name),
         keras.InputSpec(shape=(1,), dtype="int32", name=index_name),
-        *cache_specs,
     ]
-    return encoder, step
+    for short, long, name in zip(short_cache, long_cache, cache_names, strict=True):
+        shape = [None] + [
+            a if a == b else None for a, b in zip(short.shape[1:], long.shape[1:], strict=True)
+        ]
+        dtype = keras.backend.standardize_dtype(short.dtype)
+        specs.append(keras.InputSpec(shape=tuple(shape), dtype=dtype, name=name))
+    return specs

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from keras import ops
 from keras.src.backend.common import global_state  # see shape_only
+from markov_models import markov
 
 from keras_posenc import generation, zoo
 from keras_posenc.experiments.seq2seq_tasks import train_reverse
@@ -214,53 +215,6 @@ def test_cached_steps_equal_the_full_decoder_also_after_reordering():
 
 
 # --------------------------------------------------------------------------- search
-
-
-class MarkovModel(Seq2SeqModel):
-    """A seq2seq model whose next-token logits are ``table[token] + position[index]``:
-    small enough that the plain-Python reference can enumerate what search does."""
-
-    def __init__(self, table, position, **kwargs):
-        vocab = table.shape[0]
-        self.table = keras.layers.Embedding(
-            vocab, vocab, embeddings_initializer=keras.initializers.Constant(table), name="table"
-        )
-        self.position = keras.layers.Embedding(
-            position.shape[0],
-            vocab,
-            embeddings_initializer=keras.initializers.Constant(position),
-            name="position",
-        )
-        self._init_seq2seq(vocab, vocab, 0, 1, 2, None, position.shape[0])
-        inputs, logits = self._functional_graph()
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-
-    def encode(self, encoder_token_ids, training=None):
-        return (ops.cast(encoder_token_ids, "float32") * 0.0,)
-
-    def decode(self, decoder_token_ids, encoder_state, training=None):
-        positions = ops.cumsum(ops.ones_like(decoder_token_ids), axis=1) - 1
-        return self.table(decoder_token_ids) + self.position(positions)
-
-    def init_cache(self, encoder_state, max_length):
-        return encoder_state
-
-    def decode_step(self, token_ids, cache, index):
-        logits = self.table(token_ids) + self.position(ops.reshape(index, (1,)))
-        return logits, cache
-
-
-def markov(seed, vocab=7, length=8, eos_bias=0.0):
-    rng = np.random.default_rng(seed)
-    table = rng.standard_normal((vocab, vocab)).astype("float32") * 1.5
-    position = rng.standard_normal((length, vocab)).astype("float32") * 0.5
-    position[:, 2] += eos_bias * np.arange(length) / length
-
-    def log_probs(prefix):
-        logits = table[prefix[-1]].astype("float64") + position[len(prefix) - 1]
-        return logits - np.log(np.sum(np.exp(logits - logits.max()))) - logits.max()
-
-    return MarkovModel(table, position), log_probs
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
