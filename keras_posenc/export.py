@@ -741,11 +741,6 @@ def export_seq2seq(
             "export_seq2seq: `model` must be a keras_posenc.zoo.seq2seq.Seq2SeqModel "
             f"(a sequence-to-sequence zoo model); got {type(model).__name__}."
         )
-    directory = os.fspath(directory)
-    suffix = ".onnx" if format == "onnx" else ".savedmodel"  # posenc's naming (cli.NAMING)
-    targets = [os.path.join(directory, name + suffix) for name in ("encoder", "decoder_step")]
-    for target in targets:
-        _check_target(target, overwrite, "export_seq2seq")
     encoder_signature, step_signature = decoding_signatures(model)
     names = decoding_names(model)
     encoder_runs, step_runs = _decoding_inputs(model) if verify else (None, None)
@@ -757,20 +752,118 @@ def export_seq2seq(
             step_runs,
         ),
     }
-    with _staged(targets, overwrite, "export_seq2seq") as staged:
+    options = dict(verify=verify, atol=atol, rtol=rtol, check_memory=check_memory)
+    return _export_graphs("export_seq2seq", graphs, names, directory, format, overwrite, **options)
+
+
+def export_language_model(
+    model: keras.Model,
+    directory: str | os.PathLike,
+    format: str = "onnx",  # noqa: A002 (as export_model)
+    verify: bool = True,
+    atol: float = 1e-4,
+    rtol: float = 1e-4,
+    check_memory: bool = True,
+    overwrite: bool = False,
+) -> dict[str, ExportReport]:
+    """Exports a decoder-only zoo model's decoding step as a graph of its own.
+
+    The graph is :class:`~keras_posenc.zoo.language_model.LanguageModelStep`,
+    ``[token_ids, index, *cache] -> [logits, *new_cache]``, exported and
+    verified by :func:`export_model`, as :func:`export_seq2seq` exports an
+    encoder-decoder's step. A runtime generates with it as
+    :mod:`keras_posenc.generation` does: the cache starts as zeros (its
+    shapes are in the report), feed the prompt's tokens at indices 0, 1, ...
+    then each chosen token, passing the returned cache back in. Inputs and
+    outputs are named by :func:`keras_posenc.zoo.language_model.decoding_names`
+    (``convs2s_lm``: ``cache_decoder_conv_<i>``, one per convolution).
+
+    Args:
+        model: a :class:`~keras_posenc.zoo.language_model.LanguageModel`.
+        directory: folder for ``decoder_step`` (``.onnx`` or ``.savedmodel``).
+        format, verify, atol, rtol, check_memory, overwrite: as :func:`export_seq2seq`;
+            the step is verified on the cache that decoding a random prompt leaves.
+
+    Returns:
+        ``{"decoder_step": report}``.
+
+    Raises:
+        TypeError: if ``model`` is not a language model.
+        FileExistsError, ValueError, ImportError, MemoryError, RuntimeError: as
+            :func:`export_seq2seq`.
+    """
+    from keras_posenc.zoo.language_model import (
+        LanguageModel,
+        LanguageModelStep,
+        decoding_names,
+        decoding_signatures,
+    )
+
+    if not isinstance(model, LanguageModel):
+        raise TypeError(
+            "export_language_model: `model` must be a keras_posenc.zoo.language_model."
+            f"LanguageModel (a decoder-only zoo model); got {type(model).__name__}."
+        )
+    runs = _language_model_inputs(model) if verify else None
+    graphs = {
+        "decoder_step": (
+            LanguageModelStep(model, name="decoder_step"),
+            decoding_signatures(model),
+            runs,
+        )
+    }
+    names = {"decoder_step": decoding_names(model)}
+    options = dict(verify=verify, atol=atol, rtol=rtol, check_memory=check_memory)
+    return _export_graphs(
+        "export_language_model", graphs, names, directory, format, overwrite, **options
+    )
+
+
+def _language_model_inputs(model: Any) -> list:
+    """Verification inputs of a language model's step graph, as decoding produces them:
+    for each verification length, random prompts decoded up to it, then a random token."""
+    rng = np.random.default_rng(0)
+    low = model.eos_id + 1
+    runs = []
+    for length in _VERIFY_LENGTHS:
+        prompt = rng.integers(low, model.vocab_size, (_VERIFY_BATCH, length)).astype("int32")
+        cache = model.init_cache(_VERIFY_BATCH, length + 2)
+        for index in range(length):
+            _, cache = model.decode_step(prompt[:, index], cache, index)
+        token = rng.integers(low, model.vocab_size, (_VERIFY_BATCH,)).astype("int32")
+        arrays = [keras.ops.convert_to_numpy(t) for t in cache]
+        runs.append([token, np.array([length], "int32"), *arrays])
+    return runs
+
+
+def _export_graphs(
+    who: str,
+    graphs: dict[str, tuple],
+    names: dict[str, tuple[list[str], list[str]]],
+    directory: str | os.PathLike,
+    format: str,  # noqa: A002 (as export_model)
+    overwrite: bool,
+    **options: Any,
+) -> dict[str, ExportReport]:
+    """Exports each ``graphs[name] = (model, input_signature, verify_inputs)`` as
+    ``directory/name`` with its ``names[name] = (inputs, outputs)``, all or none: they
+    are written to a temporary folder and moved in once every graph has verified."""
+    directory = os.fspath(directory)
+    suffix = ".onnx" if format == "onnx" else ".savedmodel"  # posenc's naming (cli.NAMING)
+    targets = [os.path.join(directory, name + suffix) for name in graphs]
+    for target in targets:
+        _check_target(target, overwrite, who)
+    with _staged(targets, overwrite, who) as staged:
         reports = {
             name: export_model(
                 graph,
                 path,
                 format=format,
-                verify=verify,
-                atol=atol,
-                rtol=rtol,
                 input_signature=signature,
-                check_memory=check_memory,
                 verify_inputs=runs,
                 input_names=names[name][0],
                 output_names=names[name][1],
+                **options,
             )
             for path, (name, (graph, signature, runs)) in zip(staged, graphs.items())
         }

@@ -9,9 +9,9 @@ import pytest
 from keras import ops
 from test_export_zoo import assert_graph_follows_guide
 
-from keras_posenc.export import export_names, export_seq2seq
+from keras_posenc.export import export_language_model, export_names, export_seq2seq
 from keras_posenc.generation import greedy_search
-from keras_posenc.zoo.convs2s import ConvS2S
+from keras_posenc.zoo.convs2s import ConvS2S, ConvS2SLanguageModel
 from keras_posenc.zoo.seq2seq import Seq2SeqModel, decoding_names
 
 # The graphs' names for small_convs2s (two decoder convolutions), as the export guide lists
@@ -187,3 +187,85 @@ def test_graphs_are_verified_on_real_decoding_inputs(tmp_path, monkeypatch):
     recorded.clear()
     export_seq2seq(model, tmp_path, format="onnx", verify=False, overwrite=True)
     assert recorded == {"encoder": None, "decoder_step": None}
+
+
+# --------------------------------------------------------------------------- language models
+
+
+def small_lm():
+    keras.utils.set_random_seed(0)
+    return ConvS2SLanguageModel(
+        30, embed_dim=8, decoder_layers=[(12, 3), (16, 2)], decoder_out_embed_dim=8, dropout=0.0
+    )
+
+
+LM_CACHE = ["cache_decoder_conv_0", "cache_decoder_conv_1"]
+
+
+def onnx_lm_greedy(path, model, prompt, max_length):
+    """Greedy continuation of equal-length prompts with the ONNX step graph alone."""
+    import onnxruntime
+
+    step = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    batch = prompt.shape[0]
+    cache = {
+        spec.name: np.zeros((batch, *[int(d) for d in spec.shape[1:]]), np.float32)
+        for spec in step.get_inputs()
+        if spec.name.startswith("cache_")
+    }
+    sequence = [prompt[:, i] for i in range(prompt.shape[1])]
+    for index in range(max_length - 1):
+        feed = {"token_ids": sequence[index], "index": np.array([index], np.int32), **cache}
+        logits, *updated = step.run(["logits", *(f"new_{n}" for n in LM_CACHE)], feed)
+        cache = dict(zip(LM_CACHE, updated))
+        if index + 1 < len(sequence):
+            continue  # a prompt token comes next
+        logits[:, [model.pad_id, model.bos_id, model.eos_id]] = -np.inf  # eos: min_length
+        sequence.append(logits.argmax(-1).astype(np.int32))
+    return np.stack(sequence, axis=1)
+
+
+@pytest.mark.large
+def test_onnx_language_model_generation_gives_the_keras_tokens(tmp_path):
+    model = small_lm()
+    reports = export_language_model(model, tmp_path, format="onnx")
+    report = reports["decoder_step"]
+    assert report.max_abs_difference <= 1e-4
+    assert [name for name, _, _ in report.inputs] == ["token_ids", "index", *LM_CACHE]
+    prompt = np.array([[1, 5, 6], [1, 9, 9]], np.int32)
+    expected = greedy_search(model, prompt, max_length=12, min_length=12)
+    np.testing.assert_array_equal(onnx_lm_greedy(report.path, model, prompt, 12), expected)
+
+
+def test_language_model_step_is_verified_on_decoded_caches(tmp_path, monkeypatch):
+    """export_language_model verifies the step on the cache a decoded prompt leaves, under
+    the names of the export guide (export_model replaced by a recorder: no conversion)."""
+    from keras_posenc import export
+
+    recorded = {}
+
+    def record(graph, path, **kwargs):
+        recorded.update(kwargs, name=graph.name)
+        open(path, "wb").close()
+        return export.ExportReport(kwargs["format"], path, "recorded", [], [])
+
+    monkeypatch.setattr(export, "export_model", record)
+    model = small_lm()
+    export_language_model(model, tmp_path, format="onnx")
+    assert recorded["name"] == "decoder_step"
+    assert recorded["input_names"] == ["token_ids", "index", *LM_CACHE]
+    assert recorded["output_names"] == ["logits", *(f"new_{n}" for n in LM_CACHE)]
+    assert [spec.shape for spec in recorded["input_signature"]] == [
+        (None,),
+        (1,),
+        (None, 3, 12),  # (batch, kernel_size, input channels) per convolution
+        (None, 2, 12),
+    ]
+    for token, index, *cache in recorded["verify_inputs"]:
+        assert int(index[0]) in (7, 11)
+        prompt_cache = model.init_cache(2, 4)
+        # After a decoded prompt the buffers hold its last inputs: not the zeros they start as.
+        assert token.shape == (2,) and (token > model.eos_id).all()
+        assert len(cache) == len(prompt_cache) and all(np.abs(c).sum() > 0 for c in cache)
+    with pytest.raises(TypeError, match="must be a keras_posenc.zoo.language_model"):
+        export_language_model(small_convs2s(), tmp_path / "other")

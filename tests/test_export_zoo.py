@@ -14,7 +14,15 @@ from repository import docs_path
 
 import layer_checks
 from keras_posenc import zoo
-from keras_posenc.export import FORMATS, export_model, export_names, export_seq2seq
+from keras_posenc.export import (
+    FORMATS,
+    export_language_model,
+    export_model,
+    export_names,
+    export_seq2seq,
+)
+from keras_posenc.zoo import language_model
+from keras_posenc.zoo.language_model import LanguageModel
 from keras_posenc.zoo.seq2seq import Seq2SeqModel, decoding_names, decoding_signatures
 
 SMALL_COATNET = {
@@ -153,12 +161,26 @@ def declared_graphs(model: keras.Model) -> dict[str, tuple[list, list]]:
     specs the export uses, without exporting."""
     if not isinstance(model, Seq2SeqModel):
         inputs, outputs = export_names(model)
-        return {
+        graphs = {
             "model": (
                 [(n, x.shape, x.dtype) for n, x in zip(inputs, model.inputs, strict=True)],
                 [(n, x.shape, x.dtype) for n, x in zip(outputs, model.outputs, strict=True)],
             )
         }
+        if isinstance(model, LanguageModel):  # and its step graph (export_language_model)
+            step_in, step_out = language_model.decoding_names(model)
+            specs = language_model.decoding_signatures(model)
+            logits = [(None, model.vocab_size), "float32"]
+            graphs["decoder_step"] = (
+                [(n, s.shape, s.dtype) for n, s in zip(step_in, specs, strict=True)],
+                [
+                    (n, *spec)
+                    for n, spec in zip(
+                        step_out, [logits, *([s.shape, s.dtype] for s in specs[2:])], strict=True
+                    )
+                ],
+            )
+        return graphs
     names = decoding_names(model)
     (encoder_spec,), step_specs = decoding_signatures(model)
     state = len(names["encoder"][1])
@@ -238,6 +260,8 @@ def test_small_variant_exports(name, format, tmp_path):
         reports = export_seq2seq(model, tmp_path / name, format=format)
     else:
         reports = {"model": export_model(model, str(tmp_path / name) + suffix, format=format)}
+    if isinstance(model, LanguageModel):
+        reports.update(export_language_model(model, tmp_path / f"{name}_step", format=format))
     for graph, report in reports.items():
         assert report.max_abs_difference <= 1e-4, (name, report.max_abs_difference)
         # The artifact's names, ranks and dtypes are those the export guide lists.
