@@ -222,6 +222,23 @@ BENCHMARKS = {
             across=("tokens_per_second", "first_seconds"),
         ),
         Benchmark(
+            "generation",
+            "generation.py",
+            keys=("model", "search", "path"),
+            columns=(
+                Column("model", "model", "text"),
+                Column("search", "search", "text"),
+                Column("path", "path", "text"),
+                Column("tokens/s", "tokens_per_second", "num"),
+                Column("s per batch", "seconds", "num"),
+                Column("first batch s", "first_seconds", "num"),
+                Column("x recompute", "x_recompute", "ratio"),
+                Column("same tokens", "same_tokens", "bool"),
+            ),
+            compare=("x_recompute", "tokens_per_second"),
+            across=("tokens_per_second", "first_seconds"),
+        ),
+        Benchmark(
             "zoo_create",
             "zoo_create.py",
             keys=("model",),

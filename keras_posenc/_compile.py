@@ -209,13 +209,20 @@ def _draw_together(variables: list) -> list:
     return program(seeds)
 
 
-def compile_inference(function: Callable[..., Any], variables: Sequence[Any]) -> Callable:
+def compile_inference(
+    function: Callable[..., Any], variables: Sequence[Any], traceable: bool = True
+) -> Callable:
     """Compiles ``function(*tensors)`` that reads ``variables`` (a model's weights).
 
     Args:
         function: a function of tensors (nested tuples allowed) returning
             tensors; it must not assign variables.
         variables: every variable the function reads (``model.variables``).
+        traceable: False for a function ``torch.export`` is known not to trace
+            (on PyTorch it then runs eagerly under ``torch.no_grad`` without a
+            failed attempt, whose warnings would reach the user): a random draw,
+            since Keras' PyTorch random functions seed a ``torch.Generator`` from
+            the value of the seed tensor. TensorFlow and JAX compile it anyway.
 
     Returns:
         A callable with the same signature; arguments must be tensors or NumPy
@@ -242,25 +249,28 @@ def compile_inference(function: Callable[..., Any], variables: Sequence[Any]) ->
 
         return call
     if backend == "torch":
-        return TorchTracedFunction(function, variables)
+        return TorchTracedFunction(function, variables, traceable)
     return function
 
 
 def compiled_while_loop(
-    cond: Callable[..., Any], body: Callable[..., tuple], variables: Sequence[Any]
+    cond: Callable[..., Any],
+    body: Callable[..., tuple],
+    variables: Sequence[Any],
+    traceable: bool = True,
 ) -> Callable[..., tuple]:
     """``loop(*loop_vars)``: ``ops.while_loop(cond, body, loop_vars)``, compiled.
 
     ``cond(*loop_vars)`` gives a scalar boolean tensor, ``body(*loop_vars)`` the
     next loop variables (same structure and shapes). TensorFlow and JAX compile
     the whole loop; PyTorch compiles ``body`` (:class:`TorchTracedFunction`)
-    and loops in Python.
+    and loops in Python. ``traceable``: as in :func:`compile_inference`, for ``body``.
     """
     if keras.backend.backend() != "torch":
         return compile_inference(
             lambda *loop_vars: tuple(keras.ops.while_loop(cond, body, loop_vars)), variables
         )
-    step = compile_inference(body, variables)
+    step = compile_inference(body, variables, traceable)
 
     def loop(*loop_vars: Any) -> tuple:
         while bool(keras.ops.convert_to_numpy(cond(*loop_vars))):
@@ -281,12 +291,16 @@ class TorchTracedFunction:
     with the variables' values as graph inputs, so later weight updates are
     seen), drops the export's metadata checks and conversions to the same
     dtype, and runs the graph from then on. A signature whose tracing fails
-    stays eager; ``trace_errors`` keeps why, by signature.
+    stays eager; ``trace_errors`` keeps why, by signature. With ``traceable=False``
+    every call runs eagerly (see :func:`compile_inference`).
     """
 
-    def __init__(self, function: Callable[..., Any], variables: Sequence[Any]) -> None:
+    def __init__(
+        self, function: Callable[..., Any], variables: Sequence[Any], traceable: bool = True
+    ) -> None:
         self.function = function
         self.variables = list(variables)
+        self.traceable = traceable
         self.graphs: dict[tuple, Any] = {}
         self.trace_errors: dict[tuple, str] = {}
         self._calls: dict[tuple, int] = {}
@@ -303,7 +317,7 @@ class TorchTracedFunction:
         key = _signature(args)
         with torch.no_grad():
             graph = self.graphs.get(key)
-            if graph is None and key not in self.trace_errors:
+            if graph is None and self.traceable and key not in self.trace_errors:
                 self._calls[key] = self._calls.get(key, 0) + 1
                 if self._calls[key] > TORCH_TRACE_AFTER:
                     graph = self._trace(key, args)

@@ -566,7 +566,10 @@ def _compiled(
     if kind == "loop":
         # All of the search in one compiled loop: no Python between steps
         # (on PyTorch, the compiled step and a Python loop; see _compile.py).
-        function = compiled_while_loop(loop_cond, loop_body, model.variables)
+        # A random draw cannot be traced on PyTorch (see compile_inference): eager there.
+        function = compiled_while_loop(
+            loop_cond, loop_body, model.variables, traceable=sampler is None
+        )
     else:
         named = {"reordering_step": reordering_step, "constants": constants}
         function = compile_inference(named[kind], model.variables)

@@ -131,6 +131,23 @@ def test_torch_keeps_untraceable_functions_eager():
 
 
 @torch_only
+def test_torch_runs_functions_marked_untraceable_eagerly_without_trying():
+    """traceable=False (a random draw): no trace attempt, so no torch.export warnings."""
+    calls = []
+
+    def double(x):
+        calls.append(1)
+        return x * 2
+
+    compiled = _compile.compile_inference(double, [], traceable=False)
+    x = ops.convert_to_tensor(np.ones(3, "float32"))
+    for _ in range(_compile.TORCH_TRACE_AFTER + 3):
+        np.testing.assert_allclose(ops.convert_to_numpy(compiled(x)), 2.0)
+    assert compiled.graphs == {} and compiled.trace_errors == {}
+    assert len(calls) == _compile.TORCH_TRACE_AFTER + 3  # the Python ran every time
+
+
+@torch_only
 def test_torch_traces_the_decoding_step_of_a_zoo_model():
     """Greedy and beam search on ConvS2S trace their steps (no silent eager fallback), and
     the traced steps give the tokens of the reference search (test_convs2s_models.py
