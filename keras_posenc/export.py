@@ -781,8 +781,13 @@ def export_language_model(
     Args:
         model: a :class:`~keras_posenc.zoo.language_model.LanguageModel`.
         directory: folder for ``decoder_step`` (``.onnx`` or ``.savedmodel``).
-        format, verify, atol, rtol, check_memory, overwrite: as :func:`export_seq2seq`;
-            the step is verified on the cache that decoding a random prompt leaves.
+        format: ``"onnx"`` or ``"tf_saved_model"``.
+        verify: verify the graph as :func:`export_model` does, on the cache that
+            decoding random prompts of two lengths leaves.
+        atol: the verification tolerance's absolute part.
+        rtol: its relative part.
+        check_memory: as in :func:`export_model`.
+        overwrite: replace an existing ``decoder_step`` artifact in ``directory``.
 
     Returns:
         ``{"decoder_step": report}``.

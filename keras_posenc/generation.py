@@ -698,8 +698,8 @@ def sample(
     """Draws every token from the model's next-token distribution with a keras_hub sampler.
 
     Args:
-        model, inputs, max_length, min_length, use_cache, prefix_tokens,
-        no_repeat_ngram_size: as :func:`greedy_search`.
+        model: as :func:`greedy_search`.
+        inputs: as :func:`greedy_search`.
         sampler: ``"random"`` (default), ``"top_k"``, ``"top_p"``, ``"greedy"``
             (keras_hub's defaults: ``k = 5``, ``p = 0.1``, temperature 1), or a
             ``keras_hub.samplers`` instance with your settings, e.g.
@@ -710,6 +710,11 @@ def sample(
             sampler's own state alone: the same seed gives the same tokens on a
             backend. None (default) uses and advances the sampler's own state,
             so repeated calls differ, as in keras_hub.
+        max_length: as :func:`greedy_search`.
+        min_length: as :func:`greedy_search`.
+        use_cache: as :func:`greedy_search`.
+        prefix_tokens: as :func:`greedy_search`.
+        no_repeat_ngram_size: as :func:`greedy_search`.
 
     Returns:
         As :func:`greedy_search`.
@@ -764,11 +769,16 @@ def beam_search(
     chosen.
 
     Args:
-        model, inputs, max_length, min_length, use_cache, prefix_tokens,
-        no_repeat_ngram_size: as :func:`greedy_search`.
+        model: as :func:`greedy_search`.
+        inputs: as :func:`greedy_search`.
         beam_size: hypotheses kept per sentence.
+        max_length: as :func:`greedy_search`.
         length_penalty: exponent of the length that divides a finished
             hypothesis' summed log-probability.
+        min_length: as :func:`greedy_search`.
+        use_cache: as :func:`greedy_search`.
+        prefix_tokens: as :func:`greedy_search`.
+        no_repeat_ngram_size: as :func:`greedy_search`.
         return_n_best: None (default): the best hypothesis per sentence; an
             int ``N`` in ``[1, beam_size]``: the ``N`` best, best first.
 
