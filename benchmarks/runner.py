@@ -129,6 +129,14 @@ class Benchmark:
 
 
 _ATTENTION_KEYS = ("implementation", "length")
+# The measures of a generation benchmark's row (cached decoding against recomputation).
+_GENERATION_COLUMNS = (
+    Column("tokens/s", "tokens_per_second", "num"),
+    Column("s per batch", "seconds", "num"),
+    Column("first batch s", "first_seconds", "num"),
+    Column("x recompute", "x_recompute", "ratio"),
+    Column("same tokens", "same_tokens", "bool"),
+)
 BENCHMARKS = {
     benchmark.name: benchmark
     for benchmark in (
@@ -210,14 +218,7 @@ BENCHMARKS = {
             "convs2s_generation",
             "convs2s_generation.py",
             keys=("path",),
-            columns=(
-                Column("path", "path", "text"),
-                Column("tokens/s", "tokens_per_second", "num"),
-                Column("s per batch", "seconds", "num"),
-                Column("first batch s", "first_seconds", "num"),
-                Column("x recompute", "x_recompute", "ratio"),
-                Column("same tokens", "same_tokens", "bool"),
-            ),
+            columns=(Column("path", "path", "text"), *_GENERATION_COLUMNS),
             compare=("x_recompute", "tokens_per_second"),
             across=("tokens_per_second", "first_seconds"),
         ),
@@ -229,11 +230,7 @@ BENCHMARKS = {
                 Column("model", "model", "text"),
                 Column("search", "search", "text"),
                 Column("path", "path", "text"),
-                Column("tokens/s", "tokens_per_second", "num"),
-                Column("s per batch", "seconds", "num"),
-                Column("first batch s", "first_seconds", "num"),
-                Column("x recompute", "x_recompute", "ratio"),
-                Column("same tokens", "same_tokens", "bool"),
+                *_GENERATION_COLUMNS,
             ),
             compare=("x_recompute", "tokens_per_second"),
             across=("tokens_per_second", "first_seconds"),

@@ -185,8 +185,9 @@ class _Task:
     forced: np.ndarray  # (batch, steps) int32
     forced_mask: np.ndarray  # (batch, steps) bool
     min_index: int
-    no_repeat_ngram_size: int
     source: np.ndarray | None = None  # an encoder-decoder's sources
+    no_repeat_ngram_size: int = 0
+    use_cache: bool = True
 
     @property
     def batch(self) -> int:
@@ -201,11 +202,18 @@ class _Task:
         source = np.repeat(self.source, repeat, axis=0)
         return tuple(self.model.encode(ops.convert_to_tensor(source, "int32"), training=False))
 
-    def cache(self, use_cache: bool, repeat: int = 1) -> tuple:
+    def configure(self, no_repeat_ngram_size: Any, use_cache: Any) -> None:
+        """Checks and sets the options every search shares."""
+        ngram = check_int(self.function, "no_repeat_ngram_size", no_repeat_ngram_size, 0)
+        # An n-gram longer than any sequence never repeats: the rule is void.
+        self.no_repeat_ngram_size = 0 if ngram > self.steps + 1 else ngram
+        self.use_cache = check_bool(self.function, "use_cache", use_cache)
+
+    def cache(self, repeat: int = 1) -> tuple:
         """The decoding cache (``use_cache``), or a prefix buffer and the encoder state."""
         rows = self.batch * repeat
         state = () if _decoder_only(self.model) else self.state(repeat)
-        if use_cache:
+        if self.use_cache:
             if _decoder_only(self.model):
                 return tuple(self.model.init_cache(rows, self.steps + 1))
             return tuple(self.model.init_cache(state, self.steps))
@@ -228,21 +236,12 @@ def _task(
     max_length: Any,
     min_length: Any,
     prefix_tokens: Any,
-    no_repeat_ngram_size: Any,
 ) -> _Task:
     _check_model(model, function)
     min_length = check_int(function, "min_length", min_length, 0)
-    ngram = check_int(function, "no_repeat_ngram_size", no_repeat_ngram_size, 0)
     if _decoder_only(model):
-        task = _language_model_task(
-            model, function, inputs, max_length, min_length, prefix_tokens, ngram
-        )
-    else:
-        task = _seq2seq_task(model, function, inputs, max_length, min_length, prefix_tokens, ngram)
-    if task.no_repeat_ngram_size > task.steps + 1:
-        # No n-gram that long fits in a sequence, so none can repeat: the rule is void.
-        task.no_repeat_ngram_size = 0
-    return task
+        return _language_model_task(model, function, inputs, max_length, min_length, prefix_tokens)
+    return _seq2seq_task(model, function, inputs, max_length, min_length, prefix_tokens)
 
 
 def _seq2seq_task(
@@ -252,7 +251,6 @@ def _seq2seq_task(
     max_length: Any,
     min_length: int,
     prefix_tokens: Any,
-    ngram: int,
 ) -> _Task:
     source = model.check_token_ids(inputs, "encoder_token_ids")
     if source.shape[1] == 0:
@@ -286,7 +284,6 @@ def _seq2seq_task(
         forced=forced,
         forced_mask=_check_forced(model, function, "prefix_tokens", forced),
         min_index=min_length,
-        no_repeat_ngram_size=ngram,
         source=source,
     )
 
@@ -298,7 +295,6 @@ def _language_model_task(
     max_length: Any,
     min_length: int,
     prefix_tokens: Any,
-    ngram: int,
 ) -> _Task:
     if prefix_tokens is not None:
         raise ValueError(
@@ -343,7 +339,6 @@ def _language_model_task(
         forced=forced,
         forced_mask=_check_forced(model, function, "prompt", forced),
         min_index=max(min_length - 1, 0),
-        no_repeat_ngram_size=ngram,
     )
 
 
@@ -589,17 +584,17 @@ def _check_finite(model: Any, function: str, finite: np.ndarray) -> None:
         )
 
 
-def _run_loop(task: _Task, use_cache: bool, sampler: Any = None, seeds: tuple = ()) -> tuple:
+def _run_loop(task: _Task, sampler: Any = None, seeds: tuple = ()) -> tuple:
     """Greedy search or sampling over ``task``: ``(chosen tokens, final random state)``."""
     model = task.model
     output = np.full((task.batch, task.steps), model.pad_id, dtype="int32")
     if task.batch == 0:  # nothing to decode (and an empty batch breaks some backends' kernels)
         return output, seeds
-    loop = _compiled(model, "loop", use_cache, sampler, task.no_repeat_ngram_size)
+    loop = _compiled(model, "loop", task.use_cache, sampler, task.no_repeat_ngram_size)
     result = loop(
         ops.convert_to_tensor(0, "int32"),  # the position
         ops.convert_to_tensor(task.first, "int32"),
-        task.cache(use_cache),
+        task.cache(),
         ops.convert_to_tensor(output, "int32"),
         ops.convert_to_tensor(np.zeros(task.batch, bool)),  # finished
         ops.convert_to_tensor(np.ones(task.batch, bool)),  # finite logits so far
@@ -676,11 +671,9 @@ def greedy_search(
         ValueError: ConvS2S(...): `encoder_token_ids` holds token ids outside the vocabulary ...
     """
     function = "greedy_search"
-    use_cache = check_bool(function, "use_cache", use_cache)
-    task = _task(
-        model, function, inputs, max_length, min_length, prefix_tokens, no_repeat_ngram_size
-    )
-    output, _ = _run_loop(task, use_cache)
+    task = _task(model, function, inputs, max_length, min_length, prefix_tokens)
+    task.configure(no_repeat_ngram_size, use_cache)
+    output, _ = _run_loop(task)
     return task.result(output)
 
 
@@ -739,12 +732,10 @@ def sample(
         (True, (1, 8))
     """
     function = "sample"
-    use_cache = check_bool(function, "use_cache", use_cache)
     sampler = _sampler(function, sampler)
-    task = _task(
-        model, function, inputs, max_length, min_length, prefix_tokens, no_repeat_ngram_size
-    )
-    output, seeds = _run_loop(task, use_cache, sampler, _seed_states(function, sampler, seed))
+    task = _task(model, function, inputs, max_length, min_length, prefix_tokens)
+    task.configure(no_repeat_ngram_size, use_cache)
+    output, seeds = _run_loop(task, sampler, _seed_states(function, sampler, seed))
     if seed is None:  # the sampler's own state moves on, as after keras_hub's generate
         for variable, value in zip(sampler.variables, seeds, strict=True):
             variable.assign(value)
@@ -812,10 +803,8 @@ def beam_search(
         ((1, 3, 6), True)
     """
     function = "beam_search"
-    use_cache = check_bool(function, "use_cache", use_cache)
-    task = _task(
-        model, function, inputs, max_length, min_length, prefix_tokens, no_repeat_ngram_size
-    )
+    task = _task(model, function, inputs, max_length, min_length, prefix_tokens)
+    task.configure(no_repeat_ngram_size, use_cache)
     beam = check_int(function, "beam_size", beam_size, 1)
     length_penalty = check_non_negative_number(function, "length_penalty", length_penalty)
     n_best = None
@@ -826,7 +815,7 @@ def beam_search(
                 f"{function}: `return_n_best` = {n_best} asks for more hypotheses than "
                 f"`beam_size` = {beam} keeps."
             )
-    finished = _beams(task, beam, length_penalty, use_cache)
+    finished = _beams(task, beam, length_penalty)
     count = 1 if n_best is None else n_best
     output = np.full((task.batch, count, task.steps), model.pad_id, dtype="int32")
     scores = np.full((task.batch, count), -np.inf)
@@ -842,9 +831,7 @@ def beam_search(
     return output, scores
 
 
-def _beams(
-    task: _Task, beam: int, length_penalty: float, use_cache: bool
-) -> list[list[tuple[float, np.ndarray]]]:
+def _beams(task: _Task, beam: int, length_penalty: float) -> list[list[tuple[float, np.ndarray]]]:
     """Every sentence's finished hypotheses ``(score, tokens)``, in the order they finished."""
     model, function = task.model, task.function
     batch, steps = task.batch, task.steps
@@ -853,9 +840,9 @@ def _beams(
         return finished
     rows = batch * beam
     # Every hypothesis gets its own copy of its sentence's cache (encoder state included).
-    cache = task.cache(use_cache, repeat=beam)
+    cache = task.cache(repeat=beam)
     constants = _compiled(model, "constants")()
-    step = _compiled(model, "reordering_step", use_cache)
+    step = _compiled(model, "reordering_step", task.use_cache)
     first = np.repeat(task.first, beam)
     scores = np.zeros((batch, beam))
     scores[:, 1:] = -np.inf  # at the start all beams are the same: keep one

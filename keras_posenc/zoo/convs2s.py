@@ -409,13 +409,37 @@ class _ConvStack:
 # --------------------------------------------------------------------------- models
 
 
+class _FoldedWeightNormSteps:
+    """``step_constants`` / ``step_scope`` of a model whose decoding step runs
+    weight-normalised convolutions (``_step_convolutions()``): the effective kernel
+    ``g * v / ||v||`` of each is computed once per search, not once per step (see
+    ``folded_weight_norm`` and docs/development.md, "Compiled decoding")."""
+
+    def _step_convolutions(self) -> list:
+        raise NotImplementedError
+
+    def _folded_convolutions(self) -> list:
+        return [conv for conv in self._step_convolutions() if conv.weight_norm]
+
+    def step_constants(self) -> tuple:
+        """The effective kernel ``g * v / ||v||`` of each weight-normalised convolution
+        the decoding step runs, computed once per search."""
+        return tuple(conv.kernel for conv in self._folded_convolutions())
+
+    @contextlib.contextmanager
+    def step_scope(self, constants: tuple) -> Iterator[None]:
+        """Within the block, the convolutions use the kernels of :meth:`step_constants`."""
+        with folded_weight_norm(self._folded_convolutions(), constants):
+            yield
+
+
 def _check_vocab(owner: str, name: str, value: Any) -> int:
     # At least the pad, bos and eos ids plus one word.
     return check_int(owner, name, value, 3)
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class ConvS2S(Seq2SeqModel):
+class ConvS2S(_FoldedWeightNormSteps, Seq2SeqModel):
     """The ConvS2S encoder-decoder (fairseq's ``FConvModel``).
 
     A functional model: ``model({"encoder_token_ids": source,
@@ -613,18 +637,8 @@ class ConvS2S(Seq2SeqModel):
         buffers = self.decoder_stack.empty_caches(ops.shape(keys)[0], self.compute_dtype)
         return (*encoder_state, *buffers)
 
-    def _folded_convolutions(self) -> list:
-        return [conv for conv in self.decoder_stack.convolutions if conv.weight_norm]
-
-    def step_constants(self) -> tuple:
-        """The effective kernel ``g * v / ||v||`` of each weight-normalised decoder
-        convolution, computed once per search (see ``folded_weight_norm``)."""
-        return tuple(conv.kernel for conv in self._folded_convolutions())
-
-    @contextlib.contextmanager
-    def step_scope(self, constants: tuple) -> Iterator[None]:
-        with folded_weight_norm(self._folded_convolutions(), constants):
-            yield
+    def _step_convolutions(self) -> list:
+        return self.decoder_stack.convolutions
 
     def decode_step(self, token_ids: Any, cache: tuple, index: Any) -> tuple:
         keys, values, mask, *buffers = cache
@@ -660,7 +674,7 @@ class ConvS2S(Seq2SeqModel):
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class ConvS2SLanguageModel(LanguageModel):
+class ConvS2SLanguageModel(_FoldedWeightNormSteps, LanguageModel):
     """The ConvS2S language model (fairseq's ``FConvLanguageModel``): a causal GLU stack.
 
     The decoder of :class:`ConvS2S` without attention and without position
@@ -771,18 +785,8 @@ class ConvS2SLanguageModel(LanguageModel):
         ``max_length`` (a convolution sees only its last ``kernel_size`` inputs)."""
         return tuple(self.stack.empty_caches(batch_size, self.compute_dtype))
 
-    def _folded_convolutions(self) -> list:
-        return [conv for conv in self.stack.convolutions if conv.weight_norm]
-
-    def step_constants(self) -> tuple:
-        """The effective kernel ``g * v / ||v||`` of each weight-normalised convolution,
-        computed once per search (see ``folded_weight_norm``)."""
-        return tuple(conv.kernel for conv in self._folded_convolutions())
-
-    @contextlib.contextmanager
-    def step_scope(self, constants: tuple) -> Iterator[None]:
-        with folded_weight_norm(self._folded_convolutions(), constants):
-            yield
+    def _step_convolutions(self) -> list:
+        return self.stack.convolutions
 
     def decode_step(self, token_ids: Any, cache: tuple, index: Any) -> tuple:
         ids = ops.reshape(ops.cast(token_ids, "int32"), (-1, 1))

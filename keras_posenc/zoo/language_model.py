@@ -39,6 +39,7 @@ from keras import ops
 from keras_posenc.layers._checks import check_int
 from keras_posenc.zoo.seq2seq import (
     FunctionalModel,
+    GeneratingModel,
     check_special_ids,
     check_token_array,
     step_signature,
@@ -47,7 +48,7 @@ from keras_posenc.zoo.seq2seq import (
 __all__ = ["LanguageModel", "LanguageModelStep", "decoding_names", "decoding_signatures"]
 
 
-class LanguageModel(FunctionalModel):
+class LanguageModel(GeneratingModel, FunctionalModel):
     """A decoder-only zoo model: teacher-forced call, cached decoding, ``generate``.
 
     Subclasses build their layers, call :meth:`_init_language_model` with the
@@ -119,53 +120,6 @@ class LanguageModel(FunctionalModel):
         """
         return check_token_array(
             self, argument, token_ids, self.vocab_size, self.max_length, "max_length"
-        )
-
-    def generate(
-        self,
-        prompt: Any,
-        max_length: int,
-        beam_size: int = 1,
-        length_penalty: float = 1.0,
-        sampler: Any = None,
-        seed: int | None = None,
-        min_length: int = 0,
-        no_repeat_ngram_size: int = 0,
-        return_n_best: int | None = None,
-    ) -> np.ndarray:
-        """Continues each prompt to ``max_length`` tokens (or its ``eos``).
-
-        Greedy search by default; ``sampler`` samples (a ``keras_hub.samplers``
-        name or instance); ``beam_size > 1`` runs beam search. A thin wrapper
-        over :func:`keras_posenc.generation.generate`; see it for the arguments.
-
-        Returns:
-            ``(batch, max_length)`` int32 ids: the prompt, then the generated
-            tokens, ``pad_id`` after each row's ``eos`` (``(batch, N,
-            max_length)`` with ``return_n_best=N``).
-
-        Examples:
-
-            >>> import numpy as np
-            >>> from keras_posenc.zoo.convs2s import ConvS2SLanguageModel
-            >>> model = ConvS2SLanguageModel(30, embed_dim=8, decoder_layers=[(12, 4)] * 2,
-            ...                              decoder_out_embed_dim=8)
-            >>> model.generate(np.array([[1, 7, 8]]), max_length=6).shape
-            (1, 6)
-        """
-        from keras_posenc import generation
-
-        return generation.generate(
-            self,
-            prompt,
-            max_length=max_length,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            sampler=sampler,
-            seed=seed,
-            min_length=min_length,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            return_n_best=return_n_best,
         )
 
     def _language_model_config(self) -> dict:

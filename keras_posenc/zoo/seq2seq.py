@@ -79,7 +79,53 @@ class FunctionalModel(keras.Model):
         super().__setattr__(name, value)
 
 
-class Seq2SeqModel(FunctionalModel):
+class GeneratingModel:
+    """``generate`` for the zoo's generating models (:class:`Seq2SeqModel` and
+    :class:`~keras_posenc.zoo.language_model.LanguageModel`)."""
+
+    def generate(
+        self,
+        inputs: Any,
+        max_length: int | None = None,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        sampler: Any = None,
+        seed: int | None = None,
+        min_length: int = 0,
+        prefix_tokens: Any = None,
+        no_repeat_ngram_size: int = 0,
+        return_n_best: int | None = None,
+    ) -> np.ndarray:
+        """Greedy search, sampling (``sampler``) or beam search (``beam_size > 1``).
+
+        A thin wrapper over :func:`keras_posenc.generation.generate`; see it for
+        the arguments. ``inputs``: an encoder-decoder's sources, or a language
+        model's prompts (then ``max_length``, the returned length with the
+        prompt, is required).
+
+        Returns:
+            ``(batch, max_length)`` ids (``(batch, N, max_length)`` with
+            ``return_n_best=N``): an encoder-decoder's tokens after ``bos``, a
+            language model's prompt and continuation.
+        """
+        from keras_posenc import generation
+
+        return generation.generate(
+            self,
+            inputs,
+            max_length=max_length,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            sampler=sampler,
+            seed=seed,
+            min_length=min_length,
+            prefix_tokens=prefix_tokens,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            return_n_best=return_n_best,
+        )
+
+
+class Seq2SeqModel(GeneratingModel, FunctionalModel):
     """An encoder-decoder zoo model: teacher-forced call, cached decoding, ``generate``.
 
     Subclasses build their layers, call :meth:`_init_seq2seq` with the token
@@ -236,43 +282,6 @@ class Seq2SeqModel(FunctionalModel):
         limit = self.max_source_length if source else self.max_target_length
         limit_name = "max_source_length" if source else "max_target_length"
         return check_token_array(self, argument, token_ids, vocab, limit, limit_name)
-
-    def generate(
-        self,
-        encoder_token_ids: Any,
-        max_length: int | None = None,
-        beam_size: int = 1,
-        length_penalty: float = 1.0,
-        sampler: Any = None,
-        seed: int | None = None,
-        min_length: int = 0,
-        prefix_tokens: Any = None,
-        no_repeat_ngram_size: int = 0,
-        return_n_best: int | None = None,
-    ) -> np.ndarray:
-        """Translates a batch of sources: greedy search, sampling (``sampler``), or beam
-        search (``beam_size > 1``).
-
-        A thin wrapper over :func:`keras_posenc.generation.generate`; see it
-        for the arguments. Returns the generated ids after ``bos``,
-        ``(batch, max_length)`` (``(batch, N, max_length)`` with
-        ``return_n_best=N``).
-        """
-        from keras_posenc import generation
-
-        return generation.generate(
-            self,
-            encoder_token_ids,
-            max_length=max_length,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            sampler=sampler,
-            seed=seed,
-            min_length=min_length,
-            prefix_tokens=prefix_tokens,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            return_n_best=return_n_best,
-        )
 
     def _seq2seq_config(self) -> dict:
         return {
