@@ -221,8 +221,9 @@ def test_preprocessing_follows_timms_eval_transform(tmp_path):
     ours = np.asarray(layer(preset_image(path)))[0]
     reference = timm_eval_transform(PIL.open(path), 56, 0.875, layer.mean, layer.std)
     assert ours.shape == reference.shape == (56, 56, 3)
-    # Keras' and Pillow's antialiased bicubic kernels differ a little on noisy pixels.
-    assert np.abs(ours - reference).mean() < 0.05
+    # Keras' and Pillow's antialiased bicubic kernels differ a little on noisy pixels
+    # (measured: mean 0.0027, at most 0.07, the same on the three backends).
+    assert np.abs(ours - reference).mean() < 0.01 and np.abs(ours - reference).max() < 0.2
     white = np.asarray(layer(np.full((30, 200, 3), 255, "uint8")))
     np.testing.assert_allclose(white, np.broadcast_to((1 - np.asarray(layer.mean)) /
                                                       np.asarray(layer.std), white.shape),

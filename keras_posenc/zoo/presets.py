@@ -92,7 +92,9 @@ class ImagePreprocessor(keras.layers.Layer):
     (timm's ``transforms_imagenet_eval`` with ``crop_mode="center"``; ``"squash"``
     resizes both sides to ``size / crop_pct`` instead). The resize is Keras'
     antialiased one (``keras.ops.image.resize``), not Pillow's, so outputs are close
-    to timm's (within a few hundredths on smooth images), not bit-identical.
+    to timm's, not bit-identical (on the test images, noisy ones: a mean absolute
+    difference of 0.003 and at most 0.11 in normalised units, the same on every backend;
+    an image already of the resize's size is not resized and matches exactly).
 
     The output size depends on the input's size, so the layer runs on concrete
     arrays (eagerly, one size per call), not inside a model with unknown input sizes.
@@ -119,7 +121,7 @@ class ImagePreprocessor(keras.layers.Layer):
     ...                                mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
     >>> image = np.full((48, 64, 3), 255, "uint8")     # white, 48 x 64
     >>> out = np.asarray(preprocess(image))
-    >>> out.shape, float(out.min()), float(out.max())
+    >>> out.shape, round(float(out.min()), 4), round(float(out.max()), 4)
     ((1, 32, 32, 3), 1.0, 1.0)
 
     Reference:
