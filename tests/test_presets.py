@@ -81,7 +81,6 @@ def hub(tmp_path, monkeypatch, registered):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     monkeypatch.setenv("KERAS_POSENC_HOME", str(tmp_path / "posenc"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     yield server
     server.stop()
 
@@ -248,6 +247,7 @@ def test_bad_sources_are_named(tmp_path, hub):
                              "model.safetensors": b""}  # fmt: skip
     with pytest.raises(ValueError, match="'vit_base', which is not a zoo model; loadable: coat"):
         preset_path("hf://timm/vit", progress=False)
+    assert ("GET", "/timm/vit/resolve/main/model.safetensors") not in hub.requests  # config first
     with pytest.raises(ValueError, match=r"ImagePreprocessor: `crop_pct` must be in \(0, 1\]"):
         ImagePreprocessor(32, crop_pct=1.5)
     with pytest.raises(ValueError, match="`interpolation` must be one of"):

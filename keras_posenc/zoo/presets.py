@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import importlib
 import importlib.metadata
 import json
@@ -40,6 +41,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc._compile import initialize_together
 from keras_posenc.layers._checks import (
     check_choice,
     check_int,
@@ -500,7 +502,8 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
     who = "load_preset"
     folder = preset_path(source, progress=progress)
     config = _read_json(os.path.join(folder, CONFIG_FILE), who)
-    model = keras.saving.deserialize_keras_object(config)
+    with initialize_together(who):  # one compiled program on JAX, as zoo.create
+        model = keras.saving.deserialize_keras_object(config)
     if not isinstance(model, keras.Model):
         raise ValueError(
             f"{who}: {os.path.join(folder, CONFIG_FILE)!r} describes a "
@@ -651,7 +654,9 @@ def _hub_preset(source: str, progress: bool) -> str:
 def _hub(who: str) -> Any:
     try:
         hub = importlib.import_module("huggingface_hub")
-        importlib.import_module("huggingface_hub.errors")  # a submodule, not an attribute
+        # Submodules the package does not import itself (its attributes load lazily).
+        importlib.import_module("huggingface_hub.errors")
+        importlib.import_module("huggingface_hub.utils")
     except ImportError as error:
         raise ImportError(
             f"{who}: hf:// sources need huggingface_hub; install it with "
@@ -729,15 +734,17 @@ def _weights_file(repo: str, source: str, settings: dict) -> str:
 
 
 def _convert_timm_repo(repo: str, source: str, progress: bool) -> tuple:
-    """(model, preprocessor, class names, metadata) of a timm hub repository."""
+    """(model, preprocessor, class names, metadata) of a timm hub repository.
+
+    The config is read and checked before the weights are downloaded, so a repository
+    that cannot be converted costs one small file.
+    """
     from keras_posenc.zoo.registry import get_spec
 
     settings = _hub_settings()
+    if not progress:  # huggingface_hub's own bar class, switched off (a partial is no class)
+        settings["tqdm_class"] = functools.partial(_hub("preset_path").utils.tqdm, disable=True)
     config = _read_json(_download(repo, "config.json", source, settings), "preset_path")
-    weights = _weights_file(repo, source, settings)
-    bar = keras.utils.Progbar(3, unit_name="step") if progress else None
-    if bar is not None:
-        print(f"converting {source}")
     if not isinstance(config, dict) or not isinstance(config.get("architecture"), str):
         raise ValueError(
             f"preset_path: {source}'s config.json is not a timm config (it has no 'architecture')."
@@ -764,16 +771,24 @@ def _convert_timm_repo(repo: str, source: str, progress: bool) -> tuple:
             f"preset_path: {source}'s config.json has model_args {unsupported} that change "
             f"the {architecture!r} architecture; only img_size and num_classes are supported."
         )
+    # The size the weights were trained at (timm's pretrained input_size) wins.
     size = pretrained.get("input_size") or [3, *_pair(model_args.get("img_size", 224))]
-    build = {**spec.config, "input_shape": (int(size[1]), int(size[2]), int(size[0]))}
+    preprocessor = ImagePreprocessor.from_timm_config({**pretrained, "input_size": size})
+    weights = _weights_file(repo, source, settings)
+
+    bar = keras.utils.Progbar(3, unit_name="step") if progress else None
+    if bar is not None:
+        print(f"converting {source} ({architecture})")
+    build = {**spec.config, "input_shape": (*preprocessor.image_size, int(size[0]))}
     module, function = TIMM_CONVERTERS[spec.family].split(":")
     converter = getattr(importlib.import_module(module), function)
     if bar is not None:
         bar.update(1)
-    model = converter(weights, config=build)
+    # On JAX one compiled program creates every variable (the values are then replaced).
+    with initialize_together(f"preset_path({source!r})"):
+        model = converter(weights, config=build)
     if bar is not None:
         bar.update(2)
-    preprocessor = ImagePreprocessor.from_timm_config({**pretrained, "input_size": size})
     classes = int(model.output_shape[-1])
     class_names = pretrained.get("label_names") or config.get("label_names")
     if class_names is None and classes == 1000:
