@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import keras
@@ -188,6 +190,28 @@ def test_the_same_top5_after_onnx_export(hub, tmp_path):
     exported = session.run(None, {session.get_inputs()[0].name: batch})[0]
     keras_top = np.argsort(-predict(preset.model, batch), -1)[:, :5]
     assert (np.argsort(-exported, -1)[:, :5] == keras_top).all()
+
+
+@pytest.mark.large
+def test_a_preset_loads_on_every_backend(hub, tmp_path):
+    """The preset converted here is read by the other backends, in their own processes."""
+    preset = load_preset(SOURCE, progress=False)
+    paths = images(tmp_path)
+    expected = [[name for name, _ in classes] for classes in preset.classify(paths)]
+    script = (
+        "import json, sys\n"
+        "from keras_posenc import zoo\n"
+        "preset = zoo.load_preset(sys.argv[1])\n"
+        "print(json.dumps([[n for n, _ in c] for c in preset.classify(sys.argv[2:])]))\n"
+    )
+    for other in {"tensorflow", "jax", "torch"} - {keras.backend.backend()}:
+        env = dict(os.environ, KERAS_BACKEND=other)
+        result = subprocess.run(
+            [sys.executable, "-c", script, preset.path, *paths],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert json.loads(result.stdout.strip().splitlines()[-1]) == expected, other
 
 
 def preset_image(path):
