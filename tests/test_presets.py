@@ -214,6 +214,39 @@ def test_a_preset_loads_on_every_backend(hub, tmp_path):
         assert json.loads(result.stdout.strip().splitlines()[-1]) == expected, other
 
 
+@pytest.mark.large
+def test_a_registered_timm_name_at_full_size(tmp_path, monkeypatch):
+    """hf://timm/coatnet_nano_rw_224.sw_in1k as the hub holds it (timm's config, 1000
+    classes at 224 x 224), with random weights written from a zoo model: ImageNet's class
+    names, and the same outputs as the model the checkpoint came from."""
+    from keras_posenc.convert import to_timm_state_dict
+
+    source_model = zoo.create("coatnet_nano_rw_224")
+    state = to_timm_state_dict(source_model)
+    config = {
+        "architecture": "coatnet_nano_rw_224",
+        "num_classes": 1000,
+        "pretrained_cfg": {"tag": "sw_in1k", "input_size": [3, 224, 224], "crop_pct": 0.9,
+                           "interpolation": "bicubic", "mean": [0.5] * 3, "std": [0.5] * 3},
+    }  # fmt: skip
+    repo = "timm/coatnet_nano_rw_224.sw_in1k"
+    files = {
+        "config.json": json.dumps(config).encode(),
+        "model.safetensors": safetensors.numpy.save(state),
+    }
+    with HubServer({repo: files}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+        monkeypatch.setenv("KERAS_POSENC_HOME", str(tmp_path / "posenc"))
+        preset = load_preset("hf://" + repo, progress=False)
+    assert preset.class_names[:2] == ["tench", "goldfish"] and len(preset.class_names) == 1000
+    batch = np.random.default_rng(0).standard_normal((1, 224, 224, 3)).astype("float32")
+    np.testing.assert_allclose(
+        predict(preset.model, batch), predict(source_model, batch), atol=1e-5, rtol=0
+    )
+    assert len(preset.classify(images(tmp_path)[:1], top=5)[0]) == 5
+
+
 def preset_image(path):
     return keras.utils.img_to_array(keras.utils.load_img(path))
 
