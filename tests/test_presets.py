@@ -171,6 +171,7 @@ def test_classify_before_and_after_the_preset_round_trip(hub, tmp_path, capsys):
         class_names=preset.class_names,
     )
     again = load_preset(folder)
+    assert again.classify(paths[0], top=5) == again.classify([paths[0]], top=5)
     assert [[n for n, _ in c] for c in again.classify(paths)] == [[n for n, _ in c] for c in top]
     _, _, inputs, logits = fixture(FIXTURE)
     np.testing.assert_allclose(predict(again.model, inputs), logits, atol=1e-4, rtol=0)

@@ -313,7 +313,8 @@ class Preset:
 
         Args:
             images: image files (decoded by Pillow through ``keras.utils.load_img``, as
-                RGB) or arrays ``(height, width, 3)`` with values 0-255, any sizes.
+                RGB) or arrays ``(height, width, 3)`` with values 0-255, any sizes; one
+                file or array alone is a list of one.
             top: how many classes per image (at most the model's class count).
 
         Returns:
@@ -335,6 +336,8 @@ class Preset:
         top = check_int(who, "top", top, minimum=1)
         if top > classes:
             raise ValueError(f"{who}: `top` must be at most {classes} (the classes), got {top}.")
+        if isinstance(images, str | os.PathLike | np.ndarray):
+            images = [images]
         batch = np.concatenate([np.asarray(self.preprocessor(_image_array(i))) for i in images])
         probabilities = _probabilities(np.asarray(self.model.predict(batch, verbose=0)))
         names = self.class_names or [f"class {i}" for i in range(classes)]
@@ -471,9 +474,9 @@ def _is_preset(folder: str) -> bool:
     return all(os.path.isfile(os.path.join(folder, name)) for name in _REQUIRED)
 
 
-def preset_classes(folder: str) -> int | None:
+def _class_count(folder: str) -> int | None:
     """The class count a preset folder's metadata records (None if it records none)."""
-    classes = _read_json(os.path.join(folder, METADATA_FILE), "preset_classes").get("num_classes")
+    classes = _read_json(os.path.join(folder, METADATA_FILE), "zoo.create").get("num_classes")
     return int(classes) if isinstance(classes, int) else None
 
 

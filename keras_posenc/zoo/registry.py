@@ -298,10 +298,10 @@ def _preset_weights(weights: str | os.PathLike) -> tuple[str | os.PathLike, int 
     converted first); other ``weights`` as they are, with no class count."""
     path = os.fspath(weights) if isinstance(weights, str | os.PathLike) else weights
     if isinstance(path, str) and (path.startswith("hf://") or os.path.isdir(path)):
-        from keras_posenc.zoo.presets import preset_classes, preset_path
+        from keras_posenc.zoo.presets import WEIGHTS_FILE, _class_count, preset_path
 
         folder = preset_path(path)
-        return os.path.join(folder, "model.weights.h5"), preset_classes(folder)
+        return os.path.join(folder, WEIGHTS_FILE), _class_count(folder)
     return weights, None
 
 
