@@ -453,10 +453,10 @@ def _timm_config(path: str) -> dict:
 
 def _classify(args: argparse.Namespace) -> int:
     if args.top < 1:  # before Keras is imported or anything downloads
-        raise ValueError(f"posenc classify: --top must be at least 1, got {args.top}.")
+        raise ValueError(f"--top must be at least 1, got {args.top}.")
     missing = [path for path in args.images if not os.path.isfile(path)]
     if missing:  # before anything downloads
-        raise FileNotFoundError(f"posenc classify: no such image file: {missing[0]!r}.")
+        raise FileNotFoundError(f"no such image file: {missing[0]!r}.")
     from keras_posenc.zoo.presets import load_preset
 
     preset = load_preset(args.model)
