@@ -28,7 +28,6 @@ import dataclasses
 import datetime
 import functools
 import importlib
-import importlib.metadata
 import json
 import math
 import os
@@ -41,6 +40,7 @@ import keras
 import numpy as np
 from keras import ops
 
+import keras_posenc
 from keras_posenc._compile import initialize_together
 from keras_posenc.layers._checks import (
     check_choice,
@@ -439,7 +439,7 @@ def save_preset(
             os.path.join(staged, METADATA_FILE),
             {
                 "keras_version": keras.__version__,
-                "keras_posenc_version": _version("keras-posenc"),
+                "keras_posenc_version": keras_posenc.__version__,
                 "parameter_count": int(model.count_params()),
                 # zoo.create(name, weights=preset) builds the model with this many classes.
                 "num_classes": int(model.output_shape[-1]),
@@ -463,20 +463,14 @@ def _read_json(path: str, who: str) -> Any:
         raise ValueError(f"{who}: {path!r} is not valid JSON ({error}).") from error
 
 
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _is_preset(folder: str) -> bool:
     return all(os.path.isfile(os.path.join(folder, name)) for name in _REQUIRED)
 
 
 def _class_count(folder: str) -> int | None:
     """The class count a preset folder's metadata records (None if it records none)."""
-    classes = _read_json(os.path.join(folder, METADATA_FILE), "zoo.create").get("num_classes")
+    metadata = _read_json(os.path.join(folder, METADATA_FILE), "zoo.create")
+    classes = metadata.get("num_classes") if isinstance(metadata, dict) else None
     return int(classes) if isinstance(classes, int) else None
 
 
