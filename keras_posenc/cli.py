@@ -451,6 +451,23 @@ def _timm_config(path: str) -> dict:
         raise ValueError(f"{where}: {error}") from error
 
 
+def _classify(args: argparse.Namespace) -> int:
+    if args.top < 1:  # before Keras is imported or anything downloads
+        raise ValueError(f"--top must be at least 1, got {args.top}.")
+    missing = [path for path in args.images if not os.path.isfile(path)]
+    if missing:  # before anything downloads
+        raise FileNotFoundError(f"no such image file: {missing[0]!r}.")
+    from keras_posenc.zoo.presets import load_preset
+
+    preset = load_preset(args.model)
+    top = min(args.top, int(preset.model.output_shape[-1]))
+    for path, classes in zip(args.images, preset.classify(args.images, top=top)):
+        print(path)
+        for rank, (name, probability) in enumerate(classes, 1):
+            print(f"  {rank}. {name}  {probability:.3f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``posenc``; each subcommand sets ``handler``."""
     parser = argparse.ArgumentParser(
@@ -611,6 +628,29 @@ def build_parser() -> argparse.ArgumentParser:
     layouts.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the mode's own)")
     layouts.add_argument("--layouts", nargs="+", help="a selection of layouts (default: all four)")
     layouts.set_defaults(handler=_experiment_layouts)
+
+    classify = commands.add_parser(
+        "classify",
+        help="the top classes of images, with a pretrained model (hf://ORG/REPO or a preset)",
+        description="Classify image files (any format Pillow reads) with a preset: a folder "
+        "written by save_preset, or hf://ORG/REPO, a timm CoAtNet on the Hugging Face hub "
+        "(e.g. hf://timm/coatnet_0_rw_224.sw_in1k), which is downloaded and converted on "
+        "first use and then read from the cache (KERAS_POSENC_HOME; HF_ENDPOINT, "
+        "HF_HUB_OFFLINE and HF_HOME are honoured). Each image goes through the preset's "
+        "preprocessing (timm's: resize, center crop, normalise); prints the top classes "
+        "with their probabilities.",
+    )
+    classify.add_argument("images", nargs="+", metavar="IMAGE", help="image files")
+    classify.add_argument(
+        "--model",
+        required=True,
+        metavar="SOURCE",
+        help="a preset folder or hf://ORG/REPO (downloads on first use)",
+    )
+    classify.add_argument(
+        "--top", type=int, default=5, help="classes to print per image (default: 5)"
+    )
+    classify.set_defaults(handler=_classify)
 
     convert = commands.add_parser("convert", help="convert checkpoints of other libraries")
     converters = convert.add_subparsers(

@@ -187,7 +187,7 @@ def test_malformed_safetensors_are_rejected(tmp_path):
     good = write_safetensors(tmp_path / "good.safetensors", {"w": np.zeros(4, "float32")})
     data = bytearray(Path(good).read_bytes())
     path.write_bytes(bytes(data[:-4]))  # the tensor's data cut short
-    with pytest.raises(ValueError, match="'w' has offsets"):
+    with pytest.raises(ValueError, match="not a safetensors file: .*not fully covered"):
         load_timm_state_dict(path)
 
 

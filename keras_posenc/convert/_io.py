@@ -1,33 +1,16 @@
 """Reading other libraries' weight files without executing code from them (shared by the
 converters): PyTorch pickles through ``torch.load(weights_only=True)``, safetensors files
-with a small reader of their documented layout (a JSON header, then raw little-endian
-arrays), and tensors as numpy arrays."""
+with the ``safetensors`` library's numpy API, and tensors as numpy arrays."""
 
 from __future__ import annotations
 
-import json
 import os
-import struct
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from keras_posenc.layers._checks import excerpt
-
-# safetensors dtype names -> numpy; BF16 is read as uint16 and widened (numpy has no bfloat16).
-_SAFETENSORS_DTYPES = {
-    "F64": "<f8",
-    "F32": "<f4",
-    "F16": "<f2",
-    "BF16": "<u2",
-    "I64": "<i8",
-    "I32": "<i4",
-    "I16": "<i2",
-    "I8": "i1",
-    "U8": "u1",
-    "BOOL": "?",
-}
 
 
 def torch_module(who: str) -> Any:
@@ -87,45 +70,31 @@ def torch_load(path: str | os.PathLike, who: str, allowed: Iterable[type] = ()) 
 def read_safetensors(path: str | os.PathLike, who: str) -> dict[str, np.ndarray]:
     """The tensors of a ``.safetensors`` file as numpy arrays (BF16 and F16 as float32).
 
+    Read by the ``safetensors`` library's numpy API, which checks the header and
+    that the tensors cover the data exactly and executes nothing from the file.
+    bfloat16 tensors need numpy's ``bfloat16`` type, which ``ml_dtypes`` (a
+    dependency of Keras) registers when imported.
+
     Raises:
         ValueError: the file is not a well-formed safetensors file.
+        OSError: the file cannot be read (missing, a folder, no permission).
     """
-    with open(path, "rb") as handle:
-        data = handle.read()
+    import ml_dtypes
+    import safetensors
+    import safetensors.numpy
 
-    def bad(reason: str) -> ValueError:
-        return ValueError(f"{who}: {os.fspath(path)!r} is not a safetensors file: {reason}.")
-
-    if len(data) < 8:
-        raise bad("shorter than its 8-byte header length")
-    (length,) = struct.unpack("<Q", data[:8])
-    if 8 + length > len(data):
-        raise bad(f"its header claims {length} bytes, more than the file holds")
+    path = os.fspath(path)
+    if not os.path.isfile(path):  # the library reports a folder as a bad header
+        with open(path, "rb"):
+            pass
     try:
-        header = json.loads(data[8 : 8 + length])
-    except ValueError as error:
-        raise bad(f"the header is not JSON ({error})") from error
-    if not isinstance(header, dict):
-        raise bad("the header is not a JSON object")
-    body = memoryview(data)[8 + length :]
-    tensors = {}
-    for key, entry in header.items():
-        if key == "__metadata__":
-            continue
-        try:
-            dtype = np.dtype(_SAFETENSORS_DTYPES[entry["dtype"]])
-            start, end = (int(v) for v in entry["data_offsets"])
-            shape = tuple(int(v) for v in entry["shape"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise bad(f"entry {key!r} is malformed or of an unknown dtype ({entry!r})") from error
-        if not 0 <= start <= end <= len(body) or (end - start) != dtype.itemsize * int(
-            np.prod(shape, dtype=np.int64)
-        ):
-            raise bad(f"entry {key!r} has offsets {entry['data_offsets']} that do not fit")
-        array = np.frombuffer(body[start:end], dtype=dtype).reshape(shape)
-        if entry["dtype"] == "BF16":
-            array = (array.astype(np.uint32) << 16).view(np.float32)
-        elif entry["dtype"] == "F16":
-            array = array.astype(np.float32)
-        tensors[key] = array
-    return tensors
+        tensors = safetensors.numpy.load_file(path)
+    except safetensors.SafetensorError as error:
+        raise ValueError(
+            f"{who}: {path!r} is not a safetensors file: {excerpt(str(error))}."
+        ) from error
+    widened = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16))
+    return {
+        key: value.astype(np.float32) if value.dtype in widened else value
+        for key, value in tensors.items()
+    }

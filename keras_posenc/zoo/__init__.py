@@ -3,6 +3,7 @@
 >>> from keras_posenc import zoo
 >>> names = zoo.list_models()          # every registered configuration
 >>> # model = zoo.create(names[0], weights=None, **overrides)
+>>> # model = zoo.from_preset("hf://timm/coatnet_0_rw_224.sw_in1k")  # downloads once
 
 Each family module registers its named configurations with
 :func:`register_model` when it is imported; this package imports every family
@@ -19,6 +20,7 @@ from keras_posenc.zoo import (
     t5,  # noqa: F401  (registers t5_small, t5_base, t5_1.1_small, t5_1.1_base)
 )
 from keras_posenc.zoo.distribution import layout_map
+from keras_posenc.zoo.presets import from_preset, load_preset, save_preset
 from keras_posenc.zoo.registry import (
     ModelSpec,
     create,
@@ -31,9 +33,12 @@ from keras_posenc.zoo.registry import (
 __all__ = [
     "ModelSpec",
     "create",
+    "from_preset",
     "get_spec",
     "layout_map",
     "list_models",
+    "load_preset",
     "register_model",
+    "save_preset",
     "unregister_model",
 ]

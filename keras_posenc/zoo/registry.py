@@ -187,9 +187,13 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
 
     Args:
         name: a name from :func:`list_models`.
-        weights: None for fresh initialisation, or the path of a ``.weights.h5``
-            file (``model.save_weights``) or a ``.keras`` file (``model.save``)
-            saved from the same configuration.
+        weights: None for fresh initialisation (nothing is downloaded); the path of a
+            ``.weights.h5`` file (``model.save_weights``) or a ``.keras`` file
+            (``model.save``) saved from the same configuration; or a preset source
+            (:func:`~keras_posenc.zoo.presets.preset_path`): a preset folder, or
+            ``hf://ORG/REPO``, a timm checkpoint on the Hugging Face hub
+            (``zoo.create("coatnet_0_rw_224", weights="hf://timm/coatnet_0_rw_224.sw_in1k")``),
+            which **is downloaded and converted on first use**, then read from the cache.
         **overrides: builder arguments that replace the named configuration's
             values (for example ``num_classes=10``).
 
@@ -206,6 +210,7 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
             Relative position tables (``RelativePositionBias2D``) saved at
             another grid size are resized instead.
         FileNotFoundError: if ``weights`` does not exist.
+        ConnectionError: a hub source neither cached nor reachable.
 
     Examples:
 
@@ -226,7 +231,12 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
     spec = get_spec(name)
     _check_arguments(spec, overrides, what="override")
     if weights is not None:  # before building: a bad file fails fast
+        weights, classes = _preset_weights(weights)
         _check_weights_file(name, weights)
+        accepted = spec.builder_arguments()
+        if classes is not None and (accepted is None or "num_classes" in accepted):
+            # A preset's head decides (timm's ImageNet-12k checkpoints have 11821 classes).
+            overrides.setdefault("num_classes", classes)
     # On JAX, one compiled program draws every initial weight (see initialize_together).
     with initialize_together(f"zoo.create({name!r})"):
         model = spec.builder(**{**spec.config, **overrides})
@@ -283,13 +293,26 @@ def check_keras_file(path: str | os.PathLike, who: str = "") -> None:
         )
 
 
+def _preset_weights(weights: str | os.PathLike) -> tuple[str | os.PathLike, int | None]:
+    """A preset source's weights file and class count (a hub source downloaded and
+    converted first); other ``weights`` as they are, with no class count."""
+    path = os.fspath(weights) if isinstance(weights, str | os.PathLike) else weights
+    if isinstance(path, str) and (path.startswith("hf://") or os.path.isdir(path)):
+        from keras_posenc.zoo.presets import WEIGHTS_FILE, _class_count, preset_path
+
+        folder = preset_path(path)
+        return os.path.join(folder, WEIGHTS_FILE), _class_count(folder)
+    return weights, None
+
+
 def _check_weights_file(name: str, weights: str | os.PathLike) -> None:
     path = os.fspath(weights)
     who = f"zoo.create({name!r})"
     if not path.endswith(_WEIGHT_SUFFIXES):
         raise ValueError(
             f"{who}: `weights` must be a path ending in "
-            f"{' or '.join(_WEIGHT_SUFFIXES)}; got {path!r}. Checkpoints of other libraries "
+            f"{' or '.join(_WEIGHT_SUFFIXES)}, a preset folder or hf://ORG/REPO; got "
+            f"{path!r}. Checkpoints of other libraries "
             "(timm .safetensors/.pth, fairseq .pt) convert with keras_posenc.convert "
             "(`posenc convert timm|fairseq SRC --out FILE.keras`)."
         )
