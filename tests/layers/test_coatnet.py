@@ -583,8 +583,7 @@ def test_mbconv_symmetric_padding_needs_an_odd_kernel():
         ({"filters": 8, "head_dim": 4, "attention_width": "both"}, "attention_width"),
         ({"filters": 8, "head_dim": 4, "norm": "group"}, "norm"),
         ({"filters": 8, "head_dim": 4, "partition": "window", "partition_size": 2}, "partition"),
-        ({"filters": 8, "head_dim": 4, "partition": "grid", "partition_size": 0},
-         "partition_size"),
+        ({"filters": 8, "head_dim": 4, "partition": "grid", "partition_size": 0}, "partition_size"),
     ],
 )
 def test_transformer_bad_arguments(kwargs, argument):
