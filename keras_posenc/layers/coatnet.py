@@ -30,7 +30,10 @@ from keras_posenc.layers.position_biases import ContinuousPositionBias2D
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D, grid_size
 
 STRIDE_ON = ("expand", "depthwise", "pool")
-POOLS = ("max", "avg")
+#: The downsampling pools: 2 x 2 stride-2 max or average, or ``"max3"``, a 3 x 3 stride-2
+#: max pool with one cell of padding on each side (PyTorch's ``MaxPool2d(3, 2, 1)``,
+#: timm's ``pool_type="max"``, which its ``coatnet_rmlp_1_rw`` uses).
+POOLS = ("max", "avg", "max3")
 PADDINGS = ("same", "symmetric")
 EXPAND_FROM = ("output", "input")
 SE_FROM = ("output", "hidden")
@@ -77,8 +80,29 @@ def _serialize_activation(value: Any) -> Any:
     return value if isinstance(value, str) else keras.activations.serialize(value)
 
 
+class _OverlappingMaxPool(keras.layers.Layer):
+    """A 3 x 3, stride-2 max pool after one cell of ``-inf`` padding on each side.
+
+    PyTorch's ``MaxPool2d(3, 2, padding=1)``: Keras' "same" pads one cell after, none
+    before, and would pool other windows. Every window holds a real cell, so the
+    padding never reaches the output. ``ceil(size / 2)`` per side, like the 2 x 2 pools.
+    Built by the blocks that use it (their configs rebuild it; it has no weights).
+    """
+
+    def call(self, inputs: Any) -> Any:
+        padded = ops.pad(inputs, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=float("-inf"))
+        return ops.max_pool(padded, 3, strides=2, padding="valid")
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        batch, height, width, channels = input_shape
+        return (batch, _downsampled(height, 2), _downsampled(width, 2), channels)
+
+
 def make_pool(kind: str, policy: Any, name: str) -> keras.layers.Layer:
-    """A 2 x 2, stride-2 ``"max"`` or ``"avg"`` pool, "same" padding (ceil for odd sizes)."""
+    """A 2 x 2, stride-2 ``"max"`` or ``"avg"`` pool, "same" padding (ceil for odd sizes),
+    or ``"max3"`` (:data:`POOLS`)."""
+    if kind == "max3":
+        return _OverlappingMaxPool(dtype=policy, name=name)
     pool = keras.layers.MaxPooling2D if kind == "max" else keras.layers.AveragePooling2D
     return pool(2, 2, padding="same", dtype=policy, name=name)
 
@@ -398,7 +422,7 @@ class MBConv(keras.layers.Layer):
             ``"gelu"``, exact; timm's ``_rw`` models use ``"silu"``).
         pre_activation: apply ``activation`` after the pre-norm too (timm ``_rw``).
         pool: the 2 x 2 pool of the shortcut (and of ``stride_on="pool"``):
-            ``"max"`` (default) or ``"avg"``.
+            ``"max"`` (default), ``"avg"`` or ``"max3"`` (:data:`POOLS`).
         stride_pool: the pool of ``stride_on="pool"`` when it differs from the
             shortcut's: None (default: ``pool``), ``"max"`` or ``"avg"`` (timm's
             ``downsample_pool_type``: ``coatnet_rmlp_1_rw`` max-pools its
@@ -727,7 +751,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         drop_path_rate: stochastic depth on both residual branches; in [0, 1).
         norm_epsilon: LayerNorm epsilon (default 1e-5, as the official TF code).
         seed: optional int seed of the stochastic depth noise.
-        pool: the 2 x 2 downsampling pool, ``"max"`` (default) or ``"avg"``.
+        pool: the downsampling pool, ``"max"`` (default: 2 x 2), ``"avg"`` or ``"max3"``
+            (3 x 3, timm's ``"max"``; :data:`POOLS`).
         attention_width: ``"output"`` (default: queries, keys and values are
             ``filters`` wide) or ``"input"`` (as wide as the input, so
             ``input channels // head_dim`` heads, and the output projection maps

@@ -142,9 +142,10 @@ RW_CONFIGS = {
     ),
     "coatnet_rmlp_1_rw_224": (
         (2, 2, 6, 14, 2), (64, 96, 192, 384, 768), (32, 64), 41_691_982, "pool",
-        # timm max-pools the shortcuts but keeps its default average pool on the branch.
-        {"pool": "max", "stride_pool": "avg"},
-        {"pool": "max", **_MLP_BIAS, "position_bias_dim": 384},
+        # timm's pool_type="max" (3 x 3) on the shortcuts and before the attention, its
+        # default 2 x 2 average pool before the MBConv's expansion.
+        {"pool": "max3", "stride_pool": "avg"},
+        {"pool": "max3", **_MLP_BIAS, "position_bias_dim": 384},
     ),
     "coatnet_rmlp_1_rw2_224": (
         (2, 2, 6, 14, 2), (64, 96, 192, 384, 768), (32, 64), 41_724_622, "depthwise",
