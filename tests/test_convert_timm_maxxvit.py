@@ -18,7 +18,9 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from test_convert_timm import write_safetensors
 
+from keras_posenc import cli
 from keras_posenc.convert import (
     config_from_timm,
     from_timm_coatnet,
@@ -153,3 +155,18 @@ def test_maxvit_errors():
         maxvit_config_from_timm(cfg, img_size=64)
     with pytest.raises(ValueError, match=r"block_type 'M'.*maxvit_config_from_timm"):
         config_from_timm(cfg, img_size=64)
+
+
+def test_cli_converts_a_maxvit_checkpoint(tmp_path, capsys):
+    """`posenc convert timm` tells a MaxViT from a CoAtNet (by its grid attention)."""
+    state, described, images, logits = fixture("maxvit_tf_tiny")
+    source = write_safetensors(tmp_path / "model.safetensors", state)
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"cfg": described["cfg"], "img_size": described["img_size"]}))
+    out = str(tmp_path / "maxvit.keras")
+    assert cli.main(["convert", "timm", source, "--timm-config", str(config), "--out", out]) == 0
+    assert "to " + out in capsys.readouterr().out
+    np.testing.assert_allclose(predict(keras.models.load_model(out), images), logits, atol=ATOL)
+    # Without a configuration the variant is inferred: none of the registered ones here.
+    assert cli.main(["convert", "timm", source, "--out", out]) == 1
+    assert "from_timm_maxvit: the state dict" in capsys.readouterr().err

@@ -424,6 +424,22 @@ def test_transformer_rw_standard_checks(rng):
     layer_checks.run_standard_checks(make, images(rng, (2, 4, 4, 4)))
 
 
+@pytest.mark.large
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(partition="grid", partition_size=2, activation="gelu_tanh"),  # MaxViT
+        dict(norm="batch", norm_momentum=0.9, strides=2, pool="max3"),  # coatnet_bn / rmlp_1
+        dict(position_bias="mlp", position_bias_dim=4, position_bias_dropout=0.125),  # rmlp
+    ],
+)
+def test_transformer_timm_option_standard_checks(rng, options):
+    def make():
+        return RelativeTransformerBlock2D(8, head_dim=4, **options)
+
+    layer_checks.run_standard_checks(make, images(rng, (2, 4, 4, 8)))
+
+
 # --------------------------------------------------------------------------- stochastic depth
 
 
