@@ -1,10 +1,13 @@
-"""Convert timm's CoAtNet checkpoints (``maxxvit.py``) into keras-posenc CoAtNet models.
+"""Convert timm's CoAtNet and MaxViT checkpoints (``maxxvit.py``) into keras-posenc models.
 
-timm's trained CoAtNets are its ``coatnet_*_rw_*`` variants, which differ from the
-paper in ways our :func:`~keras_posenc.zoo.coatnet.build_coatnet` describes as
-configuration (see :data:`~keras_posenc.zoo.coatnet.RW_CONFIGS` and
-:func:`~keras_posenc.zoo.coatnet.rw_config`). The converter builds the matching
-model and copies every tensor in, checking that each key of the state dict is used
+timm's trained CoAtNets are its ``coatnet_*_rw_*``, ``coatnet_bn_*`` and
+``coatnet_rmlp_*`` variants, which differ from the paper in ways our
+:func:`~keras_posenc.zoo.coatnet.build_coatnet` describes as configuration (see
+:data:`~keras_posenc.zoo.coatnet.RW_CONFIGS` and
+:func:`~keras_posenc.zoo.coatnet.rw_config`); its MaxViTs are the official weights'
+port (``maxvit_*_tf_*``) and its own ``maxvit_*_rw_*``
+(:func:`~keras_posenc.zoo.maxvit.build_maxvit`). The converters build the matching
+model and copy every tensor in, checking that each key of the state dict is used
 exactly once and has the shape the architecture needs:
 
 - convolutions ``(out, in, kh, kw)`` -> Keras ``(kh, kw, in, out)``; depthwise
@@ -16,7 +19,11 @@ exactly once and has the shape the architecture needs:
   ``v``), reordered to ours (``q`` of all heads, then ``k``, then ``v``);
 - the relative position table ``((2h-1)(2w-1), heads)`` -> ``(heads, 2h-1, 2w-1)``
   (both index offsets query minus key, row-major), resized bilinearly as timm
-  does when the model is built for another input size.
+  does when the model is built for another input size; the official MaxViT code's
+  ``(heads, 2h-1, 2w-1)`` tables (timm's ``RelPosBiasTf``) index key minus query and
+  are flipped, and its ``qkv`` rows are already ours;
+- the MLP of a ``RelPosMlp`` (``coatnet_rmlp_*``): ``Linear`` weights transposed into
+  :class:`~keras_posenc.layers.ContinuousPositionBias2D`'s kernels.
 
 timm's pretrained CoAtNets expect RGB images scaled to [-1, 1] (mean and std 0.5),
 channels last here (``(batch, height, width, 3)``), at 224 x 224 (bicubic resize,
@@ -192,7 +199,9 @@ def _signature(config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _infer_name(state: Mapping, configs: Mapping[str, Callable] | None = None) -> str:
+def _infer_name(
+    state: Mapping, configs: Mapping[str, Callable] | None = None, who: str = _OWNER
+) -> str:
     """The registered timm variant whose shapes and kinds of layers ``state`` has.
 
     ``configs``: ``{name: config function}``, default the CoAtNets. Of variants that
@@ -204,7 +213,7 @@ def _infer_name(state: Mapping, configs: Mapping[str, Callable] | None = None) -
         if _signature(config_of(name)) == found:
             return name
     raise ValueError(
-        f"{_OWNER}: the state dict (stem widths {found['stem_channels']}, stage depths "
+        f"{who}: the state dict (stem widths {found['stem_channels']}, stage depths "
         f"{found['depths']}, stage widths {found['widths']}) is none of the supported timm "
         f"variants {sorted(configs)}; pass `name=` if it is one of them with another "
         "head, or `config=` (build arguments) for a custom configuration."
@@ -805,7 +814,7 @@ def from_timm_coatnet(
     Raises:
         ValueError: an unknown variant, a state dict whose keys do not match the
             architecture (the missing and unexpected keys are listed, e.g. the
-            unsupported ``coatnet_rmlp_*`` / ``coatnet_bn_*`` variants), or a
+            keys of a MaxViT or of ConvNeXt blocks, named as such), or a
             tensor of another shape than timm's for this architecture (the file,
             key, expected and given shapes named; relative position tables of
             another square grid are resized instead).
@@ -897,10 +906,7 @@ def _convert(
         raise ValueError(f"{who}: pass `name` or `config`, not both.")
     if config is None:
         if name is None:
-            try:
-                name = _infer_name(state, configs)
-            except ValueError as error:
-                raise ValueError(str(error).replace(_OWNER, who, 1)) from None
+            name = _infer_name(state, configs, who)
         if name not in configs:
             raise ValueError(
                 f"{who}: unknown timm variant {name!r}; expected one of {sorted(configs)}"
