@@ -413,16 +413,22 @@ def _convert_fairseq(args: argparse.Namespace) -> int:
 
 
 def _convert_timm(args: argparse.Namespace) -> int:
-    from keras_posenc.convert import from_timm_coatnet
+    from keras_posenc.convert import from_timm_coatnet, from_timm_maxvit, load_timm_state_dict
 
     if not args.out.endswith(".keras"):
         raise ValueError(f"posenc convert timm: --out must end in .keras, got {args.out!r}.")
-    config = None
+    source, config, maxvit = args.src, None, None
     if args.timm_config:
-        config = _timm_config(args.timm_config)
+        config, maxvit = _timm_config(args.timm_config)
+    elif args.name:
+        maxvit = args.name.startswith("maxvit")
+    else:  # a MaxViT's blocks have grid attention; read the file once, then convert that
+        source = load_timm_state_dict(args.src)
+        maxvit = any(".attn_grid." in key for key in source)
     # --image-size overrides the size of the configuration either way.
     input_shape = (*args.image_size, 3) if args.image_size else None
-    model = from_timm_coatnet(args.src, args.name, config=config, input_shape=input_shape)
+    convert = from_timm_maxvit if maxvit else from_timm_coatnet
+    model = convert(source, args.name, config=config, input_shape=input_shape)
     model.save(args.out)
     print(
         f"converted {args.src} ({model.name}, {model.count_params():,} parameters, "
@@ -431,9 +437,10 @@ def _convert_timm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _timm_config(path: str) -> dict:
-    """The build arguments described by a ``--timm-config`` file; errors name the file."""
-    from keras_posenc.convert import config_from_timm
+def _timm_config(path: str) -> tuple[dict, bool]:
+    """The build arguments described by a ``--timm-config`` file, and whether they are a
+    MaxViT's (every stage of "M" blocks); errors name the file."""
+    from keras_posenc.convert import config_from_timm, maxvit_config_from_timm
 
     where = f"--timm-config {path!r}"
     with open(path, encoding="utf-8") as handle:
@@ -445,8 +452,12 @@ def _timm_config(path: str) -> dict:
         raise ValueError(f"{where} must hold a JSON object, got {type(described).__name__}.")
     image = described.get("img_size", 224)
     image = tuple(image) if isinstance(image, list) else image
+    cfg = described.get("cfg", described)
+    block_types = cfg.get("block_type") if isinstance(cfg, dict) else None
+    maxvit = bool(block_types) and all(kind == "M" for kind in block_types)
+    to_config = maxvit_config_from_timm if maxvit else config_from_timm
     try:
-        return config_from_timm(described.get("cfg", described), img_size=image)
+        return to_config(cfg, img_size=image), maxvit
     except (ValueError, TypeError) as error:
         raise ValueError(f"{where}: {error}") from error
 
@@ -673,15 +684,19 @@ def build_parser() -> argparse.ArgumentParser:
     fairseq.set_defaults(handler=_convert_fairseq)
     timm = converters.add_parser(
         "timm",
-        help="a timm CoAtNet checkpoint (coatnet_*_rw_*) -> a CoAtNet .keras file",
-        description="Read a timm CoAtNet state dict (.safetensors, or .pth/.bin loaded with "
+        help="a timm CoAtNet or MaxViT checkpoint (coatnet_*_rw_*, maxvit_*) -> a .keras file",
+        description="Read a timm CoAtNet or MaxViT state dict (.safetensors, or .pth/.bin "
+        "loaded with "
         "weights_only=True: no pickled code runs), build the matching zoo model (the variant "
         "is inferred from the tensors, or given with --name) and copy every tensor in; see "
         "the convert guide.",
     )
     timm.add_argument("src", help="the checkpoint (e.g. model.safetensors, pytorch_model.bin)")
     timm.add_argument("--out", required=True, help="the .keras file to write")
-    timm.add_argument("--name", help="the timm variant, e.g. coatnet_0_rw_224 (default: inferred)")
+    timm.add_argument(
+        "--name",
+        help="the timm variant, e.g. coatnet_0_rw_224 or maxvit_tiny_tf_224 (default: inferred)",
+    )
     timm.add_argument(
         "--timm-config",
         help="a JSON file with a custom timm MaxxVitCfg (dataclasses.asdict), or an object "

@@ -221,11 +221,13 @@ def test_missing_unexpected_and_misshaped_keys():
     with pytest.raises(ValueError, match=r"missing keys: \['stages.1.blocks.0.conv1_1x1.weight'\]"
                        r"; unexpected keys: \['stages.2.blocks.0.attn.rel_pos.mlp"):  # fmt: skip
         from_timm_coatnet(broken, config=config)
-    with pytest.raises(ValueError, match=r"coatnet_rmlp_\* variants"):
+    broken = dict(state)
+    broken["stages.3.blocks.1.attn_grid.attn.qkv.weight"] = np.zeros((72, 24), "float32")
+    with pytest.raises(ValueError, match=r"The checkpoint is a MaxViT: convert it with from_timm_"):
         from_timm_coatnet(broken, config=config)
     broken = dict(state)
-    broken["stages.3.blocks.1.norm1.running_mean"] = np.zeros(24, "float32")
-    with pytest.raises(ValueError, match=r"BatchNorm in its Transformer blocks"):
+    broken["stages.0.blocks.0.conv_dw.weight"] = np.zeros((16, 1, 7, 7), "float32")
+    with pytest.raises(ValueError, match=r"ConvNeXt blocks .* which keras-posenc does not"):
         from_timm_coatnet(broken, config=config)
     broken = dict(state, **{"head.fc.bias": np.zeros(11, "float32")})
     with pytest.raises(ValueError, match=r"'head.fc.bias' must have shape \(10,\) .*got \(11,\)"):
@@ -234,7 +236,7 @@ def test_missing_unexpected_and_misshaped_keys():
         from_timm_coatnet(state)
     with pytest.raises(ValueError, match="pass `name` or `config`, not both"):
         from_timm_coatnet(state, "coatnet_0_rw_224", config=config)
-    with pytest.raises(ValueError, match="unknown timm CoAtNet variant 'coatnet_9_rw'"):
+    with pytest.raises(ValueError, match="unknown timm variant 'coatnet_9_rw'"):
         from_timm_coatnet(state, "coatnet_9_rw")
     headless = {k: v for k, v in state.items() if not k.startswith("head.")}
     with pytest.raises(ValueError, match="no classifier"):
@@ -244,8 +246,8 @@ def test_missing_unexpected_and_misshaped_keys():
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"rel_pos_type": "mlp"}, "rel_pos_type='mlp'"),
-        ({"norm_layer": "batchnorm2d"}, "norm_layer='batchnorm2d'"),
+        ({"rel_pos_type": "bias_tf"}, "rel_pos_type='bias_tf'"),
+        ({"norm_layer": "rmsnorm2d"}, "norm_layer='rmsnorm2d'"),
         ({"head_first": False}, "head_first=False"),
         ({"window_size": [7, 7]}, r"window_size=\(7, 7\)"),
     ],
@@ -267,7 +269,8 @@ def test_unsupported_timm_options_are_named(change, message):
 
 
 def test_variants_are_inferred_from_their_tensors():
-    """The stem, depths and widths single out each registered variant (shapes only)."""
+    """The stem, depths, widths, relative-bias MLP and final norm single out each registered
+    variant (shapes only); of variants that differ only in their input size, the first."""
     for name in RW_CONFIGS:
         config = rw_config(name)
         stem, blocks, channels = config["stem_channels"], config["blocks"], config["channels"]
@@ -276,7 +279,14 @@ def test_variants_are_inferred_from_their_tensors():
         for stage, (depth, width) in enumerate(zip(blocks[1:], channels[1:])):
             last = "conv3_1x1" if stage < 2 else "mlp.fc2"
             keys[f"stages.{stage}.blocks.{depth - 1}.{last}.weight"] = np.empty((width, 0))
-        assert _infer_name(keys) == name
+        transformer = config["transformer_options"]
+        if transformer.get("position_bias") == "mlp":
+            hidden = transformer["position_bias_dim"]
+            keys["stages.2.blocks.0.attn.rel_pos.mlp.fc1.weight"] = np.empty((hidden, 2))
+        if transformer.get("norm") == "batch":
+            keys["norm.running_mean"] = np.empty((channels[-1],))
+        expected = name.replace("_384", "_224")  # the same weights as at 224
+        assert _infer_name(keys) == expected
 
 
 def test_registered_variants_follow_timm():
@@ -284,18 +294,32 @@ def test_registered_variants_follow_timm():
     conv = {name: rw_config(name)["conv_options"] for name in RW_CONFIGS}
     transformer = {name: rw_config(name)["transformer_options"] for name in RW_CONFIGS}
     stride = {name: rw_config(name)["stride_on"] for name in RW_CONFIGS}
-    assert stride == {"coatnet_nano_rw_224": "pool", "coatnet_0_rw_224": "pool",
-                      "coatnet_1_rw_224": "depthwise", "coatnet_2_rw_224": "depthwise",
-                      "coatnet_3_rw_224": "depthwise"}  # fmt: skip
+    assert [n for n in RW_CONFIGS if stride[n] == "pool"] == [
+        "coatnet_nano_rw_224", "coatnet_0_rw_224", "coatnet_rmlp_1_rw_224"]  # fmt: skip
     assert [n for n in RW_CONFIGS if conv[n]["se_position"] == "before_norm"] == [
-        "coatnet_0_rw_224",
-        "coatnet_1_rw_224",
-    ]
-    assert [n for n in RW_CONFIGS if transformer[n].get("layer_scale")] == ["coatnet_3_rw_224"]
+        "coatnet_0_rw_224", "coatnet_1_rw_224", "coatnet_bn_0_rw_224", "coatnet_rmlp_1_rw_224"
+    ]  # fmt: skip
+    assert [n for n in RW_CONFIGS if transformer[n].get("layer_scale")] == [
+        "coatnet_3_rw_224", "coatnet_rmlp_2_rw_224", "coatnet_rmlp_2_rw_384",
+        "coatnet_rmlp_3_rw_224"]  # fmt: skip
     assert [n for n in RW_CONFIGS if not transformer[n]["shortcut_bias"]] == [
-        "coatnet_0_rw_224",
-        "coatnet_1_rw_224",
-    ]
+        "coatnet_0_rw_224", "coatnet_1_rw_224", "coatnet_bn_0_rw_224", "coatnet_rmlp_1_rw_224"
+    ]  # fmt: skip
+    # timm's rel_pos_dim: 384 in coatnet_rmlp_nano_rw and coatnet_rmlp_1_rw ("was supposed
+    # to be 512, woops"), 512 in the others; RelPosMlp's dropout 0.125.
+    mlp = {n: transformer[n]["position_bias_dim"] for n in RW_CONFIGS
+           if transformer[n].get("position_bias") == "mlp"}  # fmt: skip
+    assert mlp == {"coatnet_rmlp_nano_rw_224": 384, "coatnet_rmlp_0_rw_224": 512,
+                   "coatnet_rmlp_1_rw_224": 384, "coatnet_rmlp_1_rw2_224": 512,
+                   "coatnet_rmlp_2_rw_224": 512, "coatnet_rmlp_2_rw_384": 512,
+                   "coatnet_rmlp_3_rw_224": 512}  # fmt: skip
+    assert all(transformer[n]["position_bias_dropout"] == 0.125 for n in mlp)
+    assert (conv["coatnet_rmlp_1_rw_224"]["pool"], conv["coatnet_rmlp_1_rw_224"]["stride_pool"],
+            transformer["coatnet_rmlp_1_rw_224"]["pool"]) == ("max3", "avg", "max3")  # fmt: skip
+    assert [n for n in RW_CONFIGS if transformer[n].get("norm") == "batch"] == [
+        "coatnet_bn_0_rw_224"]  # fmt: skip
+    assert rw_config("coatnet_bn_0_rw_224")["head_norm"] == "batch"
+    assert rw_config("coatnet_rmlp_2_rw_384")["input_shape"] == (384, 384, 3)
     assert all(name in zoo.list_models() for name in RW_CONFIGS)
 
 

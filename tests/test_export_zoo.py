@@ -31,6 +31,13 @@ SMALL_COATNET = {
     "input_shape": (64, 64, 3),
     "num_classes": 10,
 }
+SMALL_MAXVIT = {
+    "blocks": (2, 1, 1, 1, 1),
+    "head_dim": 16,
+    "channels": (16, 16, 32, 64, 64),
+    "input_shape": (64, 64, 3),
+    "num_classes": 10,
+}
 SMALL_CONVS2S = {
     "src_vocab_size": 50,
     "tgt_vocab_size": 60,
@@ -52,8 +59,16 @@ SMALL_MUSE_ENCODER = {"vocab_size": 50, "hidden_dim": 32, "intermediate_dim": 64
 # while keeping its family's structure.
 SMALL_VARIANTS = {
     **{f"coatnet_{n}": SMALL_COATNET for n in range(5)},
-    **{f"coatnet_{n}_rw_224": {**SMALL_COATNET, "blocks": (2, 1, 1, 1, 1), "stem_channels": (8, 16)}
-       for n in ("nano", 0, 1, 2, 3)},
+    **{f"coatnet_{n}_rw{size}": {**SMALL_COATNET, "blocks": (2, 1, 1, 1, 1),
+                                  "stem_channels": (8, 16)}
+       for n, size in [(n, "_224") for n in ("nano", 0, 1, 2, 3, "bn_0", "rmlp_nano", "rmlp_0",
+                                              "rmlp_1", "rmlp_2", "rmlp_3")]
+                      + [("rmlp_1", "2_224"), ("rmlp_2", "_384")]},
+    **{name: SMALL_MAXVIT for name in ("maxvit_t", "maxvit_s", "maxvit_b", "maxvit_l",
+                                       "maxvit_tiny_tf_224", "maxvit_small_tf_224",
+                                       "maxvit_base_tf_224", "maxvit_large_tf_224")},
+    **{name: {**SMALL_MAXVIT, "stem_channels": (8, 16)}
+       for name in ("maxvit_nano_rw_256", "maxvit_tiny_rw_224")},
     "convs2s_small": {"src_vocab_size": 50, "tgt_vocab_size": 60},
     "convs2s_iwslt_de_en": SMALL_CONVS2S,
     "convs2s_wmt_en_ro": {**SMALL_CONVS2S, "encoder_layers": [(32, 3)] * 3,
@@ -91,6 +106,7 @@ FIXED_BACKBONES = {"posenet_vgg16", "posenet_resnet50", "posenet_coatnet_0"}
 # One registered model per table of docs/guides/export.md, "Input and output names".
 FAMILY_MODELS = {
     "coatnet": "coatnet_0",
+    "maxvit": "maxvit_t",
     "posenet": "posenet_vgg16",
     "muse_encoder": "muse_encoder_small",
     "convs2s_lm": "convs2s_lm",
@@ -103,7 +119,8 @@ ARTIFACT_DTYPES = {"tensor(float)": "float32", "tensor(int32)": "int32", "tensor
 
 def family(name: str) -> str:
     """The export guide's table for the registered model ``name``."""
-    for prefix in ("posenet", "coatnet", "convs2s_lm", "muse_encoder", "convs2s", "muse", "t5"):
+    for prefix in ("posenet", "coatnet", "maxvit", "convs2s_lm", "muse_encoder", "convs2s",
+                   "muse", "t5"):  # fmt: skip
         if name.startswith(prefix):
             return prefix
     raise AssertionError(f"{name}: no family table in the export guide")

@@ -2,8 +2,10 @@
 
 - :func:`from_fairseq_fconv`: fairseq ``fconv`` (ConvS2S) checkpoints ->
   :class:`~keras_posenc.zoo.convs2s.ConvS2S` (PyTorch needed only to read ``.pt`` files).
-- :func:`from_timm_coatnet`: timm CoAtNet checkpoints (its ``coatnet_*_rw_*`` variants,
-  ``.safetensors`` or PyTorch files) -> the zoo's CoAtNet with timm's options;
+- :func:`from_timm_coatnet`: timm CoAtNet checkpoints (its ``coatnet_*_rw_*``,
+  ``coatnet_bn_*`` and ``coatnet_rmlp_*`` variants, ``.safetensors`` or PyTorch files) ->
+  the zoo's CoAtNet with timm's options; :func:`from_timm_maxvit` the same for timm's
+  MaxViTs (``maxvit_*_tf_*``, the official weights' port, and ``maxvit_*_rw_*``);
   :func:`to_timm_state_dict` goes back (e.g. after fine-tuning in Keras).
 - :func:`from_keras_hub_t5`: a keras-hub ``T5Backbone`` (any keras-hub T5 preset) ->
   :class:`~keras_posenc.zoo.t5.T5`.
@@ -21,7 +23,9 @@ from keras_posenc.convert.keras_hub_t5 import from_keras_hub_t5
 from keras_posenc.convert.timm import (
     config_from_timm,
     from_timm_coatnet,
+    from_timm_maxvit,
     load_timm_state_dict,
+    maxvit_config_from_timm,
     to_timm_state_dict,
 )
 
@@ -31,8 +35,10 @@ __all__ = [
     "from_fairseq_fconv",
     "from_keras_hub_t5",
     "from_timm_coatnet",
+    "from_timm_maxvit",
     "load_fairseq_checkpoint",
     "load_timm_state_dict",
+    "maxvit_config_from_timm",
     "parse_fairseq_layers",
     "posenc_to_fairseq_ids",
     "read_fairseq_dictionary",

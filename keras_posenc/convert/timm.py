@@ -1,10 +1,13 @@
-"""Convert timm's CoAtNet checkpoints (``maxxvit.py``) into keras-posenc CoAtNet models.
+"""Convert timm's CoAtNet and MaxViT checkpoints (``maxxvit.py``) into keras-posenc models.
 
-timm's trained CoAtNets are its ``coatnet_*_rw_*`` variants, which differ from the
-paper in ways our :func:`~keras_posenc.zoo.coatnet.build_coatnet` describes as
-configuration (see :data:`~keras_posenc.zoo.coatnet.RW_CONFIGS` and
-:func:`~keras_posenc.zoo.coatnet.rw_config`). The converter builds the matching
-model and copies every tensor in, checking that each key of the state dict is used
+timm's trained CoAtNets are its ``coatnet_*_rw_*``, ``coatnet_bn_*`` and
+``coatnet_rmlp_*`` variants, which differ from the paper in ways our
+:func:`~keras_posenc.zoo.coatnet.build_coatnet` describes as configuration (see
+:data:`~keras_posenc.zoo.coatnet.RW_CONFIGS` and
+:func:`~keras_posenc.zoo.coatnet.rw_config`); its MaxViTs are the official weights'
+port (``maxvit_*_tf_*``) and its own ``maxvit_*_rw_*``
+(:func:`~keras_posenc.zoo.maxvit.build_maxvit`). The converters build the matching
+model and copy every tensor in, checking that each key of the state dict is used
 exactly once and has the shape the architecture needs:
 
 - convolutions ``(out, in, kh, kw)`` -> Keras ``(kh, kw, in, out)``; depthwise
@@ -16,7 +19,11 @@ exactly once and has the shape the architecture needs:
   ``v``), reordered to ours (``q`` of all heads, then ``k``, then ``v``);
 - the relative position table ``((2h-1)(2w-1), heads)`` -> ``(heads, 2h-1, 2w-1)``
   (both index offsets query minus key, row-major), resized bilinearly as timm
-  does when the model is built for another input size.
+  does when the model is built for another input size; the official MaxViT code's
+  ``(heads, 2h-1, 2w-1)`` tables (timm's ``RelPosBiasTf``) index key minus query and
+  are flipped, and its ``qkv`` rows are already ours;
+- the MLP of a ``RelPosMlp`` (``coatnet_rmlp_*``): ``Linear`` weights transposed into
+  :class:`~keras_posenc.layers.ContinuousPositionBias2D`'s kernels.
 
 timm's pretrained CoAtNets expect RGB images scaled to [-1, 1] (mean and std 0.5),
 channels last here (``(batch, height, width, 3)``), at 224 x 224 (bicubic resize,
@@ -41,25 +48,38 @@ from keras import ops
 from keras_posenc.convert._io import read_safetensors, to_numpy, torch_load
 from keras_posenc.layers._checks import excerpt
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
+from keras_posenc.layers.position_biases import ContinuousPositionBias2D
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 from keras_posenc.zoo.coatnet import RW_CONFIGS, build_coatnet, rw_config
+from keras_posenc.zoo.maxvit import RW_CONFIGS as MAXVIT_RW_CONFIGS
+from keras_posenc.zoo.maxvit import TF_CONFIGS as MAXVIT_TF_CONFIGS
+from keras_posenc.zoo.maxvit import build_maxvit
+from keras_posenc.zoo.maxvit import rw_config as maxvit_rw_config
+from keras_posenc.zoo.maxvit import tf_config as maxvit_tf_config
 
-__all__ = ["config_from_timm", "from_timm_coatnet", "load_timm_state_dict", "to_timm_state_dict"]
+__all__ = [
+    "config_from_timm",
+    "from_timm_coatnet",
+    "from_timm_maxvit",
+    "load_timm_state_dict",
+    "maxvit_config_from_timm",
+    "to_timm_state_dict",
+]
 
 _OWNER = "from_timm_coatnet"
 # Buffers timm's state dicts may hold that the Keras model does not need.
 _IGNORED_SUFFIXES = ("num_batches_tracked", "relative_position_index")
-# Keys of timm variants keras-posenc does not implement, and what to tell the user.
+# Keys of timm models the converter was not asked for or keras-posenc does not implement,
+# and what to tell the user.
 _UNSUPPORTED_MARKERS = (
     (
-        "rel_pos.mlp",
-        "The checkpoint computes its relative position bias with an MLP (timm's "
-        "coatnet_rmlp_* variants), which keras-posenc does not implement.",
+        ".attn_grid.",
+        "The checkpoint is a MaxViT: convert it with from_timm_maxvit.",
     ),
     (
-        ".running_mean",
-        "The checkpoint has BatchNorm in its Transformer blocks (timm's coatnet_bn_* "
-        "variants), which keras-posenc does not implement.",
+        ".conv_dw.",
+        "The checkpoint has ConvNeXt blocks (timm's coatnext_* / maxxvit_* variants), "
+        "which keras-posenc does not implement.",
     ),
 )
 # Keys under which training checkpoints nest the weights (timm's train.py writes
@@ -134,7 +154,8 @@ def _stage_depths(state: Mapping) -> list[int]:
 
 
 def _describe(state: Mapping) -> dict[str, Any]:
-    """The stage depths and widths a timm CoAtNet state dict implies."""
+    """What a timm CoAtNet or MaxViT state dict implies: stem, stage depths and widths, and
+    how the Transformer blocks compute their relative bias and normalise."""
 
     def width(key: str) -> int | None:
         value = state.get(key)
@@ -144,35 +165,172 @@ def _describe(state: Mapping) -> dict[str, Any]:
     widths = []
     for stage, depth in enumerate(depths):
         last = f"stages.{stage}.blocks.{depth - 1}"
-        widths.append(width(f"{last}.conv3_1x1.weight") or width(f"{last}.mlp.fc2.weight"))
+        widths.append(
+            width(f"{last}.conv3_1x1.weight")
+            or width(f"{last}.mlp.fc2.weight")
+            or width(f"{last}.attn_grid.mlp.fc2.weight")
+        )
+    mlp = {int(np.shape(v)[0]) for k, v in state.items() if k.endswith("rel_pos.mlp.fc1.weight")}
     return {
         "stem_channels": (width("stem.conv1.weight"), width("stem.conv2.weight")),
         "depths": tuple(depths),
         "widths": tuple(widths),
+        "position_bias_dim": mlp.pop() if len(mlp) == 1 else None,
+        # coatnet_bn's final norm is a BatchNorm, as its Transformer blocks'.
+        "norm": "batch" if "norm.running_mean" in state else "layer",
+        # The official MaxViT code's stem has biases (timm's _tf ports); timm's own not.
+        "layout": "tf" if "stem.conv1.bias" in state else "rw",
     }
 
 
-def _infer_name(state: Mapping) -> str:
+def _signature(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of :func:`_describe` a registered configuration fixes."""
+    transformer = config.get("transformer_options", {})
+    return {
+        "stem_channels": tuple(config.get("stem_channels") or (config["channels"][0],) * 2),
+        "depths": tuple(config["blocks"][1:]),
+        "widths": tuple(config["channels"][1:]),
+        "position_bias_dim": transformer.get("position_bias_dim")
+        if transformer.get("position_bias") == "mlp"
+        else None,
+        "norm": transformer.get("norm", "layer"),
+        # TensorFlow's padding (the builders' default) marks the official code's models.
+        "layout": "tf" if config.get("conv_options", {}).get("padding", "same") == "same" else "rw",
+    }
+
+
+def _infer_name(
+    state: Mapping, configs: Mapping[str, Callable] | None = None, who: str = _OWNER
+) -> str:
+    """The registered timm variant whose shapes and kinds of layers ``state`` has.
+
+    ``configs``: ``{name: config function}``, default the CoAtNets. Of variants that
+    differ only in their input size (``coatnet_rmlp_2_rw_224`` / ``_384``) the first wins.
+    """
+    configs = configs or {name: rw_config for name in RW_CONFIGS}
     found = _describe(state)
-    for name in RW_CONFIGS:
-        config = rw_config(name)
-        if (
-            tuple(config["stem_channels"]) == found["stem_channels"]
-            and tuple(config["blocks"][1:]) == found["depths"]
-            and tuple(config["channels"][1:]) == found["widths"]
-        ):
+    for name, config_of in configs.items():
+        if _signature(config_of(name)) == found:
             return name
     raise ValueError(
-        f"{_OWNER}: the state dict (stem widths {found['stem_channels']}, stage depths "
+        f"{who}: the state dict (stem widths {found['stem_channels']}, stage depths "
         f"{found['depths']}, stage widths {found['widths']}) is none of the supported timm "
-        f"variants {sorted(RW_CONFIGS)}; pass `name=` if it is one of them with another "
-        "head, or `config=` (build_coatnet arguments) for a custom configuration."
+        f"variants {sorted(configs)}; pass `name=` if it is one of them with another "
+        "head, or `config=` (build arguments) for a custom configuration."
     )
 
 
-_ACTIVATIONS = ("gelu", "silu", "relu")
-_POOLS = {"avg2": "avg", "max2": "max"}
+_ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "relu")
+_POOLS = {"avg2": "avg", "max2": "max", "max": "max3"}
 _STRIDE_MODES = {"pool": "pool", "1x1": "expand", "dw": "depthwise"}
+
+
+def _timm_sections(cfg: Mapping[str, Any], who: str) -> tuple[dict, dict, list, Callable]:
+    """The conv and transformer sections of a ``MaxxVitCfg`` dict, the list collecting the
+    options keras-posenc does not implement, and ``need(section, key, allowed, default)``,
+    which reads an option and records it there when it is not ``allowed``."""
+    missing = [key for key in ("depths", "embed_dim") if key not in cfg]
+    if missing:
+        raise ValueError(
+            f"{who}: `cfg` has no {' or '.join(map(repr, missing))} (a MaxxVitCfg's stage "
+            f"depths and widths); it has {excerpt(sorted(map(str, cfg)))}."
+        )
+    conv = dict(cfg.get("conv_cfg") or {})
+    transformer = dict(cfg.get("transformer_cfg") or {})
+    unsupported: list[str] = []
+    sections = {id(cfg): "", id(conv): "conv_cfg.", id(transformer): "transformer_cfg."}
+
+    def need(section: Mapping, key: str, allowed: tuple, default: Any) -> Any:
+        value = section.get(key, default)
+        value = tuple(value) if isinstance(value, list) else value
+        if value not in allowed:
+            label = sections[id(section)] + key
+            unsupported.append(f"{label}={value!r} (supported: {allowed})")
+        return value
+
+    return conv, transformer, unsupported, need
+
+
+def _whole(value: Any, label: str, unsupported: list) -> int:
+    ratio = float(value)
+    if ratio != int(ratio):
+        unsupported.append(f"{label}={ratio} (supported: whole numbers)")
+    return int(ratio)
+
+
+def _conv_options(conv: dict, need: Callable, unsupported: list) -> tuple[str, dict]:
+    """``stride_on`` and the :class:`MBConv` options of timm's ``conv_cfg``."""
+    need(conv, "block_type", ("mbconv",), "mbconv")
+    need(conv, "group_size", (1,), 1)
+    need(conv, "attn_layer", ("se",), "se")
+    need(conv, "norm_layer", ("batchnorm2d", ""), "")
+    padding = need(conv, "padding", ("", "same"), "")
+    pool = need(conv, "pool_type", tuple(_POOLS), "avg2")
+    stride_pool = need(conv, "downsample_pool_type", (*_POOLS, "", None), pool) or pool
+    stride_mode = need(conv, "stride_mode", tuple(_STRIDE_MODES), "dw")
+    activation = need(conv, "act_layer", _ACTIVATIONS, "gelu")
+    se_activation = need(conv, "attn_act_layer", _ACTIVATIONS, "silu")
+    expand_output = bool(conv.get("expand_output", True))
+    ratio = _whole(conv.get("expand_ratio", 4.0), "conv_cfg.expand_ratio", unsupported)
+    if stride_pool not in _POOLS or pool not in _POOLS:
+        return "", {}
+    options = {
+        "activation": activation,
+        "pre_activation": bool(conv.get("pre_norm_act", False)),
+        "pool": _POOLS[pool],
+        "expansion_rate": ratio,
+        "expand_from": "output" if expand_output else "input",
+        "se_ratio": float(conv.get("attn_ratio", 0.25)),
+        "se_from": "output" if expand_output else "hidden",
+        "se_activation": se_activation,
+        "se_position": "before_norm" if conv.get("attn_early", False) else "after_activation",
+        "output_bias": bool(conv.get("output_bias", True)),
+        "kernel_size": int(conv.get("kernel_size", 3)),
+        # timm's "same" is TensorFlow's (its _tf ports), "" PyTorch's symmetric padding.
+        "padding": "same" if padding == "same" else "symmetric",
+        "norm_epsilon": float(conv.get("norm_eps") or 1e-5),
+        "norm_momentum": 0.9,  # PyTorch's BatchNorm momentum 0.1
+    }
+    if stride_pool != pool:  # timm's coatnet_rmlp_1_rw
+        options["stride_pool"] = _POOLS[stride_pool]
+    return _STRIDE_MODES.get(stride_mode, ""), options
+
+
+def _transformer_options(
+    transformer: dict, need: Callable, unsupported: list, norm_key: str = "norm_layer"
+) -> dict:
+    """The :class:`RelativeTransformerBlock2D` options of timm's ``transformer_cfg``.
+
+    ``norm_key``: the norm the blocks use (``"norm_layer"`` in CoAtNet's blocks,
+    ``"norm_layer_cl"`` in MaxViT's channels-last ones).
+    """
+    need(transformer, "attn_bias", (True,), True)
+    rel_pos = need(transformer, "rel_pos_type", ("bias", "mlp", "bias_tf"), "bias")
+    norms = ("layernorm2d", "batchnorm2d") if norm_key == "norm_layer" else ("layernorm",)
+    norm = need(transformer, norm_key, norms, norms[0])
+    activation = need(transformer, "act_layer", ("gelu", "gelu_tanh"), "gelu")
+    pool = need(transformer, "pool_type", tuple(_POOLS), "avg2")
+    ratio = _whole(
+        transformer.get("expand_ratio", 4.0), "transformer_cfg.expand_ratio", unsupported
+    )
+    options = {
+        "pool": _POOLS.get(pool, "avg"),
+        "attention_width": "output" if transformer.get("expand_first", True) else "input",
+        "expansion_rate": ratio,
+        "shortcut_bias": bool(transformer.get("shortcut_bias", True)),
+        "layer_scale": transformer.get("init_values"),
+        "norm_epsilon": float(transformer.get("norm_eps", 1e-6)),
+        "activation": activation,
+    }
+    if rel_pos == "mlp":  # timm's RelPosMlp, with its dropout 0.125
+        options.update(
+            position_bias="mlp",
+            position_bias_dim=int(transformer.get("rel_pos_dim", 512)),
+            position_bias_dropout=0.125,
+        )
+    if norm == "batchnorm2d":  # timm's coatnet_bn: PyTorch's momentum 0.1
+        options.update(norm="batch", norm_momentum=0.9)
+    return options
 
 
 def config_from_timm(
@@ -183,6 +341,7 @@ def config_from_timm(
     For CoAtNet configurations of timm's ``maxxvit.py`` other than the registered
     ones (:data:`~keras_posenc.zoo.coatnet.RW_CONFIGS`): pass
     ``dataclasses.asdict(cfg)`` (or the same as plain JSON) and the image size.
+    MaxViT configurations go to :func:`maxvit_config_from_timm`.
 
     Args:
         cfg: the ``MaxxVitCfg`` as a dict, with its ``conv_cfg`` and
@@ -197,9 +356,9 @@ def config_from_timm(
     Raises:
         ValueError: for a ``cfg`` without ``depths`` or ``embed_dim``, and for
             options keras-posenc does not implement, each named with
-            its value (ConvNeXt blocks, MaxViT partition attention, MLP relative
-            positions, BatchNorm in the Transformer blocks, grouped convolutions,
-            interleaved heads, ...).
+            its value (ConvNeXt blocks, MaxViT blocks (see
+            :func:`maxvit_config_from_timm`), grouped convolutions, interleaved
+            heads, ...).
 
     Examples:
 
@@ -208,32 +367,16 @@ def config_from_timm(
         ...        "stem_width": [8, 8], "block_type": ["C", "C", "T", "T"],
         ...        "stem_bias": False, "head_hidden_size": None,
         ...        "conv_cfg": {"stride_mode": "dw", "pool_type": "avg2", "act_layer": "gelu"},
-        ...        "transformer_cfg": {"dim_head": 8, "expand_first": True}}
+        ...        "transformer_cfg": {"dim_head": 8, "expand_first": True,
+        ...                            "rel_pos_type": "mlp", "rel_pos_dim": 32}}
         >>> config = config_from_timm(cfg, img_size=64)
         >>> config["blocks"], config["channels"], config["stride_on"], config["head"]
         ((2, 1, 2, 1, 2), (8, 16, 16, 24, 24), 'depthwise', 'norm_pool')
+        >>> config["transformer_options"]["position_bias_dim"]
+        32
     """
     who = "config_from_timm"
-    missing = [key for key in ("depths", "embed_dim") if key not in cfg]
-    if missing:
-        raise ValueError(
-            f"{who}: `cfg` has no {' or '.join(map(repr, missing))} (a MaxxVitCfg's stage "
-            f"depths and widths); it has {excerpt(sorted(map(str, cfg)))}."
-        )
-    conv = dict(cfg.get("conv_cfg") or {})
-    transformer = dict(cfg.get("transformer_cfg") or {})
-    unsupported = []
-
-    sections = {id(cfg): "", id(conv): "conv_cfg.", id(transformer): "transformer_cfg."}
-
-    def need(section: Mapping, key: str, allowed: tuple, default: Any) -> Any:
-        value = section.get(key, default)
-        value = tuple(value) if isinstance(value, list) else value
-        if value not in allowed:
-            label = sections[id(section)] + key
-            unsupported.append(f"{label}={value!r} (supported: {allowed})")
-        return value
-
+    conv, transformer, unsupported, need = _timm_sections(cfg, who)
     depths = tuple(int(d) for d in cfg["depths"])
     widths = tuple(int(w) for w in cfg["embed_dim"])
     stem = cfg.get("stem_width", 64)
@@ -242,46 +385,23 @@ def config_from_timm(
     for kind in cfg.get("block_type", ("C", "C", "T", "T")):
         kind = kind if isinstance(kind, str) else tuple(kind)
         if kind not in ("C", "T"):
-            unsupported.append(f"block_type {kind!r} (supported: 'C', 'T' per stage)")
+            hint = " (MaxViT: maxvit_config_from_timm)" if kind == "M" else ""
+            unsupported.append(f"block_type {kind!r} (supported: 'C', 'T' per stage){hint}")
         kinds.append(str(kind))
     need(cfg, "stem_bias", (False,), False)
     head_hidden = cfg.get("head_hidden_size")
     if head_hidden not in (None, widths[-1]):
         unsupported.append(f"head_hidden_size={head_hidden!r} (supported: None, {widths[-1]})")
-
-    need(conv, "block_type", ("mbconv",), "mbconv")
-    need(conv, "group_size", (1,), 1)
-    need(conv, "attn_layer", ("se",), "se")
-    need(conv, "norm_layer", ("batchnorm2d", ""), "")
-    need(conv, "padding", ("", "same"), "")
-    pool = need(conv, "pool_type", tuple(_POOLS), "avg2")
-    need(conv, "downsample_pool_type", (pool, "", None), pool)
-    stride_mode = need(conv, "stride_mode", tuple(_STRIDE_MODES), "dw")
-    activation = need(conv, "act_layer", _ACTIVATIONS, "gelu")
-    se_activation = need(conv, "attn_act_layer", _ACTIVATIONS, "silu")
-    expand_output = bool(conv.get("expand_output", True))
-    ratio = float(conv.get("expand_ratio", 4.0))
-    if ratio != int(ratio):
-        unsupported.append(f"conv_cfg.expand_ratio={ratio} (supported: whole numbers)")
-
+    stride_on, conv_options = _conv_options(conv, need, unsupported)
     need(transformer, "head_first", (True,), True)
-    need(transformer, "attn_bias", (True,), True)
-    need(transformer, "rel_pos_type", ("bias",), "bias")
-    need(transformer, "norm_layer", ("layernorm2d",), "layernorm2d")
-    need(transformer, "act_layer", ("gelu",), "gelu")
+    need(transformer, "rel_pos_type", ("bias", "mlp"), "bias")
     need(transformer, "window_size", (None,), None)
-    transformer_pool = need(transformer, "pool_type", tuple(_POOLS), "avg2")
-    transformer_ratio = float(transformer.get("expand_ratio", 4.0))
-    if transformer_ratio != int(transformer_ratio):
-        unsupported.append(
-            f"transformer_cfg.expand_ratio={transformer_ratio} (supported: whole numbers)"
-        )
+    transformer_options = _transformer_options(transformer, need, unsupported)
     if unsupported:
         raise ValueError(
             f"{who}: the timm configuration uses options keras-posenc does not "
             f"implement: {'; '.join(unsupported)}."
         )
-    transformer_eps = float(transformer.get("norm_eps", 1e-6))
     size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
     return {
         "blocks": (2, *depths),
@@ -290,34 +410,118 @@ def config_from_timm(
         "layout": "-".join(kinds),
         "input_shape": (int(size[0]), int(size[1]), 3),
         "head_dim": int(transformer.get("dim_head", 32)),
-        "stride_on": _STRIDE_MODES[stride_mode],
-        "conv_options": {
-            "activation": activation,
-            "pre_activation": bool(conv.get("pre_norm_act", False)),
-            "pool": _POOLS[pool],
-            "expansion_rate": int(ratio),
-            "expand_from": "output" if expand_output else "input",
-            "se_ratio": float(conv.get("attn_ratio", 0.25)),
-            "se_from": "output" if expand_output else "hidden",
-            "se_activation": se_activation,
-            "se_position": "before_norm" if conv.get("attn_early", False) else "after_activation",
-            "output_bias": bool(conv.get("output_bias", True)),
-            "kernel_size": int(conv.get("kernel_size", 3)),
-            "padding": "symmetric",
-            "norm_epsilon": float(conv.get("norm_eps") or 1e-5),
-            "norm_momentum": 0.9,  # PyTorch's BatchNorm momentum 0.1
-        },
-        "transformer_options": {
-            "pool": _POOLS[transformer_pool],
-            "attention_width": "output" if transformer.get("expand_first", True) else "input",
-            "expansion_rate": int(transformer_ratio),
-            "shortcut_bias": bool(transformer.get("shortcut_bias", True)),
-            "layer_scale": transformer.get("init_values"),
-            "norm_epsilon": transformer_eps,
-        },
+        "stride_on": stride_on,
+        "conv_options": conv_options,
+        "transformer_options": transformer_options,
         "pre_logits": head_hidden is not None,
         "head": "pool_norm" if head_hidden is not None else "norm_pool",
-        "head_norm_epsilon": transformer_eps,
+        "head_norm_epsilon": transformer_options["norm_epsilon"],
+        # timm's final norm is its Transformer blocks' (BatchNorm in coatnet_bn).
+        "head_norm": transformer_options.get("norm", "layer"),
+        "name": name,
+    }
+
+
+def maxvit_config_from_timm(
+    cfg: Mapping[str, Any], img_size: int | tuple[int, int] = 224, name: str = "maxvit"
+) -> dict[str, Any]:
+    """:func:`~keras_posenc.zoo.maxvit.build_maxvit` arguments for a timm MaxViT ``MaxxVitCfg``.
+
+    For MaxViT configurations of timm's ``maxxvit.py`` (every stage of ``"M"`` blocks)
+    other than the registered ones: pass ``dataclasses.asdict(cfg)`` (or the same as
+    plain JSON) and the image size.
+
+    Args:
+        cfg: the ``MaxxVitCfg`` as a dict, with its ``conv_cfg`` and
+            ``transformer_cfg`` dicts.
+        img_size: the model's image size, an int or ``(height, width)``.
+        name: the Keras model's name.
+
+    Returns:
+        The keyword arguments of ``build_maxvit`` (no ``num_classes``: the converter
+        takes it from the checkpoint).
+
+    Raises:
+        ValueError: for a ``cfg`` without ``depths`` or ``embed_dim``, and for options
+            keras-posenc does not implement, each named with its value (ConvNeXt
+            blocks, parallel or grid-only partitions, NCHW attention, a qkv head
+            order or bias table layout other than timm's ``_tf`` / ``_rw`` pairs, ...).
+
+    Examples:
+
+        >>> from keras_posenc.convert import maxvit_config_from_timm
+        >>> cfg = {"embed_dim": [16, 16, 16, 16], "depths": [1, 1, 1, 1],
+        ...        "block_type": ["M", "M", "M", "M"], "stem_width": 16, "stem_bias": True,
+        ...        "head_hidden_size": 16,
+        ...        "conv_cfg": {"padding": "same", "act_layer": "gelu_tanh", "norm_eps": 1e-3},
+        ...        "transformer_cfg": {"dim_head": 8, "head_first": False,
+        ...                            "rel_pos_type": "bias_tf", "act_layer": "gelu_tanh",
+        ...                            "norm_eps": 1e-5}}
+        >>> config = maxvit_config_from_timm(cfg, img_size=64)
+        >>> config["blocks"], config["partition_size"], config["pre_logits"]
+        ((2, 1, 1, 1, 1), (2, 2), True)
+    """
+    who = "maxvit_config_from_timm"
+    conv, transformer, unsupported, need = _timm_sections(cfg, who)
+    depths = tuple(int(d) for d in cfg["depths"])
+    widths = tuple(int(w) for w in cfg["embed_dim"])
+    stem = cfg.get("stem_width", 64)
+    stem = (int(stem), int(stem)) if isinstance(stem, int) else tuple(int(w) for w in stem)
+    for kind in cfg.get("block_type", ()):
+        kind = kind if isinstance(kind, str) else tuple(kind)
+        if kind != "M":
+            unsupported.append(f"block_type {kind!r} (supported: 'M' in every stage)")
+    if len(tuple(cfg.get("block_type", ()))) != len(depths):
+        unsupported.append("block_type (supported: one 'M' per stage)")
+    stem_bias = bool(cfg.get("stem_bias", False))
+    head_hidden = cfg.get("head_hidden_size")
+    if head_hidden not in (None, widths[-1]):
+        unsupported.append(f"head_hidden_size={head_hidden!r} (supported: None, {widths[-1]})")
+    stride_on, conv_options = _conv_options(conv, need, unsupported)
+    need(transformer, "use_nchw_attn", (False,), False)
+    need(transformer, "no_block_attn", (False,), False)
+    need(transformer, "norm_layer", ("layernorm2d",), "layernorm2d")  # the final norm
+    # The pairs timm's _tf and _rw configurations use; the converter reads the layout
+    # from the padding (TensorFlow's in the _tf ports).
+    tf_layout = conv_options.get("padding") == "same"
+    need(transformer, "head_first", (not tf_layout,), True)
+    need(transformer, "rel_pos_type", ("bias_tf",) if tf_layout else ("bias",), "bias")
+    transformer_options = _transformer_options(
+        transformer, need, unsupported, norm_key="norm_layer_cl"
+    )
+    del transformer_options["shortcut_bias"], transformer_options["pool"]  # unused: stride 1
+    del transformer_options["attention_width"]  # partitioned attention keeps the width
+    size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    window = transformer.get("window_size")
+    if window is not None:
+        window = tuple(int(v) for v in window)
+        grid = tuple(int(v) for v in transformer.get("grid_size") or window)
+        if grid != window:
+            unsupported.append(
+                f"transformer_cfg.grid_size={grid} (supported: the window_size, {window})"
+            )
+    else:
+        ratio = int(transformer.get("partition_ratio", 32))
+        window = (int(size[0]) // ratio, int(size[1]) // ratio)
+    if unsupported:
+        raise ValueError(
+            f"{who}: the timm configuration uses options keras-posenc does not "
+            f"implement: {'; '.join(unsupported)}."
+        )
+    return {
+        "blocks": (2, *depths),
+        "channels": (stem[-1], *widths),
+        "stem_channels": stem,
+        "stem_bias": stem_bias,
+        "input_shape": (int(size[0]), int(size[1]), 3),
+        "head_dim": int(transformer.get("dim_head", 32)),
+        "partition_size": window,
+        "stride_on": stride_on,
+        "conv_options": conv_options,
+        "transformer_options": transformer_options,
+        "pre_logits": head_hidden is not None,
+        "head": "pool_norm" if head_hidden is not None else "norm_pool",
+        "head_norm_epsilon": float(transformer.get("norm_eps", 1e-6)),
         "name": name,
     }
 
@@ -404,6 +608,13 @@ class _Plan:
         self.add(layer.gamma, f"{prefix}.weight")
         self.add(layer.beta, f"{prefix}.bias")
 
+    def norm(self, layer: Any, prefix: str) -> None:
+        """A LayerNorm, or a BatchNorm (timm's coatnet_bn Transformer blocks and head)."""
+        if isinstance(layer, keras.layers.BatchNormalization):
+            self.batch_norm(layer, prefix)
+        else:
+            self.layer_norm(layer, prefix)
+
     def shortcut(self, block: Any, prefix: str) -> None:
         if block.shortcut_projection is not None:
             self.conv(block.shortcut_projection, f"{prefix}.shortcut.expand")
@@ -421,17 +632,30 @@ class _Plan:
             self.dense(block.squeeze_excite.excite, f"{prefix}.{se}.fc2")
         self.conv(block.project_conv, f"{prefix}.conv3_1x1")
 
-    def transformer(self, block: RelativeTransformerBlock2D, prefix: str) -> None:
+    def transformer(
+        self, block: RelativeTransformerBlock2D, prefix: str, layout: str = "rw"
+    ) -> None:
+        """A Transformer block: CoAtNet's (1 x 1 convs in timm) or, with ``partition``,
+        one of MaxViT's attention layers (``Linear`` layers in timm). ``layout``: ``"rw"``
+        (timm's head-first qkv, its ``RelPosBias`` table) or ``"tf"`` (the official
+        code's interleaved qkv, which is ours, and ``RelPosBiasTf`` tables)."""
+        linear = block.partition is not None
         self.shortcut(block, prefix)
         norm = f"{prefix}.norm1.norm" if block.strides == 2 else f"{prefix}.norm1"
-        self.layer_norm(block.attention_norm, norm)
-        order = _head_first_order(block.num_heads, block.head_dim)
+        self.norm(block.attention_norm, norm)
+        columns = 3 * block.attention_dim
+        order = (
+            np.arange(columns)
+            if layout == "tf"
+            else _head_first_order(block.num_heads, block.head_dim)
+        )
         back = np.argsort(order)  # our column of each of timm's rows
+        kernel_back = _linear_back if linear else _dense_back
         self.add(
             block.qkv_dense.kernel,
             f"{prefix}.attn.qkv.weight",
             lambda w: _dense(w)[:, order],
-            lambda kernel: _dense_back(kernel[:, back]),
+            lambda kernel: kernel_back(kernel[:, back]),
         )
         self.add(
             block.qkv_dense.bias,
@@ -439,21 +663,45 @@ class _Plan:
             lambda b: b[order],
             lambda b: b[back],
         )
-        bias = block.relative_bias
-        self.resizable.add(f"{prefix}.attn.rel_pos.relative_position_bias_table")
-        self.add(
-            bias.table,
-            f"{prefix}.attn.rel_pos.relative_position_bias_table",
-            lambda table: _relative_table(table, bias, f"{prefix}.attn.rel_pos"),
-            lambda table: table.reshape(table.shape[0], -1).T,
-        )
-        self.dense(block.output_dense, f"{prefix}.attn.proj")
+        self.relative_bias(block.relative_bias, f"{prefix}.attn.rel_pos", layout)
+        self.dense(block.output_dense, f"{prefix}.attn.proj", linear)
         if block.layer_scale is not None:
             self.add(block.attention_scale, f"{prefix}.ls1.gamma")
             self.add(block.ffn_scale, f"{prefix}.ls2.gamma")
-        self.layer_norm(block.ffn_norm, f"{prefix}.norm2")
-        self.dense(block.ffn_hidden, f"{prefix}.mlp.fc1")
-        self.dense(block.ffn_output, f"{prefix}.mlp.fc2")
+        self.norm(block.ffn_norm, f"{prefix}.norm2")
+        self.dense(block.ffn_hidden, f"{prefix}.mlp.fc1", linear)
+        self.dense(block.ffn_output, f"{prefix}.mlp.fc2", linear)
+
+    def relative_bias(self, bias: Any, prefix: str, layout: str) -> None:
+        if isinstance(bias, ContinuousPositionBias2D):
+            # timm's RelPosMlp: Linear 2 -> hidden -> heads of the (rows, columns) offsets.
+            weights = bias.mlp_weights
+            for ours, theirs in (("hidden", "fc1"), ("output", "fc2")):
+                self.add(
+                    weights[f"mlp_{ours}_kernel"],
+                    f"{prefix}.mlp.{theirs}.weight",
+                    _dense,
+                    _linear_back,
+                )
+                self.add(weights[f"mlp_{ours}_bias"], f"{prefix}.mlp.{theirs}.bias")
+            return
+        key = f"{prefix}.relative_position_bias_table"
+        self.resizable.add(key)
+        if layout == "tf":
+            # (heads, 2h - 1, 2w - 1) indexed by key minus query: ours, flipped.
+            self.add(
+                bias.table,
+                key,
+                lambda table: _relative_table_tf(table, bias, prefix),
+                lambda table: table[:, ::-1, ::-1],
+            )
+        else:
+            self.add(
+                bias.table,
+                key,
+                lambda table: _relative_table(table, bias, prefix),
+                lambda table: table.reshape(table.shape[0], -1).T,
+            )
 
 
 def _relative_table(table: np.ndarray, layer: RelativePositionBias2D, where: str) -> np.ndarray:
@@ -480,26 +728,57 @@ def _relative_table(table: np.ndarray, layer: RelativePositionBias2D, where: str
     return RelativePositionBias2D.resize_table(stored, layer.size)
 
 
+def _relative_table_tf(table: np.ndarray, layer: RelativePositionBias2D, where: str) -> np.ndarray:
+    """timm's ``RelPosBiasTf`` table ``(heads, 2h-1, 2w-1)``, indexed by key minus query,
+    as ours (query minus key: both axes flipped), resized to the layer's grid."""
+    if table.ndim != 3 or table.shape[0] != layer.num_heads:
+        raise ValueError(
+            f"{where}.relative_position_bias_table must have shape "
+            f"({layer.num_heads}, rows, columns), got {table.shape}."
+        )
+    flipped = np.ascontiguousarray(table[:, ::-1, ::-1])
+    try:
+        return RelativePositionBias2D.resize_table(flipped, layer.size)
+    except ValueError as error:
+        raise ValueError(f"{where}.relative_position_bias_table: {error}") from error
+
+
+_MAXVIT_PARTS = {"mbconv": "conv", "block_attention": "attn_block", "grid_attention": "attn_grid"}
+
+
+def _layout(model: keras.Model) -> str:
+    """``"tf"`` for a model with the official MaxViT code's TensorFlow padding (timm's
+    ``_tf`` ports: interleaved qkv, ``RelPosBiasTf`` tables), else ``"rw"``."""
+    for layer in model.layers:
+        if isinstance(layer, MBConv):
+            return "tf" if layer.padding == "same" else "rw"
+    return "rw"
+
+
 def _plan(model: keras.Model, stem_convs: int) -> _Plan:
     plan = _Plan()
+    layout = _layout(model)
     for index in range(1, stem_convs + 1):
         plan.conv(model.get_layer(f"stem_conv{index}"), f"stem.conv{index}")
         if index < stem_convs:
             plan.batch_norm(model.get_layer(f"stem_norm{index}"), f"stem.norm{index}")
     for layer in model.layers:
         if isinstance(layer, MBConv | RelativeTransformerBlock2D):
-            stage, block = layer.name[len("stage") :].split("_block")
+            stage, rest = layer.name[len("stage") :].split("_block", 1)
+            block, _, part = rest.partition("_")
             prefix = f"stages.{int(stage) - 1}.blocks.{int(block) - 1}"
+            if part:  # a MaxViT block's layer
+                prefix = f"{prefix}.{_MAXVIT_PARTS[part]}"
             if isinstance(layer, MBConv):
                 plan.mbconv(layer, prefix)
             else:
-                plan.transformer(layer, prefix)
+                plan.transformer(layer, prefix, layout)
     names = {layer.name for layer in model.layers}
     if "pre_logits" in names:  # timm's NormMlpClassifierHead (its paper configurations)
         plan.layer_norm(model.get_layer("head_norm"), "head.norm")
         plan.dense(model.get_layer("pre_logits"), "head.pre_logits.fc", linear=True)
     elif "head_norm" in names:
-        plan.layer_norm(model.get_layer("head_norm"), "norm")
+        plan.norm(model.get_layer("head_norm"), "norm")
     if "predictions" in names:
         plan.dense(model.get_layer("predictions"), "head.fc", linear=True)
     return plan
@@ -535,7 +814,7 @@ def from_timm_coatnet(
     Raises:
         ValueError: an unknown variant, a state dict whose keys do not match the
             architecture (the missing and unexpected keys are listed, e.g. the
-            unsupported ``coatnet_rmlp_*`` / ``coatnet_bn_*`` variants), or a
+            keys of a MaxViT or of ConvNeXt blocks, named as such), or a
             tensor of another shape than timm's for this architecture (the file,
             key, expected and given shapes named; relative position tables of
             another square grid are resized instead).
@@ -550,19 +829,95 @@ def from_timm_coatnet(
         ...
         ValueError: from_timm_coatnet: the state dict (stem widths (8, None), ...
     """
+    return _convert(source, name, config, input_shape, _OWNER, _COATNET_CONFIGS, build_coatnet)
+
+
+def from_timm_maxvit(
+    source: str | os.PathLike | Mapping,
+    name: str | None = None,
+    *,
+    config: Mapping[str, Any] | None = None,
+    input_shape: tuple[int, int, int] | None = None,
+) -> keras.Model:
+    """A timm MaxViT checkpoint as a keras-posenc MaxViT (a functional ``keras.Model``).
+
+    timm's ``maxvit_*_tf_*`` models are the official weights' port: their qkv heads are
+    interleaved as ours and their relative tables (``RelPosBiasTf``) are indexed by key
+    minus query, which the converter flips; timm's own ``maxvit_*_rw_*`` models have
+    head-first qkv rows (reordered) and ``RelPosBias`` tables, as its CoAtNets. Which of
+    the two a model is follows from its padding (TensorFlow's in the ``_tf`` ports).
+
+    Args:
+        source: the state dict, as a ``.safetensors`` or PyTorch file or a mapping
+            of names to tensors/arrays (see :func:`load_timm_state_dict`).
+        name: the timm variant, one of ``zoo.maxvit.TF_CONFIGS`` or ``RW_CONFIGS``
+            (``"maxvit_tiny_tf_224"``, ``"maxvit_nano_rw_256"``, ...); default:
+            inferred from the stem, stage depths and widths.
+        config: instead of ``name``, the :func:`~keras_posenc.zoo.maxvit.build_maxvit`
+            arguments of a custom configuration (:func:`maxvit_config_from_timm`).
+        input_shape: ``(height, width, 3)`` to build the model for; default the
+            configuration's. The windows follow it (input / 32), and the relative
+            position tables are resized bilinearly when they differ, as timm does.
+
+    Returns:
+        The model with the checkpoint's weights, its class count taken from ``head.fc``.
+
+    Raises:
+        ValueError: an unknown variant, a state dict whose keys do not match the
+            architecture (the missing and unexpected keys listed), or a tensor of
+            another shape than timm's for this architecture.
+        ImportError: a PyTorch file and no PyTorch installed.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.convert import from_timm_maxvit
+        >>> from_timm_maxvit({"stem.conv1.weight": np.zeros((8, 3, 3, 3))})
+        Traceback (most recent call last):
+        ...
+        ValueError: from_timm_maxvit: the state dict (stem widths (8, None), ...
+    """
+    return _convert(
+        source, name, config, input_shape, "from_timm_maxvit", _MAXVIT_CONFIGS, build_maxvit
+    )
+
+
+_COATNET_CONFIGS = {name: rw_config for name in RW_CONFIGS}
+_MAXVIT_CONFIGS = {
+    **{name: maxvit_tf_config for name in MAXVIT_TF_CONFIGS},
+    **{name: maxvit_rw_config for name in MAXVIT_RW_CONFIGS},
+}
+
+
+def _convert(
+    source: str | os.PathLike | Mapping,
+    name: str | None,
+    config: Mapping[str, Any] | None,
+    input_shape: tuple[int, int, int] | None,
+    who: str,
+    configs: Mapping[str, Callable],
+    builder: Callable[..., keras.Model],
+) -> keras.Model:
+    """Builds the model of ``name`` / ``config`` and loads the checkpoint into it."""
     state = load_timm_state_dict(source)
     # Errors about the tensors say where they come from.
     origin = "the state dict" if isinstance(source, Mapping) else repr(os.fspath(source))
     if config is not None and name is not None:
-        raise ValueError(f"{_OWNER}: pass `name` or `config`, not both.")
+        raise ValueError(f"{who}: pass `name` or `config`, not both.")
     if config is None:
-        config = rw_config(name if name is not None else _infer_name(state))
+        if name is None:
+            name = _infer_name(state, configs, who)
+        if name not in configs:
+            raise ValueError(
+                f"{who}: unknown timm variant {name!r}; expected one of {sorted(configs)}"
+            )
+        config = configs[name](name)
     config = dict(config)
     if input_shape is not None:
         config["input_shape"] = tuple(input_shape)
     if "head.fc.weight" not in state:
         raise ValueError(
-            f"{_OWNER}: the state dict has no classifier (`head.fc.weight`); timm models "
+            f"{who}: the state dict has no classifier (`head.fc.weight`); timm models "
             "made with num_classes=0 are not supported: convert the full checkpoint and "
             "take features from the model (e.g. build with features=True)."
         )
@@ -571,10 +926,9 @@ def from_timm_coatnet(
     blocks = config.get("blocks")
     if blocks is None or blocks[0] != 2:
         raise ValueError(
-            f"{_OWNER}: timm's CoAtNet stem has two convolutions; the configuration has "
-            f"blocks={blocks!r}."
+            f"{who}: timm's stem has two convolutions; the configuration has blocks={blocks!r}."
         )
-    model = build_coatnet(**config)
+    model = builder(**config)
     plan = _plan(model, blocks[0])
 
     expected = {key for _, key, _, _ in plan.entries}
@@ -588,7 +942,7 @@ def from_timm_coatnet(
             if any(marker in key for key in unexpected)
         ]
         raise ValueError(
-            f"{_OWNER}: {origin} does not match the {config.get('name', 'CoAtNet')} "
+            f"{who}: {origin} does not match the {config.get('name', 'timm')} "
             f"architecture; missing keys: {excerpt(missing)}; unexpected keys: "
             f"{excerpt(unexpected)}." + "".join(f" {hint}" for hint in hints)
         )
@@ -600,36 +954,43 @@ def from_timm_coatnet(
         needed = tuple(np.shape(inverse(np.zeros(variable.shape, np.float32))))
         if given != needed and key not in plan.resizable:
             raise ValueError(
-                f"{_OWNER}: {origin}: {key!r} must have shape {needed} for this "
+                f"{who}: {origin}: {key!r} must have shape {needed} for this "
                 f"architecture, got {given}."
             )
         try:
             values.append(np.asarray(transform(np.asarray(state[key], dtype=np.float32))))
         except ValueError as error:  # a relative position table that cannot be resized
-            raise ValueError(f"{_OWNER}: {origin}: {error}") from error
+            raise ValueError(f"{who}: {origin}: {error}") from error
     for (variable, *_), value in zip(plan.entries, values):
         variable.assign(value.astype(variable.dtype))
     return model
 
 
 def to_timm_state_dict(model: keras.Model) -> dict[str, np.ndarray]:
-    """A keras-posenc CoAtNet's weights as a timm state dict (the converter's inverse).
+    """A keras-posenc CoAtNet's or MaxViT's weights as a timm state dict (the converters'
+    inverse).
 
-    For a model built with timm's options (a ``coatnet_*_rw_224`` zoo model, or one
-    built from :func:`config_from_timm`), e.g. after fine-tuning it with Keras: the
+    For a model built with timm's options (a ``coatnet_*_rw_*`` or ``maxvit_*`` zoo
+    model, or one built from :func:`config_from_timm` / :func:`maxvit_config_from_timm`),
+    e.g. after fine-tuning it with Keras: the
     result loads into the matching timm model with
     ``timm_model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})``
     (timm regenerates its ``relative_position_index`` buffers itself).
 
+    A MaxViT with TensorFlow's padding (the paper's and the ``_tf`` models) gets the
+    official code's layouts (interleaved qkv, ``RelPosBiasTf`` tables), any other
+    timm's own (head-first qkv, ``RelPosBias`` tables), as :func:`from_timm_maxvit` reads.
+
     Args:
-        model: a CoAtNet from :func:`~keras_posenc.zoo.coatnet.build_coatnet` with a
+        model: a CoAtNet from :func:`~keras_posenc.zoo.coatnet.build_coatnet` or a
+            MaxViT from :func:`~keras_posenc.zoo.maxvit.build_maxvit`, with a
             two-convolution stem and its classifier (``include_top=True``).
 
     Returns:
         timm's tensor names mapped to float32 numpy arrays in timm's layouts.
 
     Raises:
-        ValueError: a model that is not such a CoAtNet.
+        ValueError: a model that is not such a CoAtNet or MaxViT.
 
     Examples:
 
@@ -647,7 +1008,8 @@ def to_timm_state_dict(model: keras.Model) -> dict[str, np.ndarray]:
     stem_convs = sum(1 for name in names if name.startswith("stem_conv"))
     if stem_convs != 2 or "predictions" not in names:
         raise ValueError(
-            f"{who}: expected a CoAtNet built by build_coatnet with a two-convolution stem "
+            f"{who}: expected a CoAtNet or MaxViT built by build_coatnet / build_maxvit with "
+            "a two-convolution stem "
             f"and its classifier; received {getattr(model, 'name', model)!r} with "
             f"{stem_convs} stem convolutions and "
             f"{'a' if 'predictions' in names else 'no'} classifier."

@@ -10,7 +10,7 @@ The relative index functions are public too, both here and in
 """
 
 from keras_posenc.layers import relative_index
-from keras_posenc.layers.activations import exact_gelu
+from keras_posenc.layers.activations import exact_gelu, tanh_gelu
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, SqueezeExcite
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
 from keras_posenc.layers.muse import MUSEAttention, MUSEDecoderLayer, MUSEEncoderLayer
@@ -95,4 +95,5 @@ __all__ = [
     "relative_index",
     "relative_positions",
     "table_size",
+    "tanh_gelu",
 ]

@@ -26,12 +26,14 @@ from keras_posenc.layers._checks import (
     check_positive_number,
     check_rate,
 )
-from keras_posenc.layers.activations import exact_gelu
 from keras_posenc.layers.position_biases import ContinuousPositionBias2D
-from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
+from keras_posenc.layers.relative_position_2d import RelativePositionBias2D, grid_size
 
 STRIDE_ON = ("expand", "depthwise", "pool")
-POOLS = ("max", "avg")
+#: The downsampling pools: 2 x 2 stride-2 max or average, or ``"max3"``, a 3 x 3 stride-2
+#: max pool with one cell of padding on each side (PyTorch's ``MaxPool2d(3, 2, 1)``,
+#: timm's ``pool_type="max"``, which its ``coatnet_rmlp_1_rw`` uses).
+POOLS = ("max", "avg", "max3")
 PADDINGS = ("same", "symmetric")
 EXPAND_FROM = ("output", "input")
 SE_FROM = ("output", "hidden")
@@ -41,6 +43,10 @@ ATTENTION_WIDTHS = ("output", "input")
 #: The 2D position biases of `RelativeTransformerBlock2D`: a learned table per head, or
 #: an MLP of the offsets (`ContinuousPositionBias2D`).
 POSITION_BIASES = ("table", "mlp")
+#: The norms of `RelativeTransformerBlock2D`.
+NORMS = ("layer", "batch")
+#: MaxViT's partitions of `RelativeTransformerBlock2D`: adjacent cells, or a dilated grid.
+PARTITIONS = ("block", "grid")
 
 # timm's MBConv initialisation (EfficientNet's): normal, variance 2 / fan_out, untruncated.
 _CONV_INITIALIZER = {
@@ -74,8 +80,29 @@ def _serialize_activation(value: Any) -> Any:
     return value if isinstance(value, str) else keras.activations.serialize(value)
 
 
+class _OverlappingMaxPool(keras.layers.Layer):
+    """A 3 x 3, stride-2 max pool after one cell of ``-inf`` padding on each side.
+
+    PyTorch's ``MaxPool2d(3, 2, padding=1)``: Keras' "same" pads one cell after, none
+    before, and would pool other windows. Every window holds a real cell, so the
+    padding never reaches the output. ``ceil(size / 2)`` per side, like the 2 x 2 pools.
+    Built by the blocks that use it (their configs rebuild it; it has no weights).
+    """
+
+    def call(self, inputs: Any) -> Any:
+        padded = ops.pad(inputs, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=float("-inf"))
+        return ops.max_pool(padded, 3, strides=2, padding="valid")
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        batch, height, width, channels = input_shape
+        return (batch, _downsampled(height, 2), _downsampled(width, 2), channels)
+
+
 def make_pool(kind: str, policy: Any, name: str) -> keras.layers.Layer:
-    """A 2 x 2, stride-2 ``"max"`` or ``"avg"`` pool, "same" padding (ceil for odd sizes)."""
+    """A 2 x 2, stride-2 ``"max"`` or ``"avg"`` pool, "same" padding (ceil for odd sizes),
+    or ``"max3"`` (:data:`POOLS`)."""
+    if kind == "max3":
+        return _OverlappingMaxPool(dtype=policy, name=name)
     pool = keras.layers.MaxPooling2D if kind == "max" else keras.layers.AveragePooling2D
     return pool(2, 2, padding="same", dtype=policy, name=name)
 
@@ -140,6 +167,71 @@ def depthwise_by_shifts(x: Any, kernel: Any, strides: int, pad: int) -> Any:
     return total
 
 
+def _partition(who: str, partition: Any, size: Any) -> tuple[str | None, tuple | None]:
+    """The checked ``(partition, partition_size)`` of `RelativeTransformerBlock2D`."""
+    if partition is None:
+        if size is not None:
+            raise ValueError(
+                f"{who}: `partition_size` is used with partition='block' or 'grid' only; "
+                f"received partition_size={size!r} with partition=None"
+            )
+        return None, None
+    partition = check_choice(who, "partition", partition, PARTITIONS)
+    if size is None:
+        raise ValueError(
+            f"{who}: partition={partition!r} needs `partition_size`, the windows' "
+            "(height, width); received None"
+        )
+    return partition, grid_size(size, who, "partition_size")
+
+
+def _check_partition(who: str, shape: tuple, size: tuple[int, int], filters: int) -> None:
+    """A map that partitioned attention can cut into whole windows, at the block's width."""
+    height, width, channels = shape[1], shape[2], shape[3]
+    if height % size[0] or width % size[1]:
+        raise ValueError(
+            f"{who}: the map's height and width must be multiples of "
+            f"partition_size={size}; received input shape {shape}"
+        )
+    if int(channels) != filters:
+        raise ValueError(
+            f"{who}: partitioned attention keeps the width: the input channels must equal "
+            f"filters={filters}; received input shape {shape}"
+        )
+
+
+def partition_windows(x: Any, partition: str, size: tuple[int, int]) -> Any:
+    """A ``(batch, H, W, C)`` map as ``(batch * windows, size[0], size[1], C)`` windows.
+
+    ``"block"``: each window is ``size`` adjacent cells (MaxViT's block attention);
+    ``"grid"``: window ``(p, q)`` holds the cells ``(a * H / size[0] + p, b * W / size[1]
+    + q)``, a ``size`` grid spread over the whole map (its grid attention). Windows are
+    ordered row-major over the map, as timm's ``window_partition`` / ``grid_partition``.
+    """
+    height, width, channels = x.shape[1], x.shape[2], x.shape[3]
+    rows, cols = size
+    if partition == "block":
+        x = ops.reshape(x, (-1, height // rows, rows, width // cols, cols, channels))
+        x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
+    else:
+        x = ops.reshape(x, (-1, rows, height // rows, cols, width // cols, channels))
+        x = ops.transpose(x, (0, 2, 4, 1, 3, 5))
+    return ops.reshape(x, (-1, rows, cols, channels))
+
+
+def merge_windows(windows: Any, partition: str, size: tuple[int, int], grid: tuple) -> Any:
+    """The inverse of :func:`partition_windows`: windows back to the ``grid`` map."""
+    (height, width), (rows, cols) = grid, size
+    channels = windows.shape[-1]
+    if partition == "block":
+        x = ops.reshape(windows, (-1, height // rows, width // cols, rows, cols, channels))
+        x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
+    else:
+        x = ops.reshape(windows, (-1, height // rows, width // cols, rows, cols, channels))
+        x = ops.transpose(x, (0, 3, 1, 4, 2, 5))
+    return ops.reshape(x, (-1, height, width, channels))
+
+
 def _downsampled(size: int | None, strides: int) -> int | None:
     return None if size is None else -(-size // strides)
 
@@ -148,10 +240,6 @@ def _block_output_shape(input_shape: Any, who: str, strides: int, filters: int) 
     """(batch, H / strides, W / strides, filters), rounding up, for either block type."""
     batch, height, width, _ = _check_feature_map(input_shape, who)
     return (batch, _downsampled(height, strides), _downsampled(width, strides), filters)
-
-
-# The exact (erf) GELU, as the paper and timm use, in the form that exports to ONNX.
-_gelu = exact_gelu
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -334,7 +422,11 @@ class MBConv(keras.layers.Layer):
             ``"gelu"``, exact; timm's ``_rw`` models use ``"silu"``).
         pre_activation: apply ``activation`` after the pre-norm too (timm ``_rw``).
         pool: the 2 x 2 pool of the shortcut (and of ``stride_on="pool"``):
-            ``"max"`` (default) or ``"avg"``.
+            ``"max"`` (default), ``"avg"`` or ``"max3"`` (:data:`POOLS`).
+        stride_pool: the pool of ``stride_on="pool"`` when it differs from the
+            shortcut's: None (default: ``pool``), ``"max"`` or ``"avg"`` (timm's
+            ``downsample_pool_type``: ``coatnet_rmlp_1_rw`` max-pools its
+            shortcut and average-pools the branch).
         expand_from: ``"output"`` (default) or ``"input"``; see ``expansion_rate``.
         se_from: ``"output"`` (default) or ``"hidden"``; see ``se_ratio``.
         se_activation: the squeeze-excitation bottleneck's activation (default
@@ -402,6 +494,7 @@ class MBConv(keras.layers.Layer):
         se_position: str = "after_activation",
         output_bias: bool = True,
         padding: str = "same",
+        stride_pool: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -422,6 +515,9 @@ class MBConv(keras.layers.Layer):
         self._activation_fn = check_activation(who, activation)
         self.pre_activation = check_bool(who, "pre_activation", pre_activation)
         self.pool = check_choice(who, "pool", pool, POOLS)
+        if stride_pool is not None:
+            stride_pool = check_choice(who, "stride_pool", stride_pool, POOLS)
+        self.stride_pool = stride_pool
         self.expand_from = check_choice(who, "expand_from", expand_from, EXPAND_FROM)
         self.se_from = check_choice(who, "se_from", se_from, SE_FROM)
         self.se_activation = se_activation
@@ -440,7 +536,7 @@ class MBConv(keras.layers.Layer):
         self.squeeze_filters = None
         self.pre_norm = self._batch_norm("pre_norm")
         self.down_pool = (
-            make_pool(self.pool, self.dtype_policy, "down_pool")
+            make_pool(self.stride_pool or self.pool, self.dtype_policy, "down_pool")
             if self.stride_on == "pool" and self.strides == 2
             else None
         )
@@ -603,6 +699,7 @@ class MBConv(keras.layers.Layer):
             se_position=self.se_position,
             output_bias=self.output_bias,
             padding=self.padding,
+            stride_pool=self.stride_pool,
         )
         return config
 
@@ -623,7 +720,11 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
     in float32. The heads are ``filters // head_dim``; queries, keys and values
     come from one dense projection to ``3 * filters`` (laid out ``[q | k | v]``,
     each ``(heads, head_dim)``), followed by an output projection. The FFN is
-    ``Dense(expansion_rate * filters)``, exact GELU, ``Dense(filters)``.
+    ``Dense(expansion_rate * filters)``, exact GELU (``activation``), ``Dense(filters)``.
+
+    With ``partition`` the same block is MaxViT's block or grid attention: the
+    attention runs within windows of the map (see ``partition``), the FFN and the
+    residuals as above.
 
     With ``strides=2`` both branches are downsampled by a 2 x 2 stride-2 pool
     (max by default): ``Shortcut = Proj(Pool(x))`` (1 x 1 projection only when the
@@ -650,7 +751,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         drop_path_rate: stochastic depth on both residual branches; in [0, 1).
         norm_epsilon: LayerNorm epsilon (default 1e-5, as the official TF code).
         seed: optional int seed of the stochastic depth noise.
-        pool: the 2 x 2 downsampling pool, ``"max"`` (default) or ``"avg"``.
+        pool: the downsampling pool, ``"max"`` (default: 2 x 2), ``"avg"`` or ``"max3"``
+            (3 x 3, timm's ``"max"``; :data:`POOLS`).
         attention_width: ``"output"`` (default: queries, keys and values are
             ``filters`` wide) or ``"input"`` (as wide as the input, so
             ``input channels // head_dim`` heads, and the output projection maps
@@ -664,6 +766,27 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             MLP of the log-scaled offsets (timm's ``rmlp`` models, mode
             ``"cr"``), whose weights do not depend on the map's size.
         position_bias_dim: ``"mlp"`` only: the MLP's hidden units (default 512).
+        position_bias_dropout: ``"mlp"`` only: dropout after the MLP's hidden
+            layer during training (default 0; timm's ``RelPosMlp`` uses 0.125).
+        activation: the FFN's activation (default ``"gelu"``, exact;
+            ``"gelu_tanh"`` is the tanh approximation of the official MaxViT code).
+        norm: ``"layer"`` (default: LayerNorm) or ``"batch"`` (BatchNorm over the
+            map, with ``norm_epsilon`` and ``norm_momentum``: timm's
+            ``coatnet_bn_*`` models). BatchNorm uses batch statistics when
+            ``training`` is true.
+        norm_momentum: ``norm="batch"`` only: the moving statistics' momentum
+            (default 0.99; PyTorch's 0.1 is 0.9 here).
+        partition: None (default: attention over the whole map), ``"block"`` or
+            ``"grid"``: MaxViT's partitioned attention (Tu et al. 2022). The map
+            is cut into windows of ``partition_size`` cells, ``"block"`` taking
+            adjacent cells (local attention) and ``"grid"`` cells
+            ``height / partition_size`` apart (a dilated, global grid); each
+            window attends within itself, with the relative bias of its
+            ``partition_size`` grid, and the FFN runs on every position.
+            Needs ``strides=1``, ``filters`` equal to the input width and a map
+            whose sides are multiples of ``partition_size``.
+        partition_size: the windows' ``(height, width)`` (or one int) with
+            ``partition``; must be None without it.
         **kwargs: base layer arguments (``name``, ``dtype``, ``trainable``).
 
     Call arguments:
@@ -682,10 +805,18 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         (2, 4, 3, 64)
         >>> block.num_heads, tuple(block.relative_bias.table.shape)
         (4, (4, 7, 5))
+        >>> grid = RelativeTransformerBlock2D(32, head_dim=16, partition="grid",
+        ...                                   partition_size=2)
+        >>> tuple(grid(np.ones((2, 8, 6, 32), "float32")).shape)
+        (2, 8, 6, 32)
+        >>> tuple(grid.relative_bias.table.shape)  # one 2 x 2 window's offsets
+        (2, 3, 3)
 
     Reference:
         - [Dai et al., 2021. CoAtNet: Marrying Convolution and Attention for All
           Data Sizes](https://arxiv.org/abs/2106.04803)
+        - [Tu et al., 2022. MaxViT: Multi-Axis Vision
+          Transformer](https://arxiv.org/abs/2204.01697)
     """
 
     def __init__(
@@ -703,12 +834,24 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         layer_scale: float | None = None,
         position_bias: str = "table",
         position_bias_dim: int = 512,
+        position_bias_dropout: float = 0.0,
+        activation: str | Any = "gelu",
+        norm: str = "layer",
+        norm_momentum: float = 0.99,
+        partition: str | None = None,
+        partition_size: int | tuple[int, int] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         who = self._who()
         self.position_bias = check_choice(who, "position_bias", position_bias, POSITION_BIASES)
         self.position_bias_dim = check_int(who, "position_bias_dim", position_bias_dim, 1)
+        self.position_bias_dropout = check_rate(who, "position_bias_dropout", position_bias_dropout)
+        self.activation = activation
+        self._activation_fn = check_activation(who, activation)
+        self.norm = check_choice(who, "norm", norm, NORMS)
+        self.norm_momentum = check_rate(who, "norm_momentum", norm_momentum)
+        self.partition, self.partition_size = _partition(who, partition, partition_size)
         self.filters = check_int(who, "filters", filters, 1)
         self.head_dim = check_int(who, "head_dim", head_dim, 1)
         if self.filters % self.head_dim:
@@ -728,6 +871,11 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         self.num_heads = self.filters // self.head_dim
         self.attention_dim = self.filters
         self.strides = _strides(strides, who)
+        if self.partition is not None and self.strides != 1:
+            raise ValueError(
+                f"{who}: partitioned attention (partition={self.partition!r}) keeps the "
+                f"resolution: `strides` must be 1; received strides={strides!r}"
+            )
         self.expansion_rate = check_int(who, "expansion_rate", expansion_rate, 1)
         self.drop_path_rate = check_rate(who, "drop_path_rate", drop_path_rate)
         self.norm_epsilon = check_rate(who, "norm_epsilon", norm_epsilon)
@@ -735,17 +883,13 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         self.seed_generator = keras.random.SeedGenerator(seed) if self.drop_path_rate > 0 else None
 
         policy = self.dtype_policy
-        self.attention_norm = keras.layers.LayerNormalization(
-            epsilon=self.norm_epsilon, dtype=policy, name="attention_norm"
-        )
+        self.attention_norm = self._make_norm("attention_norm")
         self.attention_pool = (
             make_pool(self.pool, policy, "attention_pool") if self.strides == 2 else None
         )
         self.qkv_dense = None
         self.output_dense = keras.layers.Dense(self.filters, dtype=policy, name="attention_output")
-        self.ffn_norm = keras.layers.LayerNormalization(
-            epsilon=self.norm_epsilon, dtype=policy, name="ffn_norm"
-        )
+        self.ffn_norm = self._make_norm("ffn_norm")
         self.ffn_hidden = keras.layers.Dense(
             self.expansion_rate * self.filters, dtype=policy, name="ffn_hidden"
         )
@@ -759,6 +903,18 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
     def _who(self) -> str:
         return f"RelativeTransformerBlock2D '{self.name}'"
 
+    def _make_norm(self, name: str) -> keras.layers.Layer:
+        if self.norm == "batch":
+            return keras.layers.BatchNormalization(
+                epsilon=self.norm_epsilon,
+                momentum=self.norm_momentum,
+                dtype=self.dtype_policy,
+                name=name,
+            )
+        return keras.layers.LayerNormalization(
+            epsilon=self.norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+
     def build(self, input_shape: Any) -> None:
         shape = _check_feature_map(input_shape, self._who())
         batch, height, width, channels = shape
@@ -768,6 +924,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
                 f"(it sizes the relative position table); received input shape {shape}"
             )
         channels = int(channels)
+        if self.partition is not None:
+            _check_partition(self._who(), shape, self.partition_size, self.filters)
         if self.attention_width == "input":
             if channels % self.head_dim:
                 raise ValueError(
@@ -785,17 +943,20 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         if self.attention_pool is not None:
             self.attention_pool.build(shape)
         grid = (_downsampled(height, self.strides), _downsampled(width, self.strides))
+        # The positions that attend to each other: the map, or one window of it.
+        window = grid if self.partition is None else self.partition_size
         if self.position_bias == "mlp":
             self.relative_bias = ContinuousPositionBias2D(
                 self.num_heads,
-                size=grid,
+                size=window,
                 hidden_dim=self.position_bias_dim,
+                dropout=self.position_bias_dropout,
                 dtype=self.dtype_policy,
                 name="relative_bias",
             )
         else:
             self.relative_bias = RelativePositionBias2D(
-                self.num_heads, size=grid, dtype=self.dtype_policy, name="relative_bias"
+                self.num_heads, size=window, dtype=self.dtype_policy, name="relative_bias"
             )
         self.qkv_dense.build((batch, None, channels))
         self.output_dense.build((batch, None, self.attention_dim))
@@ -814,35 +975,53 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         self.ffn_hidden.build((batch, *grid, self.filters))
         self.ffn_output.build((batch, *grid, self.expansion_rate * self.filters))
 
-    def _attention(self, x: Any) -> Any:
+    def _attention(self, x: Any, training: bool | None = None) -> Any:
         height, width = x.shape[1], x.shape[2]
         positions = height * width
         qkv = self.qkv_dense(ops.reshape(x, (-1, positions, x.shape[-1])))
         qkv = ops.reshape(qkv, (-1, positions, 3, self.num_heads, self.head_dim))
         query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         size = None if (height, width) == self.relative_bias.size else (height, width)
+        if self.position_bias == "mlp":
+            bias = self.relative_bias(size=size, training=training)
+        else:
+            bias = self.relative_bias(size=size)
         # The core's attention: float32 logits and softmax whatever the compute
         # dtype ("Architecture" in docs/development.md: precision).
         attended, _ = _attention.attend(
             _attention.scale_queries(query, self.head_dim),
             key,
             value,
-            bias=ops.cast(self.relative_bias(size=size), "float32"),
+            bias=ops.cast(bias, "float32"),
         )
         attended = ops.reshape(attended, (-1, height, width, self.attention_dim))
         return self.output_dense(attended)
 
+    def _partitioned_attention(self, x: Any, training: bool | None = None) -> Any:
+        """Attention within the windows of ``self.partition`` (or over the whole map)."""
+        if self.partition is None:
+            return self._attention(x, training)
+        height, width = x.shape[1], x.shape[2]
+        windows = partition_windows(x, self.partition, self.partition_size)
+        windows = self._attention(windows, training)
+        return merge_windows(windows, self.partition, self.partition_size, (height, width))
+
     def _scaled(self, x: Any, scale: Any) -> Any:
         return x if scale is None else x * ops.cast(scale, x.dtype)
 
+    def _normalised(self, norm: keras.layers.Layer, x: Any, training: bool | None) -> Any:
+        # BatchNorm takes `training` (batch statistics); LayerNorm has no such argument.
+        return norm(x, training=training) if self.norm == "batch" else norm(x)
+
     def call(self, inputs: Any, training: bool | None = None) -> Any:
         shortcut = _PooledProjection.call(self, inputs)
-        x = self.attention_norm(inputs)
+        x = self._normalised(self.attention_norm, inputs, training)
         if self.attention_pool is not None:
             x = self.attention_pool(x)
-        x = self._scaled(self._attention(x), self.attention_scale)
+        x = self._scaled(self._partitioned_attention(x, training), self.attention_scale)
         x = shortcut + drop_path(x, self.drop_path_rate, self.seed_generator, training)
-        y = self.ffn_output(_gelu(self.ffn_hidden(self.ffn_norm(x))))
+        hidden = self.ffn_hidden(self._normalised(self.ffn_norm, x, training))
+        y = self.ffn_output(self._activation_fn(hidden))
         y = self._scaled(y, self.ffn_scale)
         return x + drop_path(y, self.drop_path_rate, self.seed_generator, training)
 
@@ -865,5 +1044,11 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             layer_scale=self.layer_scale,
             position_bias=self.position_bias,
             position_bias_dim=self.position_bias_dim,
+            position_bias_dropout=self.position_bias_dropout,
+            activation=_serialize_activation(self.activation),
+            norm=self.norm,
+            norm_momentum=self.norm_momentum,
+            partition=self.partition,
+            partition_size=None if self.partition_size is None else list(self.partition_size),
         )
         return config

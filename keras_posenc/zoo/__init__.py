@@ -15,6 +15,7 @@ live in the repository's top-level ``zoo/`` folder.
 from keras_posenc.zoo import (
     coatnet,  # noqa: F401  (registers coatnet_0 .. coatnet_4)
     convs2s,  # noqa: F401  (registers convs2s_*)
+    maxvit,  # noqa: F401  (registers maxvit_t .. maxvit_l and timm's maxvit_*)
     muse,  # noqa: F401  (registers muse_*)
     posenet,  # noqa: F401  (registers posenet_*)
     t5,  # noqa: F401  (registers t5_small, t5_base, t5_1.1_small, t5_1.1_base)

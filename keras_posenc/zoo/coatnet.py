@@ -20,9 +20,12 @@ BatchNorm's moving statistics), against timm's ``coatnet_N_224`` and the paper:
     coatnet_4  2, 2, 12, 28, 2  192, 192, 384, 768, 1536  275,425,288   275.43M  275M
 
 timm's own variants, the only CoAtNets with public trained weights, are registered too
-(``coatnet_nano_rw_224``, ``coatnet_0_rw_224`` .. ``coatnet_3_rw_224``): the same builder
-with the options they need (:data:`RW_CONFIGS`, :func:`rw_config`), parameter counts equal
-to timm's; ``keras_posenc.convert.from_timm_coatnet`` loads their checkpoints.
+(``coatnet_nano_rw_224``, ``coatnet_0_rw_224`` .. ``coatnet_3_rw_224``, and the
+experimental ``coatnet_bn_0_rw_224`` with BatchNorm in its Transformer blocks and
+``coatnet_rmlp_*`` whose relative bias is an MLP of the log-scaled offsets, timm's
+``RelPosMlp``): the same builder with the options they need (:data:`RW_CONFIGS`,
+:func:`rw_config`), parameter counts equal to timm's;
+``keras_posenc.convert.from_timm_coatnet`` loads their checkpoints.
 
 The model card (zoo/coatnet/README.md in the repository) has the details.
 """
@@ -53,6 +56,7 @@ NUM_STAGES = 5
 LAYOUTS = ("C-C-C-C", "C-C-C-T", "C-C-T-T", "C-T-T-T")
 POOLINGS = ("avg", "max", None)
 HEADS = ("pool_norm", "norm_pool")
+HEAD_NORMS = ("layer", "batch")
 # Block arguments build_coatnet sets itself (not allowed in conv/transformer_options).
 _SET_BY_BUILDER = frozenset(
     {"self", "kwargs", "filters", "strides", "drop_path_rate", "name", "stride_on",
@@ -94,6 +98,8 @@ _RW_TRANSFORMER = {
     "shortcut_bias": False,
     "norm_epsilon": 1e-6,
 }
+# timm's RelPosMlp ("cr" mode): an MLP 2 -> 512 -> heads, dropout 0.125 after its ReLU.
+_MLP_BIAS = {"position_bias": "mlp", "position_bias_dim": 512, "position_bias_dropout": 0.125}
 RW_CONFIGS = {
     "coatnet_nano_rw_224": (
         (2, 3, 4, 6, 3), (64, 64, 128, 256, 512), (32, 64), 15_141_244, "pool",
@@ -117,7 +123,57 @@ RW_CONFIGS = {
         {"se_activation": "silu", "se_position": "after_activation"},
         {"shortcut_bias": True, "layer_scale": 1e-6},
     ),
+    # timm's experimental variants (its "_rw" options plus BatchNorm in the Transformer
+    # blocks, or an MLP of the log-scaled offsets as the relative bias, `_MLP_BIAS`).
+    "coatnet_bn_0_rw_224": (
+        (2, 2, 3, 7, 2), (64, 96, 192, 384, 768), (32, 64), 27_435_562, "depthwise", {},
+        {"norm": "batch", "norm_momentum": 0.9},
+    ),
+    "coatnet_rmlp_nano_rw_224": (
+        (2, 3, 4, 6, 3), (64, 64, 128, 256, 512), (32, 64), 15_145_116, "depthwise",
+        {"pre_activation": False, "se_activation": "silu", "se_position": "after_activation",
+         "output_bias": True},
+        {"shortcut_bias": True, **_MLP_BIAS, "position_bias_dim": 384},
+    ),
+    "coatnet_rmlp_0_rw_224": (
+        (2, 2, 3, 7, 2), (64, 96, 192, 384, 768), (32, 64), 27_446_074, "depthwise",
+        {"se_position": "after_activation"},
+        {"shortcut_bias": True, **_MLP_BIAS},
+    ),
+    "coatnet_rmlp_1_rw_224": (
+        (2, 2, 6, 14, 2), (64, 96, 192, 384, 768), (32, 64), 41_691_982, "pool",
+        # timm's pool_type="max" (3 x 3) on the shortcuts and before the attention, its
+        # default 2 x 2 average pool before the MBConv's expansion.
+        {"pool": "max3", "stride_pool": "avg"},
+        {"pool": "max3", **_MLP_BIAS, "position_bias_dim": 384},
+    ),
+    "coatnet_rmlp_1_rw2_224": (
+        (2, 2, 6, 14, 2), (64, 96, 192, 384, 768), (32, 64), 41_724_622, "depthwise",
+        {"se_position": "after_activation"},
+        {"shortcut_bias": True, **_MLP_BIAS},
+    ),
+    "coatnet_rmlp_2_rw_224": (
+        (2, 2, 6, 14, 2), (128, 128, 256, 512, 1024), (64, 128), 73_881_264, "depthwise",
+        {"se_activation": "silu", "se_position": "after_activation"},
+        {"shortcut_bias": True, "layer_scale": 1e-6, **_MLP_BIAS},
+    ),
+    "coatnet_rmlp_2_rw_384": (
+        (2, 2, 6, 14, 2), (128, 128, 256, 512, 1024), (64, 128), 73_881_264, "depthwise",
+        {"se_activation": "silu", "se_position": "after_activation"},
+        {"shortcut_bias": True, "layer_scale": 1e-6, **_MLP_BIAS},
+    ),
+    "coatnet_rmlp_3_rw_224": (
+        (2, 2, 6, 14, 2), (192, 192, 384, 768, 1536), (96, 192), 165_152_788, "depthwise",
+        {"se_activation": "silu", "se_position": "after_activation"},
+        {"shortcut_bias": True, "layer_scale": 1e-6, **_MLP_BIAS},
+    ),
 }  # fmt: skip
+# What else differs per variant, as build_coatnet arguments: coatnet_bn's final norm is its
+# Transformer blocks' (BatchNorm), and the _384 variant is built for its 384 x 384 images.
+_RW_OTHER = {
+    "coatnet_bn_0_rw_224": {"head_norm": "batch"},
+    "coatnet_rmlp_2_rw_384": {"input_shape": (384, 384, 3)},
+}
 TIMM_REFERENCE = "Wightman, timm (PyTorch Image Models), maxxvit.py, after Dai et al. 2021"
 
 
@@ -150,14 +206,15 @@ def rw_config(name: str) -> dict[str, Any]:
         "head": "norm_pool",
         "head_norm_epsilon": 1e-6,
         "name": name,
+        **_RW_OTHER.get(name, {}),
     }
 
 
 # --------------------------------------------------------------------------- validation
 
 
-def _positive_ints(value: Any, argument: str) -> tuple[int, ...]:
-    return check_ints(_WHO, argument, value, NUM_STAGES, what=", one per stage S0..S4")
+def _positive_ints(value: Any, argument: str, who: str = _WHO) -> tuple[int, ...]:
+    return check_ints(who, argument, value, NUM_STAGES, what=", one per stage S0..S4")
 
 
 def parse_layout(layout: Any) -> tuple[str, ...]:
@@ -176,7 +233,7 @@ def parse_layout(layout: Any) -> tuple[str, ...]:
     return stages
 
 
-def _input_shape(value: Any) -> tuple[int, int, int]:
+def _input_shape(value: Any, who: str = _WHO) -> tuple[int, int, int]:
     try:
         shape = tuple(value)
     except TypeError:
@@ -186,44 +243,49 @@ def _input_shape(value: Any) -> tuple[int, int, int]:
     )
     if not ints:
         raise ValueError(
-            f"{_WHO}: `input_shape` must be (height, width, channels) of positive ints "
+            f"{who}: `input_shape` must be (height, width, channels) of positive ints "
             f"(the relative position tables are sized from it); received {value!r}"
         )
     height, width, _ = shape
     if height % 32 or width % 32:
         raise ValueError(
-            f"{_WHO}: the input height and width must be divisible by 32 (the total "
+            f"{who}: the input height and width must be divisible by 32 (the total "
             f"downsampling of S0..S4); received input_shape={value!r}"
         )
     return tuple(int(v) for v in shape)
 
 
-def _stem_widths(value: Any, blocks: int, last: int) -> tuple[int, ...]:
+def _stem_widths(value: Any, blocks: int, last: int, who: str = _WHO) -> tuple[int, ...]:
     if value is None:
         return (last,) * blocks
-    widths = check_ints(_WHO, "stem_channels", value, blocks)
+    widths = check_ints(who, "stem_channels", value, blocks)
     if widths[-1] != last:
         raise ValueError(
-            f"{_WHO}: the last of `stem_channels` is the stem's output and must equal "
+            f"{who}: the last of `stem_channels` is the stem's output and must equal "
             f"channels[0]={last}; received stem_channels={value!r}"
         )
     return widths
 
 
-def _block_options(value: Any, argument: str, layer: type) -> dict:
-    """``value`` as a dict of extra keyword arguments of ``layer``, checked by name."""
+def _block_options(
+    value: Any, argument: str, layer: type, who: str = _WHO, set_by_builder: frozenset = frozenset()
+) -> dict:
+    """``value`` as a dict of extra keyword arguments of ``layer``, checked by name.
+
+    ``set_by_builder``: more arguments the builder sets itself (MaxViT's partitions).
+    """
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise TypeError(
-            f"{_WHO}: `{argument}` must be a dict of {layer.__name__} arguments; "
+            f"{who}: `{argument}` must be a dict of {layer.__name__} arguments; "
             f"received {type(value).__name__}"
         )
-    allowed = set(inspect.signature(layer.__init__).parameters) - _SET_BY_BUILDER
+    allowed = set(inspect.signature(layer.__init__).parameters) - _SET_BY_BUILDER - set_by_builder
     unknown = sorted(set(value) - allowed)
     if unknown:
         raise ValueError(
-            f"{_WHO}: `{argument}` has keys that are not {layer.__name__} options: "
+            f"{who}: `{argument}` has keys that are not {layer.__name__} options: "
             f"{unknown}; expected some of {sorted(allowed)}"
         )
     return dict(value)
@@ -232,11 +294,14 @@ def _block_options(value: Any, argument: str, layer: type) -> dict:
 # --------------------------------------------------------------------------- the model
 
 
-def _stem(x: Any, widths: Sequence[int], synchronized: bool, conv_options: Mapping) -> Any:
+def stem(
+    x: Any, widths: Sequence[int], synchronized: bool, conv_options: Mapping, bias: bool = False
+) -> Any:
     """S0: 3 x 3 convs of ``widths``, the first with stride 2, BatchNorm + activation between.
 
     The BatchNorm epsilon/momentum, the activation and the padding are the MBConv
-    blocks' (``conv_options``), as in timm.
+    blocks' (``conv_options``), as in timm; ``bias``: the convs have biases (MaxViT's).
+    Shared by :func:`build_coatnet` and ``zoo.maxvit.build_maxvit``.
     """
     activation = get_activation(conv_options.get("activation", "gelu"))
     symmetric = conv_options.get("padding", "same") == "symmetric"
@@ -260,7 +325,7 @@ def _stem(x: Any, widths: Sequence[int], synchronized: bool, conv_options: Mappi
             3,
             strides=2 if index == 0 else 1,
             padding="valid" if strided_symmetric else "same",
-            use_bias=False,
+            use_bias=bias,
             kernel_initializer={
                 "class_name": "VarianceScaling",
                 "config": {"scale": 2.0, "mode": "fan_out", "distribution": "untruncated_normal"},
@@ -291,6 +356,7 @@ def build_coatnet(
     transformer_options: Mapping[str, Any] | None = None,
     head: str = "pool_norm",
     head_norm_epsilon: float = 1e-5,
+    head_norm: str = "layer",
 ) -> keras.Model:
     """Builds a CoAtNet as a functional ``keras.Model``.
 
@@ -338,7 +404,10 @@ def build_coatnet(
         head: ``"pool_norm"`` (default: global pool, then LayerNorm, the
             official code's head) or ``"norm_pool"`` (LayerNorm at every
             position of the S4 map, then the global pool: timm's ``_rw`` models).
-        head_norm_epsilon: the head LayerNorm's epsilon (default 1e-5).
+        head_norm_epsilon: the head norm's epsilon (default 1e-5).
+        head_norm: the head's norm, ``"layer"`` (LayerNorm, default) or ``"batch"``
+            (BatchNorm, with the momentum of ``transformer_options["norm_momentum"]``:
+            timm's ``coatnet_bn_*``, whose final norm is its Transformer blocks').
 
     Returns:
         The ``keras.Model``.
@@ -366,35 +435,27 @@ def build_coatnet(
     channels = _positive_ints(channels, "channels")
     stages = parse_layout(layout)
     shape = _input_shape(input_shape)
-    if pooling not in POOLINGS:
-        raise ValueError(
-            f"{_WHO}: `pooling` must be one of {POOLINGS}; received pooling={pooling!r}"
-        )
-    for flag_name, flag in (
-        ("include_top", include_top),
-        ("features", features),
-        ("synchronized", synchronized),
-        ("pre_logits", pre_logits),
-    ):
-        check_bool(_WHO, flag_name, flag)
-    check_synchronized_batch_norm(_WHO, synchronized)
     head_dim = check_int(_WHO, "head_dim", head_dim, 1)
-    if include_top and not features:
-        num_classes = check_int(_WHO, "num_classes", num_classes, 1)
-        if pooling is None:
-            raise ValueError(
-                f"{_WHO}: `pooling` must be 'avg' or 'max' when include_top=True; "
-                "received pooling=None"
-            )
-    check_rate(_WHO, "drop_path_rate", drop_path_rate)
     widths = _stem_widths(stem_channels, blocks[0], channels[0])
     conv_options = _block_options(conv_options, "conv_options", MBConv)
     transformer_options = _block_options(
         transformer_options, "transformer_options", RelativeTransformerBlock2D
     )
-    if head not in HEADS:
-        raise ValueError(f"{_WHO}: `head` must be one of {HEADS}; received head={head!r}")
-    head_norm_epsilon = check_positive_number(_WHO, "head_norm_epsilon", head_norm_epsilon)
+    head_options = check_head(
+        _WHO,
+        include_top=include_top,
+        features=features,
+        synchronized=synchronized,
+        pooling=pooling,
+        num_classes=num_classes,
+        drop_path_rate=drop_path_rate,
+        pre_logits=pre_logits,
+        head=head,
+        head_norm=head_norm,
+        head_norm_epsilon=head_norm_epsilon,
+        classifier_activation=classifier_activation,
+        norm_momentum=transformer_options.get("norm_momentum", 0.99),
+    )
     for stage, (kind, width) in enumerate(zip(stages, channels[1:]), start=1):
         if kind == "T" and width % head_dim:
             raise ValueError(
@@ -405,7 +466,7 @@ def build_coatnet(
     total_blocks = sum(blocks[1:])
     rates = np.linspace(0.0, float(drop_path_rate), total_blocks).tolist()
     inputs = keras.Input(shape, name="images")
-    x = _stem(inputs, widths, synchronized, conv_options)
+    x = stem(inputs, widths, synchronized, conv_options)
     outputs = [x]
     index = 0
     for stage, kind in enumerate(stages, start=1):
@@ -433,20 +494,102 @@ def build_coatnet(
 
     if features:
         return keras.Model(inputs, outputs, name=name)
+    return keras.Model(inputs, classifier_head(x, channels[-1], **head_options), name=name)
+
+
+def check_head(
+    who: str,
+    *,
+    include_top: Any,
+    features: Any,
+    synchronized: Any,
+    pooling: Any,
+    num_classes: Any,
+    drop_path_rate: Any,
+    pre_logits: Any,
+    head: Any,
+    head_norm: Any,
+    head_norm_epsilon: Any,
+    classifier_activation: Any,
+    norm_momentum: float,
+) -> dict[str, Any]:
+    """The checked arguments of :func:`classifier_head` (and the flags every builder of
+    this family has), shared by :func:`build_coatnet` and ``zoo.maxvit.build_maxvit``."""
+    if pooling not in POOLINGS:
+        raise ValueError(
+            f"{who}: `pooling` must be one of {POOLINGS}; received pooling={pooling!r}"
+        )
+    for flag_name, flag in (
+        ("include_top", include_top),
+        ("features", features),
+        ("synchronized", synchronized),
+        ("pre_logits", pre_logits),
+    ):
+        check_bool(who, flag_name, flag)
+    check_synchronized_batch_norm(who, synchronized)
+    if include_top and not features:
+        num_classes = check_int(who, "num_classes", num_classes, 1)
+        if pooling is None:
+            raise ValueError(
+                f"{who}: `pooling` must be 'avg' or 'max' when include_top=True; "
+                "received pooling=None"
+            )
+    check_rate(who, "drop_path_rate", drop_path_rate)
+    if head not in HEADS:
+        raise ValueError(f"{who}: `head` must be one of {HEADS}; received head={head!r}")
+    if head_norm not in HEAD_NORMS:
+        raise ValueError(
+            f"{who}: `head_norm` must be one of {HEAD_NORMS}; received head_norm={head_norm!r}"
+        )
+    return {
+        "include_top": include_top,
+        "pooling": pooling,
+        "num_classes": num_classes,
+        "pre_logits": pre_logits,
+        "head": head,
+        "head_norm": head_norm,
+        "head_norm_epsilon": check_positive_number(who, "head_norm_epsilon", head_norm_epsilon),
+        "head_norm_momentum": norm_momentum,
+        "classifier_activation": classifier_activation,
+    }
+
+
+def classifier_head(
+    x: Any,
+    width: int,
+    *,
+    include_top: bool,
+    pooling: str | None,
+    num_classes: int,
+    pre_logits: bool,
+    head: str,
+    head_norm: str,
+    head_norm_epsilon: float,
+    head_norm_momentum: float,
+    classifier_activation: str | None,
+) -> Any:
+    """The global pool, the norm (before the pool with ``head="norm_pool"``), an optional
+    ``tanh`` pre-logits layer ``width`` wide and the classifier (with ``include_top``)."""
+    if head_norm == "batch":  # timm's coatnet_bn: the Transformer blocks' norm
+        norm = keras.layers.BatchNormalization(
+            epsilon=head_norm_epsilon, momentum=head_norm_momentum, name="head_norm"
+        )
+    else:
+        norm = keras.layers.LayerNormalization(epsilon=head_norm_epsilon, name="head_norm")
     norm_first = include_top and head == "norm_pool"
     if norm_first:
-        x = keras.layers.LayerNormalization(epsilon=head_norm_epsilon, name="head_norm")(x)
+        x = norm(x)
     if pooling == "avg":
         x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     elif pooling == "max":
         x = keras.layers.GlobalMaxPooling2D(name="pool")(x)
     if include_top:
         if not norm_first:
-            x = keras.layers.LayerNormalization(epsilon=head_norm_epsilon, name="head_norm")(x)
+            x = norm(x)
         if pre_logits:
-            x = keras.layers.Dense(channels[-1], activation="tanh", name="pre_logits")(x)
+            x = keras.layers.Dense(width, activation="tanh", name="pre_logits")(x)
         x = keras.layers.Dense(num_classes, activation=classifier_activation, name="predictions")(x)
-    return keras.Model(inputs, x, name=name)
+    return x
 
 
 for _name, (_blocks, _channels, _paper) in CONFIGS.items():
@@ -477,7 +620,8 @@ for _name, (*_, _timm_count, _stride_on, _conv, _transformer) in RW_CONFIGS.item
         config=rw_config(_name),
         description=(
             f"timm's {_name} (C-C-T-T, {_timm_count / 1e6:.1f}M parameters in timm), "
-            "224 x 224, 1000 classes; loads timm's weights (convert.from_timm_coatnet)"
+            f"{_name[-3:]} x {_name[-3:]}, 1000 classes; loads timm's weights "
+            "(convert.from_timm_coatnet)"
         ),
         paper_parameters=None,
         reference=TIMM_REFERENCE,

@@ -322,6 +322,24 @@ def test_transformer_options_match_reference(rng, shape, filters, head_dim, stri
     np.testing.assert_allclose(actual, expected, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("partition", ["block", "grid"])
+def test_partitioned_transformer_matches_reference(rng, partition):
+    # A 4 x 6 map in 2 x 3 windows: 2 x 2 windows of adjacent cells ("block") or cells
+    # 2 rows and 2 columns apart ("grid"); the bias table is one window's, (3, 5).
+    x = images(rng, (2, 4, 6, 8))
+    layer = RelativeTransformerBlock2D(
+        8, head_dim=4, partition=partition, partition_size=(2, 3), activation="gelu_tanh"
+    )
+    layer(x)
+    randomize(layer)
+    assert tuple(layer.relative_bias.table.shape) == (2, 3, 5)
+    expected = ref.relative_transformer_block(
+        x.astype("float64"), transformer_weights(layer), 2, partition=partition,
+        partition_size=(2, 3), activation=ref.tanh_gelu,
+    )  # fmt: skip
+    np.testing.assert_allclose(to_numpy(layer(x)), expected, atol=ATOL, rtol=0)
+
+
 def test_transformer_input_width_sizes():
     block = RelativeTransformerBlock2D(16, head_dim=4, strides=2, attention_width="input")
     block.build((None, 5, 3, 8))  # shapes of a case above
@@ -406,6 +424,22 @@ def test_transformer_rw_standard_checks(rng):
     layer_checks.run_standard_checks(make, images(rng, (2, 4, 4, 4)))
 
 
+@pytest.mark.large
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(partition="grid", partition_size=2, activation="gelu_tanh"),  # MaxViT
+        dict(norm="batch", norm_momentum=0.9, strides=2, pool="max3"),  # coatnet_bn / rmlp_1
+        dict(position_bias="mlp", position_bias_dim=4, position_bias_dropout=0.125),  # rmlp
+    ],
+)
+def test_transformer_timm_option_standard_checks(rng, options):
+    def make():
+        return RelativeTransformerBlock2D(8, head_dim=4, **options)
+
+    layer_checks.run_standard_checks(make, images(rng, (2, 4, 4, 8)))
+
+
 # --------------------------------------------------------------------------- stochastic depth
 
 
@@ -479,6 +513,16 @@ def test_configs_hold_the_rw_options(rng):
     restored = layer_checks.check_config_roundtrip(block)
     assert (restored.pool, restored.attention_width) == ("avg", "input")
     assert (restored.shortcut_bias, restored.layer_scale) == (False, 0.5)
+    # timm's coatnet_bn / coatnet_rmlp / MaxViT options.
+    options = dict(norm="batch", norm_momentum=0.9, position_bias="mlp", position_bias_dim=8,
+                   position_bias_dropout=0.125, activation="gelu_tanh", partition="grid",
+                   partition_size=(2, 2))  # fmt: skip
+    block = RelativeTransformerBlock2D(16, head_dim=8, **options)
+    restored = layer_checks.check_config_roundtrip(block, images(rng, (1, 4, 4, 16)))
+    for key, value in {**options, "partition_size": (2, 2)}.items():
+        assert getattr(restored, key) == value, key
+    assert isinstance(restored.attention_norm, keras.layers.BatchNormalization)
+    layer_checks.check_config_roundtrip(MBConv(8, strides=2, stride_on="pool", stride_pool="avg"))
     # A callable activation round-trips through its registered name.
     se = MBConv(8, activation=keras.activations.silu, se_activation=keras.activations.relu)
     restored = layer_checks.check_config_roundtrip(se)
@@ -553,12 +597,33 @@ def test_mbconv_symmetric_padding_needs_an_odd_kernel():
         ({"filters": 8, "head_dim": 4, "expansion_rate": 1.5}, "expansion_rate"),
         ({"filters": 8, "head_dim": 4, "pool": "min"}, "pool"),
         ({"filters": 8, "head_dim": 4, "attention_width": "both"}, "attention_width"),
+        ({"filters": 8, "head_dim": 4, "norm": "group"}, "norm"),
+        ({"filters": 8, "head_dim": 4, "partition": "window", "partition_size": 2}, "partition"),
+        ({"filters": 8, "head_dim": 4, "partition": "grid", "partition_size": 0}, "partition_size"),
     ],
 )
 def test_transformer_bad_arguments(kwargs, argument):
     pattern = rf"RelativeTransformerBlock2D '.*': `{argument}` must be .*(received|got)"
     with pytest.raises((ValueError, TypeError), match=pattern):
         RelativeTransformerBlock2D(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, shape, message",
+    [
+        ({"partition": "grid"}, None, r"partition='grid' needs `partition_size`"),
+        ({"partition_size": 2}, None, r"`partition_size` is used with partition="),
+        ({"partition": "block", "partition_size": 2, "strides": 2}, None,
+         r"`strides` must be 1; received strides=2"),
+        ({"partition": "block", "partition_size": 3}, (1, 4, 6, 8),
+         r"multiples of partition_size=\(3, 3\); received input shape \(1, 4, 6, 8\)"),
+        ({"partition": "grid", "partition_size": 2}, (1, 4, 6, 4),
+         r"input channels must equal filters=8; received input shape \(1, 4, 6, 4\)"),
+    ],
+)  # fmt: skip
+def test_partition_errors(kwargs, shape, message):
+    with pytest.raises(ValueError, match=rf"RelativeTransformerBlock2D '.*': .*{message}"):
+        RelativeTransformerBlock2D(8, head_dim=4, **kwargs).build(shape)
 
 
 @pytest.mark.parametrize("value", [0, -0.5, True, "0.5"])

@@ -33,6 +33,11 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
+def tanh_gelu(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation (the official MaxViT code's)."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
@@ -232,24 +237,68 @@ def relative_attention_2d(x, w, num_heads, table):
     )
 
 
-def relative_transformer_block(x, w, num_heads, strides=1, epsilon=1e-5, *, pool="max"):
+def window_cells(partition, size, height, width):
+    """The (row, column) map cells of each MaxViT window, row-major within the window.
+
+    ``"block"``: window (i, j) is the ``size`` cells from (i * size[0], j * size[1]);
+    ``"grid"``: window (p, q) holds cell (a * height / size[0] + p, b * width / size[1] + q)
+    at its position (a, b), the paper's dilated grid (Tu et al. 2022, section 3.2).
+    """
+    rows, cols = size
+    windows = []
+    if partition == "block":
+        for i in range(height // rows):
+            for j in range(width // cols):
+                windows.append([(i * rows + a, j * cols + b)
+                                for a in range(rows) for b in range(cols)])  # fmt: skip
+    else:
+        step_rows, step_cols = height // rows, width // cols
+        for p in range(step_rows):
+            for q in range(step_cols):
+                windows.append([(a * step_rows + p, b * step_cols + q)
+                                for a in range(rows) for b in range(cols)])  # fmt: skip
+    return windows
+
+
+def partitioned_attention_2d(x, w, num_heads, table, partition, size):
+    """`relative_attention_2d` within each window of ``partition`` (MaxViT)."""
+    batch, height, width, _ = x.shape
+    out = None
+    for cells in window_cells(partition, size, height, width):
+        rows, cols = zip(*cells)
+        window = x[:, list(rows), list(cols)].reshape(batch, size[0], size[1], -1)
+        attended = relative_attention_2d(window, w, num_heads, table)
+        if out is None:
+            out = np.zeros((batch, height, width, attended.shape[-1]))
+        out[:, list(rows), list(cols)] = attended.reshape(batch, len(cells), -1)
+    return out
+
+
+def relative_transformer_block(
+    x, w, num_heads, strides=1, epsilon=1e-5, *, pool="max", partition=None, partition_size=None,
+    activation=gelu,
+):  # fmt: skip
     """The pre-norm Transformer block; ``w`` keys: attention_norm, ffn_norm (gamma, beta),
     qkv, attention_output, ffn_hidden, ffn_output (kernel, bias), table,
     shortcut_kernel / shortcut_bias (or None), and optionally attention_scale /
     ffn_scale (per-channel layer scales, or None). ``num_heads`` splits the width of
-    the qkv projection (the output or the input width)."""
+    the qkv projection (the output or the input width). ``partition`` (``"block"`` /
+    ``"grid"``) with ``partition_size``: MaxViT's attention within windows."""
     shortcut = pooled_projection(x, strides, w["shortcut_kernel"], w["shortcut_bias"], pool)
     y = layer_norm(x, *w["attention_norm"], epsilon)
     if strides == 2:
         y = pool_2x2(y, pool)
-    y = relative_attention_2d(y, w, num_heads, w["table"])
+    if partition is None:
+        y = relative_attention_2d(y, w, num_heads, w["table"])
+    else:
+        y = partitioned_attention_2d(y, w, num_heads, w["table"], partition, partition_size)
     if w.get("attention_scale") is not None:
         y = y * w["attention_scale"]
     x = shortcut + y
     hidden_kernel, hidden_bias = w["ffn_hidden"]
     output_kernel, output_bias = w["ffn_output"]
     y = layer_norm(x, *w["ffn_norm"], epsilon)
-    y = gelu(y @ hidden_kernel + hidden_bias) @ output_kernel + output_bias
+    y = activation(y @ hidden_kernel + hidden_bias) @ output_kernel + output_bias
     if w.get("ffn_scale") is not None:
         y = y * w["ffn_scale"]
     return x + y

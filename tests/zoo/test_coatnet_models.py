@@ -78,11 +78,22 @@ TIMM_RW = {
     "coatnet_2_rw_224": 73_868_400,
     "coatnet_3_rw_224": 165_173_428,
 }
+# timm's experimental variants, counted the same way (their default heads have 1000 classes).
+TIMM_RMLP_BN = {
+    "coatnet_bn_0_rw_224": 27_435_562,
+    "coatnet_rmlp_nano_rw_224": 15_145_116,
+    "coatnet_rmlp_0_rw_224": 27_446_074,
+    "coatnet_rmlp_1_rw_224": 41_691_982,
+    "coatnet_rmlp_1_rw2_224": 41_724_622,
+    "coatnet_rmlp_2_rw_224": 73_881_264,
+    "coatnet_rmlp_2_rw_384": 73_881_264,
+    "coatnet_rmlp_3_rw_224": 165_152_788,
+}
 
 
 def test_registered_configurations():
-    assert zoo.list_models(family="coatnet") == sorted([f"coatnet_{n}" for n in range(5)] +
-                                                       list(TIMM_RW))  # fmt: skip
+    timm = [*TIMM_RW, *TIMM_RMLP_BN]
+    assert zoo.list_models(family="coatnet") == sorted([f"coatnet_{n}" for n in range(5)] + timm)
     for name, paper in PAPER.items():
         spec = zoo.get_spec(name)
         assert spec.builder is build_coatnet and spec.paper_parameters == paper
@@ -127,6 +138,16 @@ def test_timm_variants_have_timms_parameter_counts(name):
     assert model.input_shape == (None, 224, 224, 3) and model.output_shape == (None, 1000)
     assert trainable_parameters(model) == TIMM_RW[name]
     assert zoo.get_spec(name).paper_parameters is None  # timm's variants, not the paper's
+
+
+def test_timm_rmlp_and_bn_variants_have_timms_parameter_counts():
+    # One test for the family (shape-only builds, well under a second each).
+    for name, count in TIMM_RMLP_BN.items():
+        model = shape_only(name)
+        size = 384 if name.endswith("_384") else 224
+        assert model.input_shape == (None, size, size, 3), name
+        assert trainable_parameters(model) == count, name
+        assert zoo.get_spec(name).paper_parameters is None
 
 
 @pytest.mark.large

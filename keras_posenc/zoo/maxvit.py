@@ -1,0 +1,393 @@
+"""MaxViT (Tu et al. 2022): MBConv, block attention and grid attention in every block.
+
+Five stages: S0, a stem of two 3 x 3 convolutions (the first with stride 2); S1..S4,
+each a stack of MaxViT blocks whose first block halves the resolution. A MaxViT block
+is three pre-normalised residual layers of CoAtNet's library blocks
+(``keras_posenc.layers.coatnet``): an :class:`MBConv` (which downsamples), then a
+:class:`RelativeTransformerBlock2D` with ``partition="block"`` (attention within
+non-overlapping windows of adjacent cells: local) and one with ``partition="grid"``
+(attention within a grid of cells spread over the whole map: dilated, global), both
+with a learned relative position bias over a window. Windows and grids are
+``input / 32`` cells a side (7 x 7 at 224), as the paper's. The head is a global
+pool, LayerNorm, a ``tanh`` pre-logits layer as wide as S4 and the classifier.
+
+Registered configurations at 224 x 224 with 1000 classes, the paper's MaxViT-T/S/B/L
+(Table 1: blocks and channels of S0..S4) with the official code's choices (GELU's tanh
+approximation, TF's padding, BatchNorm epsilon 1e-3, biases on the stem convs), so the
+official weights' timm port loads into them. Parameters are trainable ones:
+
+    name          blocks S0..S4     channels S0..S4            ours          paper
+    maxvit_t      2, 2, 2, 5, 2     64, 64, 128, 256, 512      30,916,528    31M
+    maxvit_s      2, 2, 2, 5, 2     64, 96, 192, 384, 768      68,927,956    69M
+    maxvit_b      2, 2, 6, 14, 2    64, 96, 192, 384, 768      119,467,708   120M
+    maxvit_l      2, 2, 6, 14, 2    128, 128, 256, 512, 1024   211,785,560   212M
+
+timm's MaxViTs are registered too: ``maxvit_tiny_tf_224`` .. ``maxvit_large_tf_224`` (the
+official weights' port: the paper's models with PyTorch's BatchNorm momentum) and timm's
+own ``maxvit_nano_rw_256`` and ``maxvit_tiny_rw_224`` (:data:`RW_CONFIGS`), with timm's
+parameter counts; ``keras_posenc.convert.from_timm_maxvit`` loads their checkpoints.
+
+The model card (zoo/maxvit/README.md in the repository) has the details.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import keras
+import numpy as np
+
+from keras_posenc.layers._checks import check_int
+from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
+from keras_posenc.layers.relative_position_2d import grid_size
+from keras_posenc.zoo.coatnet import (
+    _block_options,
+    _input_shape,
+    _positive_ints,
+    _stem_widths,
+    check_head,
+    classifier_head,
+    stem,
+)
+from keras_posenc.zoo.registry import register_model
+
+_WHO = "build_maxvit"
+# Arguments of the attention blocks that build_maxvit sets itself, per layer.
+_PARTITIONING = frozenset({"partition", "partition_size"})
+REFERENCE = "Tu et al. 2022, MaxViT: Multi-Axis Vision Transformer (arXiv:2204.01697)"
+TIMM_REFERENCE = "Wightman, timm (PyTorch Image Models), maxxvit.py, after Tu et al. 2022"
+
+#: The official code's block options (google-research/maxvit, as timm's ``_tf_cfg`` ports
+#: them): MBConv expanded 4x from and squeezed to 1/4 of its output width with a SiLU
+#: squeeze-excitation, the stride on the depthwise conv, average-pooled shortcuts,
+#: TF's "same" padding; LayerNorm epsilon 1e-5 in the attention blocks.
+OFFICIAL_CONV = {
+    "activation": "gelu_tanh",
+    "se_activation": "silu",
+    "pool": "avg",
+    "norm_epsilon": 1e-3,
+    "norm_momentum": 0.99,
+}
+OFFICIAL_TRANSFORMER = {"activation": "gelu_tanh", "norm_epsilon": 1e-5, "pool": "avg"}
+
+CONFIGS = {
+    "maxvit_t": ((2, 2, 2, 5, 2), (64, 64, 128, 256, 512), 31_000_000),
+    "maxvit_s": ((2, 2, 2, 5, 2), (64, 96, 192, 384, 768), 69_000_000),
+    "maxvit_b": ((2, 2, 6, 14, 2), (64, 96, 192, 384, 768), 120_000_000),
+    "maxvit_l": ((2, 2, 6, 14, 2), (128, 128, 256, 512, 1024), 212_000_000),
+}
+# timm's ports of the official weights: the paper's configurations; the count is timm's
+# sum(p.numel() for p in model.parameters()) with 1000 classes (timm 1.0.31).
+TF_CONFIGS = {
+    "maxvit_tiny_tf_224": ("maxvit_t", 30_916_528),
+    "maxvit_small_tf_224": ("maxvit_s", 68_927_956),
+    "maxvit_base_tf_224": ("maxvit_b", 119_467_708),
+    "maxvit_large_tf_224": ("maxvit_l", 211_785_560),
+}
+# timm's own MaxViTs (`_rw_max_cfg`): blocks, channels, stem widths, input size, count.
+RW_CONFIGS = {
+    "maxvit_nano_rw_256": ((2, 1, 2, 3, 1), (64, 64, 128, 256, 512), (32, 64), 256, 15_451_148),
+    "maxvit_tiny_rw_224": ((2, 2, 2, 5, 2), (64, 64, 128, 256, 512), (32, 64), 224, 29_057_312),
+}
+_RW_CONV = {
+    "activation": "silu",
+    "se_activation": "silu",
+    "pool": "avg",
+    "expand_from": "input",
+    "se_from": "hidden",
+    "se_ratio": 1 / 16,
+    "output_bias": False,
+    "padding": "symmetric",
+    "norm_epsilon": 1e-5,
+    "norm_momentum": 0.9,
+}
+_RW_TRANSFORMER = {"activation": "gelu", "norm_epsilon": 1e-6, "pool": "avg"}
+
+
+def tf_config(name: str) -> dict[str, Any]:
+    """The :func:`build_maxvit` arguments of timm's ``maxvit_*_tf_224`` ``name``.
+
+    Raises:
+        ValueError: for a name that is not one of :data:`TF_CONFIGS`.
+
+    Examples:
+
+        >>> from keras_posenc.zoo.maxvit import tf_config
+        >>> config = tf_config("maxvit_tiny_tf_224")
+        >>> config["channels"], config["conv_options"]["norm_momentum"]
+        ((64, 64, 128, 256, 512), 0.9)
+    """
+    if name not in TF_CONFIGS:
+        raise ValueError(
+            f"tf_config: unknown timm MaxViT variant {name!r}; expected one of {sorted(TF_CONFIGS)}"
+        )
+    paper, _ = TF_CONFIGS[name]
+    blocks, channels, _ = CONFIGS[paper]
+    # PyTorch's BatchNorm momentum 0.1 (what timm trains with), 0.9 in Keras' convention.
+    return {
+        "blocks": blocks,
+        "channels": channels,
+        "conv_options": {"norm_momentum": 0.9},
+        "name": name,
+    }
+
+
+def rw_config(name: str) -> dict[str, Any]:
+    """The :func:`build_maxvit` arguments of timm's own MaxViT variant ``name``.
+
+    Raises:
+        ValueError: for a name that is not one of :data:`RW_CONFIGS`.
+
+    Examples:
+
+        >>> from keras_posenc.zoo.maxvit import rw_config
+        >>> config = rw_config("maxvit_nano_rw_256")
+        >>> config["blocks"], config["input_shape"], config["head"]
+        ((2, 1, 2, 3, 1), (256, 256, 3), 'norm_pool')
+    """
+    if name not in RW_CONFIGS:
+        raise ValueError(
+            f"rw_config: unknown timm MaxViT variant {name!r}; expected one of {sorted(RW_CONFIGS)}"
+        )
+    blocks, channels, stem_widths, size, _ = RW_CONFIGS[name]
+    return {
+        "blocks": blocks,
+        "channels": channels,
+        "stem_channels": stem_widths,
+        "input_shape": (size, size, 3),
+        "stem_bias": False,
+        "conv_options": dict(_RW_CONV),
+        "transformer_options": dict(_RW_TRANSFORMER),
+        "pre_logits": False,
+        "head": "norm_pool",
+        "head_norm_epsilon": 1e-6,
+        "name": name,
+    }
+
+
+def _partition_size(value: Any, shape: tuple[int, int, int]) -> tuple[int, int]:
+    """The windows' size: ``value``, or the paper's input / 32, checked against S1..S4."""
+    height, width, _ = shape
+    if value is None:
+        size = (height // 32, width // 32)
+    else:
+        size = grid_size(value, _WHO, "partition_size")
+    for stage in range(1, 5):
+        stride = 2 ** (stage + 1)
+        grid = (height // stride, width // stride)
+        if grid[0] % size[0] or grid[1] % size[1]:
+            raise ValueError(
+                f"{_WHO}: the S{stage} map, {grid[0]} x {grid[1]} for input_shape={shape}, "
+                f"cannot be cut into windows of partition_size={size}; each side must be a "
+                "multiple of the window's"
+            )
+    return size
+
+
+def build_maxvit(
+    blocks: Sequence[int],
+    channels: Sequence[int],
+    input_shape: Sequence[int] = (224, 224, 3),
+    include_top: bool = True,
+    num_classes: int = 1000,
+    pooling: str | None = "avg",
+    drop_path_rate: float = 0.0,
+    features: bool = False,
+    head_dim: int = 32,
+    partition_size: int | tuple[int, int] | None = None,
+    pre_logits: bool = True,
+    stride_on: str = "depthwise",
+    synchronized: bool = False,
+    classifier_activation: str | None = None,
+    name: str = "maxvit",
+    stem_channels: Sequence[int] | None = None,
+    stem_bias: bool = True,
+    conv_options: Mapping[str, Any] | None = None,
+    transformer_options: Mapping[str, Any] | None = None,
+    head: str = "pool_norm",
+    head_norm_epsilon: float = 1e-5,
+) -> keras.Model:
+    """Builds a MaxViT as a functional ``keras.Model``.
+
+    Args:
+        blocks: blocks per stage S0..S4 (five positive ints; S0's are the stem convs,
+            S1..S4's MaxViT blocks).
+        channels: output channels per stage S0..S4 (five positive ints; S1..S4's
+            must be multiples of ``head_dim``).
+        input_shape: ``(height, width, channels)``; height and width divisible by 32
+            (and by 32 times the window size). Inputs are used as given (the official
+            models and timm's ``_tf`` ports expect pixels normalised with ImageNet's
+            mean and standard deviation; timm's ``_rw`` models too).
+        include_top: end with the classification head.
+        num_classes: classifier width when ``include_top``.
+        pooling: ``"avg"`` or ``"max"`` global pooling before the head; without the
+            top, ``None`` returns the S4 feature map.
+        drop_path_rate: stochastic depth rate of the last block, rising linearly from
+            0 over the blocks of S1..S4 (the three layers of a block share it).
+        features: return the five stage outputs S0..S4 (strides 2, 4, 8, 16, 32)
+            instead of the head's output.
+        head_dim: channels per attention head (32 in the paper).
+        partition_size: the windows of block attention and the grid of grid
+            attention, ``(height, width)`` or one int; default the paper's
+            ``input / 32`` (7 x 7 at 224, 8 x 8 at 256).
+        pre_logits: a ``tanh`` dense layer as wide as S4 before the classifier (the
+            official code's head; timm's ``_rw`` models have none).
+        stride_on: where the first MBConv of a stage strides: ``"depthwise"`` (the
+            official code's), ``"expand"`` or ``"pool"``; see :class:`MBConv`.
+        synchronized: synchronised BatchNorm across replicas (TensorFlow backend).
+        classifier_activation: activation of the classifier, None for logits.
+        name: the model's name.
+        stem_channels: widths of the S0 convs, the last equal to ``channels[0]``;
+            default all ``channels[0]`` (timm's ``_rw`` stems are ``(32, 64)``).
+        stem_bias: biases on the stem convs (the official code's; not timm's ``_rw``).
+        conv_options: keyword arguments of every :class:`MBConv` over the official
+            code's (:data:`OFFICIAL_CONV`); the stem uses the same activation,
+            BatchNorm epsilon/momentum and padding.
+        transformer_options: keyword arguments of every attention layer, a
+            :class:`RelativeTransformerBlock2D`, over :data:`OFFICIAL_TRANSFORMER`
+            (e.g. ``activation``, ``norm_epsilon``, ``position_bias="mlp"``).
+        head: ``"pool_norm"`` (default: pool, then LayerNorm) or ``"norm_pool"``
+            (LayerNorm at every position, then the pool: timm's ``_rw`` models).
+        head_norm_epsilon: the head LayerNorm's epsilon (default 1e-5).
+
+    Returns:
+        The ``keras.Model``.
+
+    Raises:
+        ValueError: for a height or width not divisible by 32 or by the windows,
+            ``blocks``/``channels`` without five positive ints, channels not
+            divisible by ``head_dim``, block options the builder sets itself, or
+            other bad arguments.
+
+    Examples:
+
+        >>> from keras_posenc.zoo.maxvit import build_maxvit
+        >>> model = build_maxvit(
+        ...     blocks=(2, 1, 1, 1, 1), channels=(8, 8, 16, 16, 32), head_dim=8,
+        ...     input_shape=(64, 96, 3), num_classes=10)
+        >>> model.output_shape
+        (None, 10)
+        >>> model.get_layer("stage1_block1_grid_attention").partition_size
+        (2, 3)
+    """
+    blocks = _positive_ints(blocks, "blocks", _WHO)
+    channels = _positive_ints(channels, "channels", _WHO)
+    shape = _input_shape(input_shape, _WHO)
+    head_dim = check_int(_WHO, "head_dim", head_dim, 1)
+    window = _partition_size(partition_size, shape)
+    widths = _stem_widths(stem_channels, blocks[0], channels[0], _WHO)
+    conv_options = {
+        **OFFICIAL_CONV,
+        **_block_options(conv_options, "conv_options", MBConv, _WHO),
+    }
+    transformer_options = {
+        **OFFICIAL_TRANSFORMER,
+        **_block_options(
+            transformer_options,
+            "transformer_options",
+            RelativeTransformerBlock2D,
+            _WHO,
+            set_by_builder=_PARTITIONING,
+        ),
+    }
+    head_options = check_head(
+        _WHO,
+        include_top=include_top,
+        features=features,
+        synchronized=synchronized,
+        pooling=pooling,
+        num_classes=num_classes,
+        drop_path_rate=drop_path_rate,
+        pre_logits=pre_logits,
+        head=head,
+        head_norm="layer",
+        head_norm_epsilon=head_norm_epsilon,
+        classifier_activation=classifier_activation,
+        norm_momentum=0.99,
+    )
+    if not isinstance(stem_bias, bool):
+        raise TypeError(f"{_WHO}: `stem_bias` must be True or False, got {stem_bias!r}.")
+    for stage, width in enumerate(channels[1:], start=1):
+        if width % head_dim:
+            raise ValueError(
+                f"{_WHO}: channels of stage S{stage} must be a multiple of "
+                f"head_dim={head_dim}; received channels[{stage}]={width}"
+            )
+
+    rates = np.linspace(0.0, float(drop_path_rate), sum(blocks[1:])).tolist()
+    inputs = keras.Input(shape, name="images")
+    x = stem(inputs, widths, synchronized, conv_options, bias=stem_bias)
+    outputs = [x]
+    index = 0
+    for stage in range(1, 5):
+        for block in range(blocks[stage]):
+            prefix = f"stage{stage}_block{block + 1}"
+            x = MBConv(
+                channels[stage],
+                strides=2 if block == 0 else 1,
+                stride_on=stride_on,
+                synchronized=synchronized,
+                drop_path_rate=rates[index],
+                name=f"{prefix}_mbconv",
+                **conv_options,
+            )(x)
+            for partition in ("block", "grid"):
+                x = RelativeTransformerBlock2D(
+                    channels[stage],
+                    head_dim=head_dim,
+                    partition=partition,
+                    partition_size=window,
+                    drop_path_rate=rates[index],
+                    name=f"{prefix}_{partition}_attention",
+                    **transformer_options,
+                )(x)
+            index += 1
+        outputs.append(x)
+
+    if features:
+        return keras.Model(inputs, outputs, name=name)
+    return keras.Model(inputs, classifier_head(x, channels[-1], **head_options), name=name)
+
+
+for _name, (_blocks, _channels, _paper) in CONFIGS.items():
+    register_model(
+        _name,
+        build_maxvit,
+        family="maxvit",
+        config={"blocks": _blocks, "channels": _channels, "name": _name},
+        description=(
+            f"MaxViT-{_name[-1].upper()} ({_paper // 1_000_000}M parameters in the paper), "
+            "224 x 224, 1000 classes"
+        ),
+        paper_parameters=_paper,
+        reference=REFERENCE,
+    )
+
+for _name, (_paper_name, _timm_count) in TF_CONFIGS.items():
+    register_model(
+        _name,
+        build_maxvit,
+        family="maxvit",
+        config=tf_config(_name),
+        description=(
+            f"timm's {_name}, the official weights' port ({_timm_count / 1e6:.1f}M parameters "
+            "in timm), 224 x 224, 1000 classes; loads timm's weights (convert.from_timm_maxvit)"
+        ),
+        paper_parameters=None,
+        reference=TIMM_REFERENCE,
+    )
+
+for _name, (*_, _size, _timm_count) in RW_CONFIGS.items():
+    register_model(
+        _name,
+        build_maxvit,
+        family="maxvit",
+        config=rw_config(_name),
+        description=(
+            f"timm's {_name} ({_timm_count / 1e6:.1f}M parameters in timm), {_size} x {_size}, "
+            "1000 classes; loads timm's weights (convert.from_timm_maxvit)"
+        ),
+        paper_parameters=None,
+        reference=TIMM_REFERENCE,
+    )

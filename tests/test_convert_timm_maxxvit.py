@@ -1,0 +1,165 @@
+"""timm's other CoAtNets (coatnet_rmlp_*, coatnet_bn_*) and its MaxViTs -> the zoo's models.
+
+The truth is timm itself: tests/fixtures/timm_maxxvit/ holds four tiny timm ``MaxxVit``
+models with random weights, one per family of options (coatnet_rmlp_1_rw's, coatnet_bn_0_rw's,
+the maxvit_*_tf ports' and timm's maxvit_*_rw), each with its state dict, an input and timm's
+logits, written by that folder's generate.py where timm is installed. The tests need
+neither timm nor torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+from test_convert_timm import write_safetensors
+
+from keras_posenc import cli
+from keras_posenc.convert import (
+    config_from_timm,
+    from_timm_coatnet,
+    from_timm_maxvit,
+    maxvit_config_from_timm,
+    to_timm_state_dict,
+)
+from keras_posenc.convert.timm import _MAXVIT_CONFIGS, _infer_name
+from keras_posenc.layers import ContinuousPositionBias2D
+
+FIXTURES = Path(__file__).parent / "fixtures" / "timm_maxxvit"
+NAMES = ("coatnet_rmlp_tiny", "coatnet_bn_tiny", "maxvit_tf_tiny", "maxvit_rw_tiny")
+ATOL = 1e-4
+
+
+def fixture(name):
+    """(state dict, the timm description, NHWC input, timm's logits)."""
+    with open(FIXTURES / f"{name}.json", encoding="utf-8") as handle:
+        described = json.load(handle)
+    arrays = np.load(FIXTURES / f"{name}.npz", allow_pickle=False)
+    state = {k[len("state/") :]: arrays[k] for k in arrays.files if k.startswith("state/")}
+    return state, described, arrays["input"].transpose(0, 2, 3, 1), arrays["logits"]
+
+
+def config_of(name):
+    _, described, _, _ = fixture(name)
+    to_config = maxvit_config_from_timm if name.startswith("maxvit") else config_from_timm
+    return to_config(described["cfg"], img_size=tuple(described["img_size"]))
+
+
+@functools.cache  # the converted models are only read: convert each fixture once
+def convert(name):
+    state, _, images, logits = fixture(name)
+    convert_with = from_timm_maxvit if name.startswith("maxvit") else from_timm_coatnet
+    return convert_with(state, config=config_of(name)), images, logits
+
+
+def predict(model, images):
+    # The compiled predict step: one compilation of the whole model, faster on JAX than
+    # eager op-by-op dispatch.
+    return ops.convert_to_numpy(model.predict_on_batch(images))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_logits_counts_and_state_dict_match_timm(name):
+    """timm's logits (1e-4), timm's parameter count, and back to the exact state dict."""
+    state, described, _, _ = fixture(name)
+    model, images, logits = convert(name)
+    np.testing.assert_allclose(predict(model, images), logits, atol=ATOL, rtol=0)
+    trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    assert trainable == described["num_params"]
+    back = to_timm_state_dict(model)
+    assert sorted(back) == sorted(state)
+    for key, value in state.items():
+        assert back[key].dtype == np.float32 and back[key].shape == value.shape, key
+        np.testing.assert_array_equal(back[key], value, err_msg=key)
+
+
+def test_fixtures_cover_the_options():
+    """What each fixture exercises, so a regenerated fixture cannot silently lose it."""
+    rmlp, bn, tf, rw = (config_of(name) for name in NAMES)
+    assert rmlp["transformer_options"]["position_bias"] == "mlp"
+    assert (rmlp["conv_options"]["pool"], rmlp["conv_options"]["stride_pool"]) == ("max3", "avg")
+    assert rmlp["stride_on"] == "pool" and rmlp["input_shape"] == (64, 96, 3)  # not square
+    assert bn["transformer_options"]["norm"] == "batch" and bn["head_norm"] == "batch"
+    assert tf["conv_options"]["padding"] == "same" and tf["stem_bias"] and tf["pre_logits"]
+    assert tf["transformer_options"]["activation"] == "gelu_tanh"
+    assert tf["partition_size"] == (2, 3)  # windows of a 64 x 96 image
+    assert rw["conv_options"]["padding"] == "symmetric" and rw["head"] == "norm_pool"
+    tables = {n: fixture(n)[0] for n in ("maxvit_tf_tiny", "maxvit_rw_tiny")}
+    assert {v.ndim for k, v in tables["maxvit_tf_tiny"].items() if k.endswith("bias_table")} == {3}
+    assert {v.ndim for k, v in tables["maxvit_rw_tiny"].items() if k.endswith("bias_table")} == {2}
+    size = sum(os.path.getsize(path) for path in FIXTURES.iterdir())
+    assert size < 1_100_000
+
+
+def test_mlp_bias_is_computed_from_timms_weights():
+    """The converted RelPosMlp: ContinuousPositionBias2D with timm's fc1 / fc2 weights."""
+    model, _, _ = convert("coatnet_rmlp_tiny")
+    bias = model.get_layer("stage3_block1").relative_bias
+    assert isinstance(bias, ContinuousPositionBias2D) and bias.hidden_dim == 16
+    assert bias.mode == "cr" and bias.dropout == 0.125
+    state = fixture("coatnet_rmlp_tiny")[0]
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(bias.mlp_weights["mlp_hidden_kernel"]),
+        state["stages.2.blocks.0.attn.rel_pos.mlp.fc1.weight"].T,
+    )
+
+
+def test_maxvit_variants_are_inferred_from_their_tensors():
+    """Stem, depths, widths and the stem's bias (the _tf ports') single out each variant."""
+    for name, config_of_name in _MAXVIT_CONFIGS.items():
+        config = config_of_name(name)
+        blocks, channels = config["blocks"], config["channels"]
+        stem = config.get("stem_channels") or (channels[0],) * 2
+        keys = {"stem.conv1.weight": np.empty((stem[0], 0)),
+                "stem.conv2.weight": np.empty((stem[1], 0))}  # fmt: skip
+        if config.get("stem_bias", True):
+            keys["stem.conv1.bias"] = np.empty((stem[0],))
+        for stage, (depth, width) in enumerate(zip(blocks[1:], channels[1:])):
+            keys[f"stages.{stage}.blocks.{depth - 1}.attn_grid.mlp.fc2.weight"] = np.empty(
+                (width, 0)
+            )
+        assert _infer_name(keys, _MAXVIT_CONFIGS) == name
+
+
+def test_maxvit_errors():
+    state, described, _, _ = fixture("maxvit_rw_tiny")
+    config = maxvit_config_from_timm(described["cfg"], img_size=64)
+    with pytest.raises(ValueError, match="from_timm_maxvit: the state dict .* none of the"):
+        from_timm_maxvit(state)
+    with pytest.raises(ValueError, match="from_timm_maxvit: unknown timm variant 'maxvit_x'"):
+        from_timm_maxvit(state, "maxvit_x")
+    broken = dict(state)
+    del broken["stages.0.blocks.0.attn_grid.attn.qkv.bias"]
+    with pytest.raises(ValueError, match=r"missing keys: \['stages.0.blocks.0.attn_grid.attn.qkv"):
+        from_timm_maxvit(broken, config=config)
+    cfg = json.loads(json.dumps(described["cfg"]))
+    cfg["transformer_cfg"].update(head_first=False, use_nchw_attn=True)
+    with pytest.raises(ValueError, match=r"use_nchw_attn=True.*head_first=False"):
+        maxvit_config_from_timm(cfg, img_size=64)
+    cfg["block_type"] = ["M", "M", "T", "M"]
+    with pytest.raises(ValueError, match=r"block_type 'T' \(supported: 'M' in every stage\)"):
+        maxvit_config_from_timm(cfg, img_size=64)
+    with pytest.raises(ValueError, match=r"block_type 'M'.*maxvit_config_from_timm"):
+        config_from_timm(cfg, img_size=64)
+
+
+def test_cli_converts_a_maxvit_checkpoint(tmp_path, capsys):
+    """`posenc convert timm` tells a MaxViT from a CoAtNet, and the .keras file it writes
+    loads with timm's outputs (the MaxViT's save/load round trip)."""
+    state, described, images, logits = fixture("maxvit_tf_tiny")
+    source = write_safetensors(tmp_path / "model.safetensors", state)
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"cfg": described["cfg"], "img_size": described["img_size"]}))
+    out = str(tmp_path / "maxvit.keras")
+    assert cli.main(["convert", "timm", source, "--timm-config", str(config), "--out", out]) == 0
+    assert "to " + out in capsys.readouterr().out
+    np.testing.assert_allclose(predict(keras.models.load_model(out), images), logits, atol=ATOL)
+    # Without a configuration the variant is inferred: none of the registered ones here.
+    assert cli.main(["convert", "timm", source, "--out", out]) == 1
+    assert "from_timm_maxvit: the state dict" in capsys.readouterr().err
