@@ -37,9 +37,10 @@ SOURCE = "hf://" + REPO
 LABELS = [f"label_{i}" for i in range(10)]
 
 
-def timm_repo(name, labels=None):
-    """A timm hub repository's files for a fixture: timm's config.json and model.safetensors."""
-    state, described, _, _ = fixture(name)
+def timm_repo(name, labels=None, read=fixture):
+    """A timm hub repository's files for a fixture (read by ``read``): timm's config.json
+    and model.safetensors."""
+    state, described, _, _ = read(name)
     pretrained = {
         "tag": "sw_in1k",
         "input_size": [3, *described["img_size"]],
@@ -323,3 +324,26 @@ def test_bad_sources_are_named(tmp_path, hub):
         ImagePreprocessor(32, interpolation="cubic")
     assert cli.main(["classify", "x.png", "--model", SOURCE, "--top", "0"]) == 1
     assert not Path(os.environ["KERAS_POSENC_HOME"]).exists()  # nothing converted
+
+
+def test_a_maxvit_repository_converts(tmp_path, monkeypatch):
+    """A timm MaxViT repository loads through its own converter (from_timm_maxvit)."""
+    from test_convert_timm_maxxvit import config_of
+    from test_convert_timm_maxxvit import fixture as maxxvit_fixture
+
+    from keras_posenc.zoo.maxvit import build_maxvit
+
+    name, repo = "maxvit_tf_tiny", "timm/maxvit_tf_tiny.in1k"
+    _, _, inputs, logits = maxxvit_fixture(name)
+    zoo.register_model(name, build_maxvit, family="maxvit", config=config_of(name))
+    server = HubServer({repo: timm_repo(name, read=maxxvit_fixture)}).start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+        monkeypatch.setenv("KERAS_POSENC_HOME", str(tmp_path / "posenc"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        preset = load_preset("hf://" + repo, progress=False)
+        np.testing.assert_allclose(run(preset.model, inputs), logits, atol=1e-4, rtol=0)
+    finally:
+        server.stop()
+        zoo.unregister_model(name)

@@ -76,7 +76,10 @@ _REPO_PATTERN = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 # timm's interpolation names -> keras.ops.image.resize's (both antialias when shrinking).
 _INTERPOLATIONS = {"bicubic": "bicubic", "bilinear": "bilinear", "nearest": "nearest"}
 # The converter of each zoo family whose models load timm checkpoints ("module:function").
-TIMM_CONVERTERS = {"coatnet": "keras_posenc.convert.timm:from_timm_coatnet"}
+TIMM_CONVERTERS = {
+    "coatnet": "keras_posenc.convert.timm:from_timm_coatnet",
+    "maxvit": "keras_posenc.convert.timm:from_timm_maxvit",
+}
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -813,10 +816,11 @@ def _commit_of(path: str) -> str | None:
 
 
 def _timm_loadable() -> list[str]:
-    """The zoo's names of timm's trained CoAtNets (the zoo's paper CoAtNets are not timm's)."""
-    from keras_posenc.zoo.coatnet import RW_CONFIGS
+    """The zoo's names of timm's trained CoAtNets and MaxViTs (the zoo's paper
+    configurations are not timm's names)."""
+    from keras_posenc.zoo import coatnet, maxvit
 
-    return sorted(RW_CONFIGS)
+    return sorted([*coatnet.RW_CONFIGS, *maxvit.TF_CONFIGS, *maxvit.RW_CONFIGS])
 
 
 def remove_cached(source: str) -> bool:
