@@ -30,7 +30,7 @@ channels last here (``(batch, height, width, 3)``), at 224 x 224 (bicubic resize
 crop ratio 0.9 or 0.95).
 
 Checkpoint files are untrusted: ``.safetensors`` files (what the Hugging Face hub
-serves) are read by a small reader of the format, without any dependency, and
+serves) are read by the ``safetensors`` library's numpy API (no code runs), and
 PyTorch files (``.pth``, ``.pt``, ``.bin``) with ``torch.load(...,
 weights_only=True)``, which executes no pickled code.
 """
