@@ -55,6 +55,10 @@ def position_schemes_model() -> keras.Model:
     return keras.Model(inputs, x)
 
 
+# Large: on JAX and PyTorch the export runs TensorFlow on the saved .keras file, the path
+# test_every_public_layer_exports covers per backend; the schemes' .keras round trip is
+# tested per backend in tests/layers/test_position_biases.py.
+@pytest.mark.large
 def test_position_schemes_export_to_onnx(tmp_path):
     # Verified at two lengths (7 and 11), both beyond dynamic NTK's training length of 4.
     report = export_model(position_schemes_model(), os.path.join(tmp_path, "schemes.onnx"))

@@ -196,6 +196,9 @@ def test_scaled_rope_rows_reuse_the_trained_rope_weights():
     assert scaled_rope(rope, "rope_pi", 256).blocks[0].rotary.scaling_factor == 4.0
 
 
+# Large: two spawned workers each import TensorFlow and train (28 s on JAX, about 5 % of its
+# default suite); what the workers run does not depend on the backend.
+@pytest.mark.large
 def test_parallel_workers_give_the_numbers_of_one_process(capfd):
     """Two spawned worker processes reproduce the one-process run (every job seeds itself).
 
