@@ -271,3 +271,81 @@ def test_music_training_example_learns_to_continue_patterns():
     )
     result = train_periodic(model, epochs=4, verbose=0)
     assert result["continuation_accuracy"] >= 0.9, result
+
+
+# --------------------------------------------------------------------------- export
+
+
+def onnx_session(path):
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def zero_buffers(step, batch, max_length):
+    """The step graph's self-attention buffers, zeros of ``max_length`` positions."""
+    return {
+        spec.name: np.zeros((batch, 2, max_length, *[int(d) for d in spec.shape[3:]]), "float32")
+        for spec in step.get_inputs()
+        if spec.name.endswith("_self_attention")
+    }
+
+
+@pytest.mark.large
+def test_shaw_onnx_greedy_decoding_gives_the_keras_tokens(tmp_path):
+    from keras_posenc.export import export_seq2seq
+    from keras_posenc.generation import greedy_search
+    from keras_posenc.zoo.seq2seq import decoding_names
+
+    model = tiny_shaw(hidden_dim=16, intermediate_dim=32, num_heads=4)
+    reports = export_seq2seq(model, tmp_path, format="onnx")
+    assert max(report.max_abs_difference for report in reports.values()) <= 1e-4
+    names = decoding_names(model)
+    state_names = names["encoder"][1]
+    cache_names = names["decoder_step"][0][2:]
+    encoder, step = onnx_session(reports["encoder"].path), onnx_session(
+        reports["decoder_step"].path
+    )
+    source, _, _ = sources()
+    max_length = 12
+    cache = dict(zip(state_names, encoder.run(state_names, {"encoder_token_ids": source})))
+    cache.update(zero_buffers(step, len(source), max_length))
+    tokens = np.full(len(source), model.bos_id, np.int32)
+    output = np.full((len(source), max_length), model.pad_id, np.int32)
+    finished = np.zeros(len(source), bool)
+    for index in range(max_length):
+        feed = {"token_ids": tokens, "index": np.array([index], np.int32), **cache}
+        logits, *updated = step.run(names["decoder_step"][1], feed)
+        cache = dict(zip(cache_names, updated))
+        logits[:, [model.pad_id, model.bos_id]] = -np.inf
+        tokens = np.argmax(logits, axis=-1).astype(np.int32)
+        output[:, index] = np.where(finished, model.pad_id, tokens)
+        finished |= tokens == model.eos_id
+    np.testing.assert_array_equal(output, greedy_search(model, source, max_length=max_length))
+
+
+@pytest.mark.large
+def test_music_onnx_generation_gives_the_keras_tokens(tmp_path):
+    from keras_posenc.export import export_language_model
+    from keras_posenc.generation import greedy_search
+    from keras_posenc.zoo.language_model import decoding_names
+
+    model = tiny_music(hidden_dim=16, intermediate_dim=32, num_heads=4, max_distance=6)
+    report = export_language_model(model, tmp_path, format="onnx")["decoder_step"]
+    assert report.max_abs_difference <= 1e-4
+    step = onnx_session(report.path)
+    cache_names = decoding_names(model)[0][2:]
+    prompt = np.array([[1, 5, 6], [1, 9, 9]], np.int32)
+    max_length = 12  # past max_distance: the clipped rows are read too
+    cache = zero_buffers(step, len(prompt), max_length)
+    sequence = [prompt[:, i] for i in range(prompt.shape[1])]
+    for index in range(max_length - 1):
+        feed = {"token_ids": sequence[index], "index": np.array([index], np.int32), **cache}
+        logits, *updated = step.run(decoding_names(model)[1], feed)
+        cache = dict(zip(cache_names, updated))
+        if index + 1 < len(sequence):
+            continue  # a prompt token comes next
+        logits[:, [model.pad_id, model.bos_id, model.eos_id]] = -np.inf  # eos: min_length
+        sequence.append(logits.argmax(-1).astype(np.int32))
+    expected = greedy_search(model, prompt, max_length=max_length, min_length=max_length)
+    np.testing.assert_array_equal(np.stack(sequence, axis=1), expected)
