@@ -2,8 +2,8 @@
 
 For the backend chosen by KERAS_BACKEND, each model in --models continues a batch of
 one-token prompts (bos) to --tokens tokens (a sequence-to-sequence model: translates a
-batch of random sources of --source-length tokens into --tokens tokens) (EOS forbidden until then, so every run
-decodes the same number of steps) with each search in --searches:
+batch of random sources of --source-length tokens into --tokens tokens), EOS forbidden
+until then, so every run decodes the same number of steps, with each search in --searches:
 
     greedy      keras_posenc.generation.greedy_search
     top_k       keras_posenc.generation.sample with keras_hub's TopKSampler(k=10), seed 0

@@ -103,7 +103,8 @@ def check_relative_logits(
             f"{caller}: `relative_logits` must be one of "
             f"{', '.join(map(repr, _RELATIVE_LOGITS))}, got {relative_logits!r}."
         )
-    if relative_logits == "skew" and (relative not in ("keys", "keys_values") or not scheme.skewable):
+    has_key_term = relative in ("keys", "keys_values")
+    if relative_logits == "skew" and (not has_key_term or not scheme.skewable):
         raise ValueError(
             f"{caller}: relative_logits='skew' needs relative='keys' or 'keys_values' "
             f"and a table row per distance (bucketing='clip', ClipPositions), got "

@@ -67,8 +67,11 @@ def layer_count(d, f, h, k, tables, attentions, norms):
     """One layer: ``attentions`` projections q, k, v, o with biases (``4 (d^2 + d)`` each),
     ``tables`` relative tables of ``2k + 1`` rows of the head size, ``norms`` layer norms
     (scale and offset), the feed-forward ``d -> f -> d`` with biases."""
-    return attentions * 4 * (d * d + d) + tables * (2 * k + 1) * (d // h) + norms * 2 * d + (
-        2 * d * f + f + d
+    return (
+        attentions * 4 * (d * d + d)
+        + tables * (2 * k + 1) * (d // h)
+        + norms * 2 * d
+        + (2 * d * f + f + d)
     )
 
 
@@ -303,8 +306,9 @@ def test_shaw_onnx_greedy_decoding_gives_the_keras_tokens(tmp_path):
     names = decoding_names(model)
     state_names = names["encoder"][1]
     cache_names = names["decoder_step"][0][2:]
-    encoder, step = onnx_session(reports["encoder"].path), onnx_session(
-        reports["decoder_step"].path
+    encoder, step = (
+        onnx_session(reports["encoder"].path),
+        onnx_session(reports["decoder_step"].path),
     )
     source, _, _ = sources()
     max_length = 12
