@@ -272,7 +272,7 @@ def test_music_training_example_learns_to_continue_patterns():
         num_layers=2,
         max_distance=64,
     )
-    result = train_periodic(model, epochs=4, verbose=0)
+    result = train_periodic(model, epochs=10, verbose=0)
     assert result["continuation_accuracy"] >= 0.9, result
 
 
