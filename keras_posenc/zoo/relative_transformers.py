@@ -165,8 +165,9 @@ class _RelativeStack:
         return norm
 
     def _embed(self, ids: Any, training: Any = None) -> Any:
-        x = self.token_embedding(ids)
-        x = x * ops.cast(math.sqrt(self.hidden_dim), x.dtype)
+        # A Python float, not a tensor: in the functional graph a constant tensor would be
+        # captured by the exported function and become one of its inputs.
+        x = self.token_embedding(ids) * math.sqrt(self.hidden_dim)
         return self.embedding_dropout(x, training=training)
 
     def _logits(self, x: Any, norm: Any) -> Any:
