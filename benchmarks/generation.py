@@ -23,7 +23,8 @@ included) is printed too.
 Models (each row states its setting): ``convs2s_lm`` at the size given by --channels /
 --layers (fairseq's fconv_lm is 13 layers of 1268 channels, kernel 4; its recompute at 256
 tokens takes minutes per run on 2 cores, so the default is smaller);
-``music_transformer_base`` and ``shaw_transformer_base`` at width --width (4 layers of the
+``music_transformer_base`` and ``shaw_transformer_base`` at width --width (512, the
+registered width; 4 layers of the
 Music Transformer, 3 + 3 of Shaw's; relative tables of --tokens rows for the Music
 Transformer, so every distance has its own row, and Shaw's clipping distance 16).
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--channels", type=int, default=256)
     parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--source-length", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--batch", type=int, default=1)
