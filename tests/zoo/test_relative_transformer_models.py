@@ -254,7 +254,7 @@ def test_shaw_training_example_learns_to_reverse():
         max_distance=16,
     )
     result = train_reverse(model, epochs=4, verbose=0)
-    assert result["exact_match"] >= 0.9, result
+    assert result["exact_match"] >= 0.95, result  # 99.4% measured on TensorFlow (the card)
 
 
 @pytest.mark.large
@@ -273,7 +273,8 @@ def test_music_training_example_learns_to_continue_patterns():
         max_distance=64,
     )
     result = train_periodic(model, epochs=10, verbose=0)
-    assert result["continuation_accuracy"] >= 0.9, result
+    # 90.4% measured on TensorFlow (the card); chance is 1 in 16.
+    assert result["continuation_accuracy"] >= 0.8, result
 
 
 # --------------------------------------------------------------------------- export
