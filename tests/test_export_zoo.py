@@ -94,6 +94,11 @@ SMALL_VARIANTS = {
     **{name: {"vocabulary_size": 60, "hidden_dim": 32, "intermediate_dim": 64, "num_heads": 4,
               "key_value_dim": 8, "num_layers": 2}
        for name in ("t5_small", "t5_base", "t5_1.1_small", "t5_1.1_base")},
+    **{name: {"vocabulary_size": 60, "hidden_dim": 32, "intermediate_dim": 64, "num_heads": 4,
+              "num_layers": 2, "max_distance": 4}
+       for name in ("shaw_transformer_base", "shaw_transformer_big")},
+    "music_transformer_base": {"num_events": 50, "hidden_dim": 32, "intermediate_dim": 64,
+                               "num_heads": 4, "num_layers": 2, "max_distance": 16},
     # PosENet's backbones are fixed networks (keras.applications, CoAtNet-0): only the
     # input size shrinks, so these stay at the backbones' sizes (15M, 24M, 25M).
     **{f"posenet_{b}": {"backbone": b, "input_shape": (32, 32, 3), "feature_size": 8}
@@ -113,14 +118,16 @@ FAMILY_MODELS = {
     "convs2s": "convs2s_small",
     "muse": "muse_tiny",
     "t5": "t5_small",
+    "shaw_transformer": "shaw_transformer_base",
+    "music_transformer": "music_transformer_base",
 }
 ARTIFACT_DTYPES = {"tensor(float)": "float32", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
 
 def family(name: str) -> str:
     """The export guide's table for the registered model ``name``."""
-    for prefix in ("posenet", "coatnet", "maxvit", "convs2s_lm", "muse_encoder", "convs2s",
-                   "muse", "t5"):  # fmt: skip
+    prefixes = ("posenet", "coatnet", "maxvit", "convs2s_lm", "muse_encoder", "convs2s", "muse")
+    for prefix in (*prefixes, "t5", "shaw_transformer", "music_transformer"):
         if name.startswith(prefix):
             return prefix
     raise AssertionError(f"{name}: no family table in the export guide")

@@ -90,6 +90,29 @@ def check_relative_arguments(
     return scheme
 
 
+def check_relative_logits(
+    caller: str, relative_logits: Any, relative: Any, scheme: position_schemes.PositionScheme
+) -> str:
+    """Validates ``relative_logits`` (``"auto"``, ``"gather"`` or ``"skew"``) at construction,
+    naming ``caller``: the skew needs a relative key term and a table row per distance.
+
+    Shared by `MultiHeadRelativeAttention` and the blocks that pass the argument on.
+    """
+    if relative_logits not in _RELATIVE_LOGITS:
+        raise ValueError(
+            f"{caller}: `relative_logits` must be one of "
+            f"{', '.join(map(repr, _RELATIVE_LOGITS))}, got {relative_logits!r}."
+        )
+    has_key_term = relative in ("keys", "keys_values")
+    if relative_logits == "skew" and (not has_key_term or not scheme.skewable):
+        raise ValueError(
+            f"{caller}: relative_logits='skew' needs relative='keys' or 'keys_values' "
+            f"and a table row per distance (bucketing='clip', ClipPositions), got "
+            f"relative={relative!r}, bucketing={scheme.bucketing!r} ({scheme!r})."
+        )
+    return relative_logits
+
+
 def resolve_rotary(caller: str, rotary: Any, rotary_max_wavelength: Any) -> RotaryPositions | None:
     """The rotary embedding of ``rotary`` (a `RotaryPositions`, its config, or None) and
     the older ``rotary_max_wavelength`` (plain RoPE with that wavelength), which must
@@ -368,17 +391,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             self.rotary.check_head_dim(caller, self.key_dim)
         self.rotary_max_wavelength = rotary_max_wavelength
         self._rotary_given = rotary is not None
-        if relative_logits not in _RELATIVE_LOGITS:
-            raise ValueError(
-                f"{caller}: `relative_logits` must be one of "
-                f"{', '.join(map(repr, _RELATIVE_LOGITS))}, got {relative_logits!r}."
-            )
-        if relative_logits == "skew" and (relative == "bias" or not scheme.skewable):
-            raise ValueError(
-                f"{caller}: relative_logits='skew' needs relative='keys' or 'keys_values' "
-                f"and a table row per distance (bucketing='clip', ClipPositions), got "
-                f"relative={relative!r}, bucketing={scheme.bucketing!r} ({scheme!r})."
-            )
+        check_relative_logits(caller, relative_logits, relative, scheme)
         self.relative_logits = relative_logits
         self.query_block_size = (
             None

@@ -38,7 +38,7 @@ import keras
 from keras import ops
 
 from keras_posenc.layers import position_schemes
-from keras_posenc.layers._attention import zero_invalid
+from keras_posenc.layers._attention import unmasked, zero_invalid
 from keras_posenc.layers._checks import (
     KerasMask,
     SequenceChecks,
@@ -52,6 +52,7 @@ from keras_posenc.layers._initializers import redraw_seeded_weights, sublayer_in
 from keras_posenc.layers.relative_attention import (
     MultiHeadRelativeAttention,
     check_relative_arguments,
+    check_relative_logits,
     resolve_rotary,
 )
 
@@ -110,6 +111,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
         query_block_size: int | None = None,
         position: Any = None,
         rotary: Any = None,
+        relative_logits: str = "auto",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -146,6 +148,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
         self.rotary_max_wavelength = rotary_max_wavelength
         self.rotary = resolve_rotary(caller, rotary, rotary_max_wavelength)
         self._rotary_given = rotary is not None
+        self.relative_logits = check_relative_logits(caller, relative_logits, relative, scheme)
         self.query_block_size = (
             None
             if query_block_size is None
@@ -181,6 +184,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             position=None if self.relative is None else self.position,
             rotary=self.rotary,
             query_block_size=self.query_block_size,
+            relative_logits=self.relative_logits,
             kernel_initializer=sublayer_initializer(self.kernel_initializer, name),
             bias_initializer=sublayer_initializer(self.bias_initializer, name),
             dtype=self.dtype_policy,
@@ -251,6 +255,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             rotary_max_wavelength=self.rotary_max_wavelength,
             rotary=keras.saving.serialize_keras_object(self.rotary if self._rotary_given else None),
             query_block_size=self.query_block_size,
+            relative_logits=self.relative_logits,
         )
         return config
 
@@ -321,6 +326,10 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
             ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
             automatically when one example's logits exceed 32 MiB; an int forces
             blocks of that many queries.
+        relative_logits: passed to the self-attention's
+            ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
+            ``"skew"`` (Music Transformer's memory-efficient shift; ``"clip"`` tables
+            with ``relative="keys"`` or ``"keys_values"`` only).
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -515,6 +524,10 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
             automatically when one example's logits exceed 32 MiB; an int forces
             blocks of that many queries.
+        relative_logits: passed to the self-attention's
+            ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
+            ``"skew"`` (Music Transformer's memory-efficient shift; ``"clip"`` tables
+            with ``relative="keys"`` or ``"keys_values"`` only).
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -606,6 +619,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         query_block_size: int | None = None,
         position: Any = None,
         rotary: Any = None,
+        relative_logits: str = "auto",
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -628,6 +642,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             query_block_size=query_block_size,
             position=position,
             rotary=rotary,
+            relative_logits=relative_logits,
             **kwargs,
         )
         self.cross_attention = None
@@ -669,6 +684,46 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
 
         self._build_feedforward(shape)
         self.built = True
+
+    def cross_attention_cache(self, encoder_sequence: Any, encoder_padding_mask: Any = None) -> Any:
+        """The cross-attention's projected keys and values of ``encoder_sequence``.
+
+        ``(batch, 2, encoder_length, num_heads, key_dim)``, keys then values: what
+        ``call`` writes with ``cross_attention_cache_update_index=0``, computed once
+        per source so that decoding steps (``cross_attention_cache_update_index=None``)
+        do not project the encoder output again. Padding (``encoder_padding_mask``
+        False, default the sequence's Keras mask) is zeroed first, as ``call`` does.
+
+        Raises:
+            ValueError: if the layer was built without cross-attention.
+
+        Examples:
+
+            >>> import numpy as np
+            >>> from keras_posenc.layers.relative_transformer import RelativeTransformerDecoder
+            >>> decoder = RelativeTransformerDecoder(intermediate_dim=16, num_heads=2)
+            >>> x, encoded = np.zeros((3, 5, 8), "float32"), np.ones((3, 9, 8), "float32")
+            >>> _ = decoder(x, encoded)
+            >>> tuple(decoder.cross_attention_cache(encoded).shape)
+            (3, 2, 9, 2, 4)
+        """
+        if self.cross_attention is None:
+            raise ValueError(
+                f"{self._describe()}: `cross_attention_cache` needs a block built with "
+                "cross-attention (first called with an `encoder_sequence`)."
+            )
+        self._check_sequence("encoder_sequence", encoder_sequence.shape)
+        mask = self._check_mask("encoder_padding_mask", encoder_padding_mask, 2)
+        if mask is None:
+            mask = self._mask_reader(encoder_sequence)
+        encoder_sequence = unmasked(encoder_sequence)
+        if mask is not None:
+            encoder_sequence = zero_invalid(encoder_sequence, mask)
+        attention = self.cross_attention
+        # keras.layers.MultiHeadAttention's projections, as keras_hub's cached call uses them.
+        keys = attention._key_dense(encoder_sequence)
+        values = attention._value_dense(encoder_sequence)
+        return ops.stack([keys, values], axis=1)
 
     def _check_call(self, encoder_sequence: Any, self_cache: Any, cross_cache: Any) -> None:
         name = self._describe()

@@ -18,6 +18,7 @@ from keras_posenc.zoo import (
     maxvit,  # noqa: F401  (registers maxvit_t .. maxvit_l and timm's maxvit_*)
     muse,  # noqa: F401  (registers muse_*)
     posenet,  # noqa: F401  (registers posenet_*)
+    relative_transformers,  # noqa: F401  (registers shaw_transformer_*, music_transformer_*)
     t5,  # noqa: F401  (registers t5_small, t5_base, t5_1.1_small, t5_1.1_base)
 )
 from keras_posenc.zoo.distribution import layout_map

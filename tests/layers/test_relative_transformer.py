@@ -342,6 +342,22 @@ def test_incremental_decoding_with_cross_attention_cache(rng):
         )
         steps.append(to_numpy(output))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=ATOL)
+    # The cache `cross_attention_cache` computes once per source (padding zeroed) is the
+    # one the first step wrote; a non-finite value in the padding does not reach it.
+    poisoned = np.where(encoder_padding[..., None], encoded, np.nan).astype("float32")
+    computed = to_numpy(layer.cross_attention_cache(poisoned, encoder_padding))
+    written = layer(
+        x[:, :1],
+        encoded,
+        encoder_padding_mask=encoder_padding,
+        self_attention_cache=np.zeros((2, 2, length, HEADS, HEAD_DIM), "float32"),
+        self_attention_cache_update_index=0,
+        cross_attention_cache=np.zeros((2, 2, 4, HEADS, HEAD_DIM), "float32"),
+        cross_attention_cache_update_index=0,
+    )[2]
+    np.testing.assert_allclose(computed, to_numpy(written), atol=ATOL)
+    with pytest.raises(ValueError, match="cross_attention_cache` needs a block built with"):
+        decoder(x, None, relative="keys").cross_attention_cache(encoded)
 
 
 def test_decoding_step_inside_a_compiled_function(rng):
@@ -580,3 +596,18 @@ def test_query_block_size_reaches_the_self_attention(rng):
     assert_close(blocked(x, padding_mask=PADDING), expected, what="blocked")
     with pytest.raises(ValueError, match="query_block_size"):
         RelativeTransformerEncoder(8, 2, query_block_size=0)
+
+
+def test_relative_logits_reach_the_self_attention(rng):
+    # The Music Transformer's skew, chosen on the block: the same outputs as the gather.
+    x = inputs(rng, 2, 6)
+    gathered = decoder(x, None, relative="keys", max_distance=8, relative_logits="gather")
+    skewed = decoder(x, None, relative="keys", max_distance=8, relative_logits="skew")
+    skewed.set_weights(gathered.get_weights())
+    assert skewed.self_attention.relative_logits == "skew"
+    assert skewed.get_config()["relative_logits"] == "skew"
+    assert_close(skewed(x), ops.convert_to_numpy(gathered(x)), what="skew")
+    with pytest.raises(ValueError, match="Decoder: relative_logits='skew' needs"):
+        RelativeTransformerDecoder(8, 2, relative="bias", relative_logits="skew")
+    with pytest.raises(ValueError, match="Encoder: `relative_logits` must be one of"):
+        RelativeTransformerEncoder(8, 2, relative_logits="shift")
