@@ -879,7 +879,13 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         width = query_length + key_length - 1
         # The table row of the smallest r (a ClipPositions scheme: row = r + max_distance).
         first = self.position.max_distance - (offset + query_length - 1)
-        rows = ops.slice(table, (first, 0), (width, self.key_dim))
+        if isinstance(offset, int):
+            rows = ops.slice(table, (first, 0), (width, self.key_dim))
+        else:
+            # A cache index: a gather of `width` rows, not a slice at a tensor start, whose
+            # start torch.export cannot trace (it reads the value; decoding then ran
+            # eagerly, several times slower).
+            rows = ops.take(table, first + ops.arange(width, dtype="int32"), axis=0)
         x = ops.cast(ops.einsum("bqhd,md->bhqm", q, rows), "float32")
         if query_length == 1:  # c = j: already in place
             return x
