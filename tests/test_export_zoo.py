@@ -271,10 +271,18 @@ def test_small_variant_weights_start_distinct(name):
     layer_checks.assert_distinct_initial_weights(model)
 
 
+# The fixed backbones first: tf2onnx needs about 8 GB for posenet_resnet50 (24M parameters),
+# and after a hundred exports in one process only 7.6 GB were left (CI's large stage on a
+# 24 GB machine), so export_model's memory check refused it.
+EXPORT_ORDER = sorted(SMALL_VARIANTS, key=lambda name: (name not in FIXED_BACKBONES, name))
+
+
 @pytest.mark.large
 @pytest.mark.parametrize("format", FORMATS)
-@pytest.mark.parametrize("name", sorted(SMALL_VARIANTS))
+@pytest.mark.parametrize("name", EXPORT_ORDER)
 def test_small_variant_exports(name, format, tmp_path):
+    # Each export starts from a clean Keras state, so earlier cases' graphs can be freed.
+    keras.backend.clear_session(free_memory=True)
     keras.utils.set_random_seed(0)
     model = zoo.create(name, **SMALL_VARIANTS[name])
     if name not in FIXED_BACKBONES:
