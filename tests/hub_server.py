@@ -7,9 +7,14 @@ It serves what ``huggingface_hub.hf_hub_download`` and ``list_repo_files`` ask f
   client reads (``X-Repo-Commit``, ``ETag``, ``Content-Length``);
 - ``GET /api/models/{repo}/tree/{revision}``: the repository's files as JSON.
 
+- ``GET /{path}`` of ``files``: a plain file, as a model archive on an HTTP server
+  (fairseq's ``dl.fbaipublicfiles.com``), at ``server.url + path``.
+
 Point the client at it with ``HF_ENDPOINT`` (keras-posenc reads it at call time) or
 ``endpoint=``. A file can be served truncated (``HEAD`` announces its full size, ``GET``
-sends fewer bytes), as a connection dropped mid-download leaves it. Every request is
+sends fewer bytes), as a connection dropped mid-download leaves it; a plain file can
+be cut short (its ``Content-Length`` announces the whole file, the connection closes
+after half). Every request is
 recorded, so a test can check that a cache hit asked nothing.
 
 Usage::
@@ -30,9 +35,13 @@ import urllib.parse
 class HubServer:
     """Serves ``repos`` (``{repo_id: {filename: bytes}}``) until stopped."""
 
-    def __init__(self, repos: dict[str, dict[str, bytes]]) -> None:
+    def __init__(
+        self, repos: dict[str, dict[str, bytes]], files: dict[str, bytes] | None = None
+    ) -> None:
         self.repos = repos
+        self.files = dict(files or {})  # "/path" -> bytes
         self.truncated: set[tuple[str, str]] = set()  # (repo, file) served short
+        self.cut_short: set[str] = set()  # plain files whose connection drops halfway
         self.requests: list[tuple[str, str]] = []
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread: threading.Thread | None = None
@@ -92,6 +101,8 @@ class HubServer:
             def _serve(self, body: bool) -> None:
                 path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
                 hub.requests.append((self.command, path))
+                if path in hub.files:
+                    return self._plain(path, body)
                 parts = path.strip("/").split("/")
                 if parts[:2] == ["api", "models"] and "tree" in parts:
                     at = parts.index("tree")
@@ -101,6 +112,16 @@ class HubServer:
                     repo, name = "/".join(parts[:at]), "/".join(parts[at + 2 :])
                     return self._file(repo, name, body)
                 self._error(404, "EntryNotFound", body)
+
+            def _plain(self, path: str, body: bool) -> None:
+                data = hub.files[path]
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data[: len(data) // 2] if path in hub.cut_short else data)
+                self.close_connection = True
 
             def _error(self, status: int, code: str, body: bool) -> None:
                 data = json.dumps({"error": code}).encode()

@@ -278,6 +278,7 @@ EXPORT_ORDER = sorted(SMALL_VARIANTS, key=lambda name: (name not in FIXED_BACKBO
 
 
 @pytest.mark.large
+@pytest.mark.memory
 @pytest.mark.parametrize("format", FORMATS)
 @pytest.mark.parametrize("name", EXPORT_ORDER)
 def test_small_variant_exports(name, format, tmp_path):

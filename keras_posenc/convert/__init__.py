@@ -1,7 +1,9 @@
 """Weight converters: checkpoints of other libraries as keras-posenc models.
 
 - :func:`from_fairseq_fconv`: fairseq ``fconv`` (ConvS2S) checkpoints ->
-  :class:`~keras_posenc.zoo.convs2s.ConvS2S` (PyTorch needed only to read ``.pt`` files).
+  :class:`~keras_posenc.zoo.convs2s.ConvS2S` (PyTorch needed only to read ``.pt`` files);
+  :func:`from_fairseq_archive` reads a whole translation archive (checkpoint, BPE codes,
+  dictionaries) into the model and its text pipeline.
 - :func:`from_timm_coatnet`: timm CoAtNet checkpoints (its ``coatnet_*_rw_*``,
   ``coatnet_bn_*`` and ``coatnet_rmlp_*`` variants, ``.safetensors`` or PyTorch files) ->
   the zoo's CoAtNet with timm's options; :func:`from_timm_maxvit` the same for timm's
@@ -13,6 +15,7 @@
 
 from keras_posenc.convert.fairseq import (
     fairseq_to_posenc_ids,
+    from_fairseq_archive,
     from_fairseq_fconv,
     load_fairseq_checkpoint,
     parse_fairseq_layers,
@@ -32,6 +35,7 @@ from keras_posenc.convert.timm import (
 __all__ = [
     "config_from_timm",
     "fairseq_to_posenc_ids",
+    "from_fairseq_archive",
     "from_fairseq_fconv",
     "from_keras_hub_t5",
     "from_timm_coatnet",

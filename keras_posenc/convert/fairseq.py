@@ -38,6 +38,7 @@ __all__ = [
     "MAX_LAYERS",
     "SUPPORTED_ARCHITECTURES",
     "fairseq_to_posenc_ids",
+    "from_fairseq_archive",
     "from_fairseq_fconv",
     "load_fairseq_checkpoint",
     "parse_fairseq_layers",
@@ -666,3 +667,131 @@ def _assign(
     order = swap(weight.shape[0])
     set_variable(model.decoder_fc3.kernel, weight[order].T)
     set_variable(model.decoder_fc3.bias, bias[order])
+
+
+# --------------------------------------------------------------------------- archives
+
+# What fairseq's hub_utils.from_pretrained calls an archive's BPE codes file.
+_BPE_CODES_FILES = ("bpecodes", "code")
+
+
+def from_fairseq_archive(
+    folder: str | os.PathLike,
+    *,
+    checkpoint_file: str | None = None,
+    dropout: float | None = None,
+) -> tuple[ConvS2S, Any, dict]:
+    """A fairseq translation archive's folder (extracted) as a model and its text pipeline.
+
+    fairseq's fconv archives (``wmt14.v2.en-fr.fconv-py.tar.bz2`` and its siblings)
+    hold, in one folder, the checkpoint ``model.pt``, the BPE codes ``bpecodes`` and
+    the dictionaries ``dict.<source>.txt`` / ``dict.<target>.txt``; the languages are
+    the checkpoint's ``source_lang`` / ``target_lang`` (fairseq's hub does the same).
+
+    Args:
+        folder: the extracted archive: the folder holding ``model.pt``, or a folder
+            whose only entry is that folder (as a ``tar`` of a folder extracts).
+        checkpoint_file: the checkpoint's file name in the folder (default:
+            ``model.pt``, else the folder's only ``.pt`` file).
+        dropout: the model's dropout rate (default: the checkpoint's).
+
+    Returns:
+        ``(model, preprocessor, details)``: the :class:`~keras_posenc.zoo.convs2s.ConvS2S`
+        (:func:`from_fairseq_fconv`), its
+        :class:`~keras_posenc.zoo.translation.TranslationPreprocessor` (Moses in the
+        two languages, the archive's BPE codes, both dictionaries in the model's id
+        order), and a dict of what was read (file names, languages, architecture).
+
+    Raises:
+        ValueError: no checkpoint, several and no ``checkpoint_file``, no languages, a
+            dictionary missing, or dictionaries whose sizes differ from the
+            checkpoint's embeddings (the message names the files).
+    """
+    from keras_posenc.zoo.translation import TranslationPreprocessor
+
+    who = "from_fairseq_archive"
+    folder = _archive_root(os.fspath(folder), who)
+    entries = sorted(os.listdir(folder))
+    if checkpoint_file is None:
+        checkpoints = [name for name in entries if name.endswith(".pt")]
+        if "model.pt" in checkpoints:
+            checkpoint_file = "model.pt"
+        elif len(checkpoints) == 1:
+            checkpoint_file = checkpoints[0]
+        else:
+            raise ValueError(
+                f"{who}: {folder!r} holds {len(checkpoints)} checkpoints "
+                f"({excerpt(checkpoints)}) and no model.pt; name one with `checkpoint_file=`."
+            )
+    path = os.path.join(folder, checkpoint_file)
+    if not os.path.isfile(path):
+        raise ValueError(f"{who}: {folder!r} has no checkpoint {checkpoint_file!r}.")
+    checkpoint = load_fairseq_checkpoint(path)
+    languages = _languages(checkpoint, entries)
+    if languages is None:
+        raise ValueError(
+            f"{who}: the checkpoint names no source_lang / target_lang and {folder!r} does "
+            f"not hold exactly two dict.<lang>.txt files (it holds {excerpt(entries)})."
+        )
+    dictionaries = []
+    for lang in languages:
+        name = f"dict.{lang}.txt"
+        if name not in entries:
+            raise ValueError(
+                f"{who}: {folder!r} has no {name} (the {lang!r} dictionary); it holds "
+                f"{excerpt(entries)}."
+            )
+        dictionaries.append(read_fairseq_dictionary(os.path.join(folder, name)))
+    try:
+        model = from_fairseq_fconv(
+            checkpoint,
+            src_vocab_size=len(dictionaries[0]),
+            tgt_vocab_size=len(dictionaries[1]),
+            dropout=dropout,
+        )
+    except ValueError as error:
+        raise ValueError(f"{who}: {path!r}: {error}") from error
+    codes = next((name for name in _BPE_CODES_FILES if name in entries), None)
+    arguments = _arguments(checkpoint, None)
+    preprocessor = TranslationPreprocessor(
+        languages[0],
+        languages[1],
+        source_vocabulary=dictionaries[0],
+        target_vocabulary=dictionaries[1],
+        bpe_codes=os.path.join(folder, codes) if codes else None,
+        moses_escape=not arguments.get("moses_no_escape", False),
+        aggressive_dash_splits=not arguments.get("moses_no_dash_splits", False),
+    )
+    details = {
+        "checkpoint": checkpoint_file,
+        "dictionaries": [f"dict.{lang}.txt" for lang in languages],
+        "bpe_codes": codes,
+        "source_lang": languages[0],
+        "target_lang": languages[1],
+        "arch": arguments.get("arch"),
+    }
+    return model, preprocessor, details
+
+
+def _archive_root(folder: str, who: str) -> str:
+    """The folder holding the checkpoint: ``folder`` or its only subfolder."""
+    if not os.path.isdir(folder):
+        raise ValueError(f"{who}: {folder!r} is not a folder.")
+    entries = os.listdir(folder)
+    if not any(name.endswith(".pt") for name in entries) and len(entries) == 1:
+        inner = os.path.join(folder, entries[0])
+        if os.path.isdir(inner):
+            return inner
+    return folder
+
+
+def _languages(checkpoint: Mapping, entries: Sequence[str]) -> tuple[str, str] | None:
+    """(source, target) from the checkpoint's task arguments, else from two dict files."""
+    for where in (checkpoint.get("args"), (checkpoint.get("cfg") or {}).get("task")):
+        values = vars(where) if isinstance(where, argparse.Namespace) else where
+        if isinstance(values, Mapping):
+            source, target = values.get("source_lang"), values.get("target_lang")
+            if isinstance(source, str) and isinstance(target, str) and source and target:
+                return source, target
+    found = [n[5:-4] for n in entries if n.startswith("dict.") and n.endswith(".txt")]
+    return (found[0], found[1]) if len(found) == 2 else None

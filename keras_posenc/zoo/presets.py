@@ -5,12 +5,17 @@ A preset folder has keras-hub's layout::
 
     config.json           the model (keras.saving.serialize_keras_object)
     model.weights.h5      its weights (model.save_weights)
-    preprocessor.json     the ImagePreprocessor (serialized), if the model takes images
+    preprocessor.json     the ImagePreprocessor or TranslationPreprocessor (serialized)
+    assets/...            the preprocessor's files (a translation model's vocabularies, BPE codes)
     metadata.json         versions, parameter count, date, where the weights came from
     assets/class_names.json   one name per output class, if known
 
-A *source* is a preset folder or ``hf://ORG/REPO``, a timm model repository on the hub
-(``hf://timm/coatnet_0_rw_224.sw_in1k``). A hub source is downloaded with
+A *source* is a preset folder, ``hf://ORG/REPO``, a timm model repository on the hub
+(``hf://timm/coatnet_0_rw_224.sw_in1k``), or a fairseq translation archive: its URL
+(``https://dl.fbaipublicfiles.com/fairseq/models/wmt14.v2.en-fr.fconv-py.tar.bz2``) or
+the archive file. An archive is downloaded (streamed, checked), extracted safely,
+converted with its text pipeline (:class:`~keras_posenc.zoo.translation.
+TranslationPreprocessor`) and cached like a hub source. A hub source is downloaded with
 ``huggingface_hub`` (which honours ``HF_ENDPOINT``, ``HF_HUB_OFFLINE`` and its cache,
 ``HF_HOME`` / ``HF_HUB_CACHE``), converted once, and kept as a preset folder in
 :func:`cache_folder` (``KERAS_POSENC_HOME``); later loads read that folder and ask the hub
@@ -27,12 +32,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import hashlib
 import importlib
 import json
 import math
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,6 +56,7 @@ from keras_posenc.layers._checks import (
     check_positive_number,
     excerpt,
 )
+from keras_posenc.zoo import archives
 
 __all__ = [
     "HUB_PREFIX",
@@ -299,14 +307,16 @@ class Preset:
 
     Attributes:
         model: the ``keras.Model``.
-        preprocessor: the :class:`ImagePreprocessor`, or None if the preset has none.
+        preprocessor: the :class:`ImagePreprocessor` (image models), the
+            :class:`~keras_posenc.zoo.translation.TranslationPreprocessor` (translation
+            models), or None if the preset has none.
         class_names: one name per output class, or None.
         metadata: the preset's ``metadata.json``.
         path: the preset folder (for a hub source: its converted copy in the cache).
     """
 
     model: keras.Model
-    preprocessor: ImagePreprocessor | None
+    preprocessor: Any
     class_names: list[str] | None
     metadata: dict[str, Any]
     path: str
@@ -350,6 +360,31 @@ class Preset:
             for row, indices in zip(probabilities, order)
         ]
 
+    def translate(self, texts: str | Sequence[str], **kwargs: Any) -> str | list[str]:
+        """Translations of sentences by a translation preset (``model.translate``).
+
+        Args:
+            texts: one sentence or a list.
+            **kwargs: :meth:`~keras_posenc.zoo.seq2seq.Seq2SeqModel.translate`'s
+                (``beam_size``, ``max_length``, ``batch_size``, ...).
+
+        Returns:
+            One translation per sentence (a string for a string).
+
+        Example:
+
+        >>> # preset = load_preset("https://dl.fbaipublicfiles.com/fairseq/models/"
+        >>> #                      "wmt14.v2.en-fr.fconv-py.tar.bz2")   # downloads once
+        >>> # preset.translate("Hello world!")
+        """
+        translate = getattr(self.model, "translate", None)
+        if translate is None:
+            raise ValueError(
+                f"Preset.translate: the preset at {self.path!r} holds a "
+                f"{type(self.model).__name__}, not a translation model."
+            )
+        return translate(texts, preprocessor=self.preprocessor, **kwargs)
+
 
 def _image_array(image: Any) -> np.ndarray:
     if isinstance(image, str | os.PathLike):
@@ -371,7 +406,7 @@ def save_preset(
     model: keras.Model,
     path: str | os.PathLike,
     *,
-    preprocessor: ImagePreprocessor | None = None,
+    preprocessor: Any = None,
     class_names: Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
     overwrite: bool = False,
@@ -384,7 +419,9 @@ def save_preset(
     Args:
         model: a ``keras.Model`` whose config Keras can serialize (zoo models can).
         path: the folder to write.
-        preprocessor: the :class:`ImagePreprocessor` its inputs go through.
+        preprocessor: the :class:`ImagePreprocessor` its inputs go through, or a
+            translation model's :class:`~keras_posenc.zoo.translation.TranslationPreprocessor`
+            (its vocabularies and BPE codes are written under ``assets/``).
         class_names: one name per output class.
         metadata: more entries for ``metadata.json`` (JSON values), e.g. the source.
         overwrite: replace an existing folder (default: refuse).
@@ -413,10 +450,14 @@ def save_preset(
     who = "save_preset"
     if not isinstance(model, keras.Model):
         raise TypeError(f"{who}: `model` must be a keras.Model, got {type(model).__name__}.")
-    if preprocessor is not None and not isinstance(preprocessor, ImagePreprocessor):
+    from keras_posenc.zoo.translation import TranslationPreprocessor
+
+    if preprocessor is not None and not isinstance(
+        preprocessor, ImagePreprocessor | TranslationPreprocessor
+    ):
         raise TypeError(
-            f"{who}: `preprocessor` must be an ImagePreprocessor or None, got "
-            f"{type(preprocessor).__name__}."
+            f"{who}: `preprocessor` must be an ImagePreprocessor, a TranslationPreprocessor "
+            f"or None, got {type(preprocessor).__name__}."
         )
     if class_names is not None:
         class_names = [str(name) for name in class_names]
@@ -436,6 +477,8 @@ def save_preset(
                 os.path.join(staged, PREPROCESSOR_FILE),
                 keras.saving.serialize_keras_object(preprocessor),
             )
+            if hasattr(preprocessor, "save_assets"):  # vocabularies, BPE codes
+                preprocessor.save_assets(os.path.join(staged, "assets"))
         if class_names is not None:
             _write_json(os.path.join(staged, CLASS_NAMES_FILE), class_names)
         _write_json(
@@ -481,9 +524,11 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
     """A preset: its model, preprocessor, class names and metadata.
 
     Args:
-        source: a preset folder (:func:`save_preset`) or ``hf://ORG/REPO``, a timm
-            CoAtNet repository on the Hugging Face hub. **A hub source is downloaded**
-            (once; see :func:`preset_path`).
+        source: a preset folder (:func:`save_preset`), ``hf://ORG/REPO``, a timm
+            CoAtNet or MaxViT repository on the Hugging Face hub, or a fairseq
+            translation archive's URL or file. **A hub source or URL is downloaded**
+            (once; see :func:`preset_path`). A translation preset's model gets its
+            preprocessor as ``model.preprocessor``, for ``model.translate``.
         progress: show download and conversion progress bars.
 
     Returns:
@@ -514,6 +559,10 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
     if os.path.isfile(os.path.join(folder, PREPROCESSOR_FILE)):
         described = _read_json(os.path.join(folder, PREPROCESSOR_FILE), who)
         preprocessor = keras.saving.deserialize_keras_object(described)
+        if hasattr(preprocessor, "load_assets"):
+            preprocessor.load_assets(os.path.join(folder, "assets"))
+            # model.translate(texts) after zoo.from_preset(...) finds it here.
+            model.preprocessor = preprocessor
     class_names = None
     if os.path.isfile(os.path.join(folder, CLASS_NAMES_FILE)):
         class_names = [str(n) for n in _read_json(os.path.join(folder, CLASS_NAMES_FILE), who)]
@@ -522,12 +571,16 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
 
 
 def from_preset(source: str | os.PathLike, *, progress: bool = True) -> keras.Model:
-    """The model of a preset folder or of a timm repository on the hub.
+    """The model of a preset folder, a timm repository on the hub or a fairseq archive.
 
     Args:
-        source: a preset folder or ``hf://ORG/REPO`` (e.g.
-            ``"hf://timm/coatnet_0_rw_224.sw_in1k"``). **A hub source is downloaded and
-            converted on first use**, then read from the cache (:func:`preset_path`).
+        source: a preset folder, ``hf://ORG/REPO`` (e.g.
+            ``"hf://timm/coatnet_0_rw_224.sw_in1k"``), or a fairseq translation
+            archive's URL or file (e.g. ``"https://dl.fbaipublicfiles.com/fairseq/
+            models/wmt14.v2.en-fr.fconv-py.tar.bz2"``). **A hub source or URL is
+            downloaded and converted on first use**, then read from the cache
+            (:func:`preset_path`). A translation model comes with its text pipeline
+            (``model.translate(texts)``).
         progress: show download and conversion progress bars.
 
     Returns:
@@ -579,24 +632,35 @@ def preset_path(source: str | os.PathLike, *, progress: bool = True) -> str:
     ``cache_folder()/hf/ORG/REPO``. Later calls return that folder without contacting
     the hub; delete it to convert again.
 
+    A fairseq translation archive (its ``http(s)://`` URL, or the archive file) is
+    converted once too: the URL is streamed to a scratch folder in the cache
+    (:func:`~keras_posenc.zoo.archives.download`: a download with fewer bytes than
+    its ``Content-Length`` is refused), the archive read whole and extracted with
+    tarfile's ``data`` filter (an archive with an absolute path, ``..`` or a link
+    leaving the folder is refused before anything is written), converted by
+    :func:`~keras_posenc.convert.from_fairseq_archive` (model, BPE codes,
+    dictionaries) and saved to ``cache_folder()/archives/NAME-KEY``, the key being a
+    digest of the URL or of the file's bytes. The scratch folder is removed.
+
     ``HF_ENDPOINT`` (another hub, or a local mirror), ``HF_HUB_OFFLINE`` and
     ``HF_HOME`` / ``HF_HUB_CACHE`` are read when this runs, so setting them after
     ``huggingface_hub`` was imported still counts.
 
     Args:
-        source: a preset folder or ``hf://ORG/REPO``. **A hub source downloads** on
-            first use.
+        source: a preset folder, ``hf://ORG/REPO``, or a fairseq archive's URL or
+            file. **A hub source or URL downloads** on first use.
         progress: show download and conversion progress bars.
 
     Returns:
         The folder's path.
 
     Raises:
-        FileNotFoundError: a local folder that does not exist.
+        FileNotFoundError: a local folder or file that does not exist.
         ValueError: a folder that is not a preset, a malformed ``hf://`` source, a
             repository without a timm config or weights, or whose architecture no
-            converter loads.
-        ConnectionError: not cached, and the hub cannot be reached or
+            converter loads; an archive that is damaged, truncated, unsafe (a member
+            outside its folder) or not a fairseq fconv archive; a URL answering 404.
+        ConnectionError: not cached, and the hub or URL cannot be reached, or
             ``HF_HUB_OFFLINE`` is set.
         OSError: a download that failed (e.g. cut short); nothing is cached.
         ImportError: ``huggingface_hub`` is not installed.
@@ -609,13 +673,21 @@ def preset_path(source: str | os.PathLike, *, progress: bool = True) -> str:
     who = "preset_path"
     if not isinstance(source, str | os.PathLike):
         raise TypeError(
-            f"{who}: `source` must be a folder or 'hf://ORG/REPO', got {type(source).__name__}."
+            f"{who}: `source` must be a folder, 'hf://ORG/REPO' or an archive's URL or file, "
+            f"got {type(source).__name__}."
         )
     text = os.fspath(source)
     if text.startswith(HUB_PREFIX):
         return _hub_preset(text, progress)
+    if archives.is_url(text):
+        return _archive_preset(text, progress)
     if not os.path.exists(text):
-        raise FileNotFoundError(f"{who}: {text!r} does not exist (a preset folder or hf://...).")
+        raise FileNotFoundError(
+            f"{who}: {text!r} does not exist (a preset folder, hf://ORG/REPO, an archive's "
+            "URL or file)."
+        )
+    if os.path.isfile(text):
+        return _archive_preset(text, progress)
     if not _is_preset(text):
         missing = [name for name in _REQUIRED if not os.path.isfile(os.path.join(text, name))]
         raise ValueError(
@@ -648,6 +720,58 @@ def _hub_preset(source: str, progress: bool) -> str:
     except FileExistsError:
         if not _is_preset(target):  # another process converted it meanwhile: use theirs
             raise
+    return target
+
+
+# --------------------------------------------------------------------------- archives
+
+
+def _archive_target(source: str) -> str:
+    """The cache folder of an archive's preset: named after the archive, keyed by the
+    URL or, for a file, by its bytes (a file changed in place converts again)."""
+    key = source if archives.is_url(source) else archives.file_digest(source)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return os.path.join(cache_folder(), "archives", f"{archives.archive_name(source)}-{digest}")
+
+
+def _archive_preset(source: str, progress: bool) -> str:
+    """The cached preset of a fairseq archive (URL or file): downloaded, extracted and
+    converted on first use, in a scratch folder beside the cache that is removed after."""
+    from keras_posenc.convert.fairseq import from_fairseq_archive
+
+    target = _archive_target(source)
+    if _is_preset(target):
+        return target
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=".convert-", dir=os.path.dirname(target))
+    try:
+        archive = source
+        if archives.is_url(source):
+            archive = os.path.join(scratch, os.path.basename(target) + ".archive")
+            archives.download(source, archive, progress=progress)
+        extracted = archives.extract_archive(archive, os.path.join(scratch, "extracted"))
+        if progress:
+            print(f"converting {source}")
+        with initialize_together(f"preset_path({source!r})"):
+            model, preprocessor, details = from_fairseq_archive(extracted)
+        metadata = {
+            "source": source,
+            "archive_sha256": archives.file_digest(archive),
+            "fairseq": details,
+        }
+        try:
+            save_preset(
+                model,
+                target,
+                preprocessor=preprocessor,
+                metadata=metadata,
+                overwrite=os.path.exists(target),  # an incomplete folder left by hand
+            )
+        except FileExistsError:
+            if not _is_preset(target):  # another process converted it meanwhile: use theirs
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return target
 
 
@@ -824,15 +948,22 @@ def _timm_loadable() -> list[str]:
 
 
 def remove_cached(source: str) -> bool:
-    """Deletes the converted copy of a hub source from the cache; True if there was one.
+    """Deletes the converted copy of a hub source or archive (URL or file) from the cache;
+    True if there was one.
 
     >>> remove_cached("hf://nobody/nothing")
     False
     """
-    repo = source[len(HUB_PREFIX) :].strip("/") if source.startswith(HUB_PREFIX) else ""
-    if not _REPO_PATTERN.match(repo) or ".." in repo:
-        raise ValueError(f"remove_cached: `source` must be hf://ORG/REPO, got {source!r}.")
-    target = os.path.join(cache_folder(), "hf", *repo.split("/"))
+    if isinstance(source, str) and (archives.is_url(source) or os.path.isfile(source)):
+        target = _archive_target(source)
+    else:
+        repo = source[len(HUB_PREFIX) :].strip("/") if source.startswith(HUB_PREFIX) else ""
+        if not _REPO_PATTERN.match(repo) or ".." in repo:
+            raise ValueError(
+                "remove_cached: `source` must be hf://ORG/REPO or an archive's URL or file, "
+                f"got {source!r}."
+            )
+        target = os.path.join(cache_folder(), "hf", *repo.split("/"))
     if not os.path.exists(target):
         return False
     shutil.rmtree(target)

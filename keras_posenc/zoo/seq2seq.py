@@ -45,7 +45,7 @@ Generation never produces ``pad_id`` or ``bos_id``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import keras
@@ -266,6 +266,91 @@ class Seq2SeqModel(GeneratingModel, FunctionalModel):
         return keras.tree.map_structure(lambda t: ops.take(t, indices, axis=0), cache)
 
     # ------------------------------------------------------------------ checks and generation
+
+    def translate(
+        self,
+        texts: str | Sequence[str],
+        *,
+        beam_size: int = 5,
+        max_length: int | None = None,
+        length_penalty: float = 1.0,
+        batch_size: int = 32,
+        preprocessor: Any = None,
+    ) -> str | list[str]:
+        """Translations of sentences, as fairseq's ``translate(sentences, beam=5)``.
+
+        Each batch of ``batch_size`` sentences is encoded by the text pipeline
+        (:class:`~keras_posenc.zoo.translation.TranslationPreprocessor`: Moses, BPE,
+        dictionary), decoded by beam search (greedy search for ``beam_size=1``) with
+        fairseq's defaults (no eos before the first token; at most
+        ``min(200, max_target_length)`` tokens, fairseq's ``max_len_b``), and the best
+        hypothesis turned back into text.
+
+        Args:
+            texts: one sentence, or a list of them.
+            beam_size: hypotheses kept per sentence (fairseq's hub default, 5).
+            max_length: the most target tokens (default: ``min(200, max_target_length)``).
+            length_penalty: beam search's length exponent (fairseq's ``lenpen``).
+            batch_size: sentences per batch.
+            preprocessor: the text pipeline; default ``self.preprocessor``, which a
+                model loaded from a translation preset has (:func:`~keras_posenc.zoo.
+                presets.from_preset`).
+
+        Returns:
+            One translation per sentence; a string for a string.
+
+        Raises:
+            ValueError: no text pipeline, a pipeline whose vocabularies do not match
+                the model's, a sentence longer than the source positions, or a bad
+                ``beam_size`` / ``batch_size``.
+
+        Example:
+
+        >>> from keras_posenc import zoo
+        >>> # model = zoo.from_preset("https://dl.fbaipublicfiles.com/fairseq/models/"
+        >>> #                         "wmt14.v2.en-fr.fconv-py.tar.bz2")  # downloads once
+        >>> # model.translate("Hello world!")
+        """
+        from keras_posenc import generation
+
+        who = f"{type(self).__name__}.translate"
+        preprocessor = (
+            preprocessor if preprocessor is not None else getattr(self, "preprocessor", None)
+        )
+        if preprocessor is None or not hasattr(preprocessor, "decode"):
+            raise ValueError(
+                f"{who}: the model has no text pipeline; load it with zoo.from_preset(...) "
+                "from a translation archive or preset, or pass `preprocessor=` (a "
+                "TranslationPreprocessor)."
+            )
+        sizes = (preprocessor.source_vocab_size, preprocessor.target_vocab_size)
+        if sizes != (self.source_vocab_size, self.target_vocab_size):
+            raise ValueError(
+                f"{who}: the preprocessor's vocabularies have {sizes[0]} / {sizes[1]} tokens "
+                f"but the model's {self.source_vocab_size} / {self.target_vocab_size}."
+            )
+        beam_size = check_int(who, "beam_size", beam_size, 1)
+        batch_size = check_int(who, "batch_size", batch_size, 1)
+        single = isinstance(texts, str)
+        texts = [texts] if single else texts
+        if max_length is None:
+            limit = self.max_target_length
+            max_length = 200 if limit is None else min(200, limit)
+        results: list[str] = []
+        for start in range(0, len(texts), batch_size):
+            source = preprocessor.encode(
+                texts[start : start + batch_size], max_length=self.max_source_length
+            )
+            ids = generation.generate(
+                self,
+                source,
+                max_length=max_length,
+                beam_size=beam_size,
+                length_penalty=length_penalty,
+                min_length=1,  # fairseq's min_len: no empty translation
+            )
+            results += preprocessor.decode(ids)
+        return results[0] if single else results
 
     def check_token_ids(self, token_ids: Any, argument: str, source: bool = True) -> np.ndarray:
         """``token_ids`` as an int32 numpy array, after checking rank, range and length.
