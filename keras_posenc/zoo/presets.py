@@ -708,6 +708,14 @@ def _hub_preset(source: str, progress: bool) -> str:
     if _is_preset(target):
         return target
     model, preprocessor, class_names, metadata = _convert_timm_repo(repo, source, progress)
+    _save_converted(model, target, preprocessor, class_names, metadata)
+    return target
+
+
+def _save_converted(
+    model: keras.Model, target: str, preprocessor: Any, class_names: Any, metadata: dict
+) -> None:
+    """Saves a converted source's preset into the cache, once even when processes race."""
     try:
         save_preset(
             model,
@@ -720,7 +728,6 @@ def _hub_preset(source: str, progress: bool) -> str:
     except FileExistsError:
         if not _is_preset(target):  # another process converted it meanwhile: use theirs
             raise
-    return target
 
 
 # --------------------------------------------------------------------------- archives
@@ -759,17 +766,7 @@ def _archive_preset(source: str, progress: bool) -> str:
             "archive_sha256": archives.file_digest(archive),
             "fairseq": details,
         }
-        try:
-            save_preset(
-                model,
-                target,
-                preprocessor=preprocessor,
-                metadata=metadata,
-                overwrite=os.path.exists(target),  # an incomplete folder left by hand
-            )
-        except FileExistsError:
-            if not _is_preset(target):  # another process converted it meanwhile: use theirs
-                raise
+        _save_converted(model, target, preprocessor, None, metadata)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target

@@ -33,7 +33,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from keras_posenc.layers._checks import check_int, excerpt
+from keras_posenc.layers._checks import check_bool, check_int, excerpt
 
 __all__ = ["TranslationPreprocessor"]
 
@@ -125,12 +125,8 @@ class TranslationPreprocessor:
                 f"{who}: `bpe_separator` must be a non-empty string without spaces, got "
                 f"{bpe_separator!r}."
             )
-        for name, value in (
-            ("moses_escape", moses_escape),
-            ("aggressive_dash_splits", aggressive_dash_splits),
-        ):
-            if not isinstance(value, bool):
-                raise TypeError(f"{who}: `{name}` must be True or False, got {value!r}.")
+        moses_escape = check_bool(who, "moses_escape", moses_escape)
+        aggressive_dash_splits = check_bool(who, "aggressive_dash_splits", aggressive_dash_splits)
         self.source_lang = source_lang
         self.target_lang = target_lang
         self.bpe_separator = bpe_separator
