@@ -250,9 +250,7 @@ def _input_shape(value: Any, who: str = _WHO) -> tuple[int | None, int | None, i
         return isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0
 
     valid = (
-        len(shape) == 3
-        and all(v is None or positive(v) for v in shape[:2])
-        and positive(shape[2])
+        len(shape) == 3 and all(v is None or positive(v) for v in shape[:2]) and positive(shape[2])
     )
     if not valid:
         raise ValueError(

@@ -44,10 +44,10 @@ from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.layers.relative_position_2d import grid_size
 from keras_posenc.zoo.coatnet import (
     _block_options,
-    base_image_size,
     _input_shape,
     _positive_ints,
     _stem_widths,
+    base_image_size,
     check_head,
     classifier_head,
     stem,
@@ -187,9 +187,7 @@ class ImagesToMultiple(keras.layers.Layer):
         owner: who to name in errors (the builder).
     """
 
-    def __init__(
-        self, multiple: Any, pad: bool = False, owner: str = _WHO, **kwargs: Any
-    ) -> None:
+    def __init__(self, multiple: Any, pad: bool = False, owner: str = _WHO, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.multiple = grid_size(multiple, f"ImagesToMultiple '{self.name}'", "multiple")
         self.pad = check_bool(f"ImagesToMultiple '{self.name}'", "pad", pad)
@@ -229,9 +227,7 @@ class ImagesToMultiple(keras.layers.Layer):
         return config
 
 
-def _partition_size(
-    value: Any, shape: tuple, base: tuple[int, int] | None
-) -> tuple[int, int]:
+def _partition_size(value: Any, shape: tuple, base: tuple[int, int] | None) -> tuple[int, int]:
     """The windows' size: ``value``, or the paper's input / 32, checked against S1..S4.
 
     ``base``: the image size standing in for unknown sides (``base_image_size``).
