@@ -311,8 +311,12 @@ def export_model(
     specs = _input_specs(model, input_signature)
     outputs = None
     if not model.built or not getattr(model, "_called", True):
+        # The caller's inputs where given: a model may accept only some sizes (an
+        # any-size MaxViT: multiples of its windows), which the default length misses.
         outputs = model(
-            _sample_inputs(specs, _VERIFY_LENGTHS[0], np.random.default_rng(0), zeros=True)
+            verify_inputs[0]
+            if verify_inputs
+            else _sample_inputs(specs, _VERIFY_LENGTHS[0], np.random.default_rng(0), zeros=True)
         )
     names, output_names = _names(model, specs, input_names, output_names, "export_model", outputs)
     specs = [{**spec, "name": name} for spec, name in zip(specs, names)]

@@ -131,3 +131,22 @@ def test_tensor_sizes_compute_what_int_sizes_do(height, width):
             keras.ops.convert_to_numpy(layer(size=(height, width))),
             atol=1e-6,
         )
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("format", ["tf_saved_model", "onnx"])
+def test_any_size_models_export_with_dynamic_height_and_width(tmp_path, format):
+    """Exported with unknown height and width, the artifact computes the relative bias in
+    its graph: verified against Keras at two sizes, neither the tables' own."""
+    from keras_posenc.export import export_model
+
+    coatnet = build_coatnet(input_shape=(None, None, 3), base_size=BASE, **TINY_COATNET)
+    maxvit = build_maxvit(input_shape=(None, None, 3), base_size=BASE, **TINY_MAXVIT)
+    for name, model, sizes in (("coatnet", coatnet, ((96, 64), (128, 160))),
+                               ("maxvit", maxvit, ((128, 64), (64, 192)))):  # fmt: skip
+        report = export_model(
+            model, str(tmp_path / name), format=format,
+            verify_inputs=[images(*size) for size in sizes],
+        )  # fmt: skip
+        assert report.inputs[0][1][1:3] == [None, None], report.inputs
+        assert [shapes[0][1:3] for shapes in report.verified_shapes] == list(sizes)
