@@ -203,7 +203,12 @@ NAMING = (
     "two graphs, in NAME/: encoder.onnx, decoder_step.onnx, encoder.savedmodel/, "
     "decoder_step.savedmodel/. Existing outputs are refused unless --overwrite."
 )
-SUFFIXES = {"keras": ".keras", "onnx": ".onnx", "tf_saved_model": ".savedmodel"}
+SUFFIXES = {
+    "keras": ".keras",
+    "onnx": ".onnx",
+    "tf_saved_model": ".savedmodel",
+    "litert": ".tflite",
+}
 
 
 def output_path(out: str, name: str, format_name: str) -> str:
@@ -516,7 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the artifact on random inputs and compare it with the Keras model. " + NAMING,
     )
     export.add_argument("model", help="a zoo model name (see `posenc info`) or a .keras file")
-    export.add_argument("--format", choices=("onnx", "tf_saved_model", "all"), default="all")
+    export.add_argument(
+        "--format", choices=("onnx", "tf_saved_model", "litert", "all"), default="all"
+    )
     export.add_argument("--out", required=True, help="folder for the outputs (made if missing)")
     export.add_argument(
         "--set",

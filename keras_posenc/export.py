@@ -45,7 +45,7 @@ import numpy as np
 
 from keras_posenc.layers._checks import check_non_negative_number, excerpt
 
-FORMATS = ("onnx", "tf_saved_model")
+FORMATS = ("onnx", "tf_saved_model", "litert")
 ROUTES = ("tensorflow", "native")
 
 # tf2onnx holds the whole graph, weights included, several times over while it
@@ -63,6 +63,8 @@ _NATIVE_OPSET = 17
 EXPORTER_PACKAGES: dict[str, tuple[str, ...]] = {
     "tf_saved_model": ("tensorflow",),
     "onnx": ("tensorflow", "tf2onnx", "onnx", "onnxruntime"),
+    # Keras' own LiteRT exporter (TensorFlow's converter); ai_edge_litert runs the file.
+    "litert": ("tensorflow", "ai_edge_litert"),
 }
 
 # Sizes given to axes that are None in the model's inputs when verifying: batch,
@@ -858,7 +860,8 @@ def _export_graphs(
     ``directory/name`` with its ``names[name] = (inputs, outputs)``, all or none: they
     are written to a temporary folder and moved in once every graph has verified."""
     directory = os.fspath(directory)
-    suffix = ".onnx" if format == "onnx" else ".savedmodel"  # posenc's naming (cli.NAMING)
+    # posenc's naming (cli.SUFFIXES)
+    suffix = {"onnx": ".onnx", "litert": ".tflite"}.get(format, ".savedmodel")
     targets = [os.path.join(directory, name + suffix) for name in graphs]
     for target in targets:
         _check_target(target, overwrite, who)
@@ -1040,6 +1043,13 @@ def _export_on_tensorflow(
     signature = [keras.InputSpec(shape=s["shape"], dtype=s["dtype"], name=s["name"]) for s in specs]
     signature = [signature] if len(signature) > 1 else signature
     named = _NamedOutputs(model, output_names)
+    if format == "litert":
+        # Keras' LiteRT exporter insists on a ".tflite" name; the staged path may differ.
+        with tempfile.TemporaryDirectory() as folder:
+            flat = os.path.join(folder, "model.tflite")
+            named.export(flat, format=format, verbose=False, input_signature=signature)
+            shutil.move(flat, path)
+        return _describe_artifact(path, format, [s["name"] for s in specs], output_names)
     named.export(path, format=format, verbose=False, input_signature=signature)
     if format == "onnx":
         _order_onnx_outputs(path, output_names)
@@ -1061,6 +1071,15 @@ def _order_onnx_outputs(path: str, names: list[str]) -> None:
     del proto.graph.output[:]
     proto.graph.output.extend(ordered)
     onnx.save(proto, path)
+
+
+def _litert_runner(path: str) -> Any:
+    """The ``serving_default`` signature of a LiteRT file, run by ai_edge_litert's
+    interpreter (LiteRT's own runtime, what a phone runs, not TensorFlow's)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path)
+    return interpreter.get_signature_runner("serving_default")
 
 
 def _describe_artifact(
@@ -1087,6 +1106,21 @@ def _describe_artifact(
             "inputs": describe(session.get_inputs()),
             "outputs": describe(session.get_outputs()),
             "opset": int(opset),
+        }
+    if format == "litert":
+        runner = _litert_runner(path)
+
+        def describe_litert(values: dict, names: list[str]) -> list:
+            order = [n for n in names if n in values] + sorted(set(values) - set(names))
+            return [
+                [k, [None if d < 0 else int(d) for d in values[k]["shape_signature"]],
+                 np.dtype(values[k]["dtype"]).name]
+                for k in order
+            ]  # fmt: skip
+
+        return {
+            "inputs": describe_litert(runner.get_input_details(), input_names),
+            "outputs": describe_litert(runner.get_output_details(), output_names),
         }
     import tensorflow as tf
 
@@ -1297,6 +1331,10 @@ def _run_artifact(report: ExportReport, inputs: Any) -> list[np.ndarray]:
 
         session = onnxruntime.InferenceSession(report.path, providers=["CPUExecutionProvider"])
         return [np.asarray(x) for x in session.run(outputs, feed)]
+    if report.format == "litert":
+        # The signature runner resizes its inputs to the arrays given (dynamic axes).
+        results = _litert_runner(report.path)(**feed)
+        return [np.asarray(results[name]) for name in outputs]
     import tensorflow as tf
 
     function = tf.saved_model.load(report.path).signatures["serving_default"]
