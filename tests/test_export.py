@@ -124,12 +124,14 @@ def test_every_public_layer_exports(tmp_path, format):
     assert names(report.outputs) == ["sequence_features", "image_features"]
 
 
-@pytest.mark.parametrize("format", ["onnx", "tf_saved_model"])
+@pytest.mark.parametrize("format", ["onnx", "tf_saved_model", "litert"])
 def test_export_and_verify_at_two_lengths(tmp_path, format):
     # Outputs returned in a dict are named after its keys.
     model = relative_model()
     model = keras.Model(model.inputs[0], {"encoded": model.outputs[0]})
-    path = os.path.join(tmp_path, "model.onnx" if format == "onnx" else "saved")
+    path = os.path.join(
+        tmp_path, {"onnx": "model.onnx", "litert": "model.tflite"}.get(format, "saved")
+    )
     report = export_model(model, path, format=format)
     assert names(report.inputs) == ["tokens"] and names(report.outputs) == ["encoded"]
     assert report.max_abs_difference is not None and report.max_abs_difference <= 1e-4

@@ -97,7 +97,7 @@ def test_card_counts_equal_the_models(name):
     check_count(name, load_hook().card_entries(repository())[name])
 
 
-HEADER = "| model | parameters | paper | input | ONNX | SavedModel | speed |"
+HEADER = "| model | parameters | paper | input | ONNX | SavedModel | LiteRT | speed |"
 
 
 def table_rows(table):
@@ -116,11 +116,11 @@ def test_table_has_one_line_per_registered_model(hook, cards):
     names = [cells[0].split('nowrap">')[1].split("<")[0] for cells in rows]
     assert names == zoo.list_models()
     for name, cells in zip(names, rows, strict=True):
-        # One line of seven cells: a name linking to its card, short counts, short marks.
-        assert len(cells) == 7 and "<br>" not in "".join(cells), (name, cells)
+        # One line of eight cells: a name linking to its card, short counts, short marks.
+        assert len(cells) == 8 and "<br>" not in "".join(cells), (name, cells)
         family = zoo.get_spec(name).family
         assert f"](zoo/{family}.md)" in cells[0], (name, cells[0])
-        for mark in cells[4:6]:
+        for mark in cells[4:7]:
             assert hook.EXPORT_STATUS in mark or mark == "–", (name, mark)
     by_name = dict(zip(names, rows, strict=True))
     coatnet_0, coatnet_1 = by_name["coatnet_0"], by_name["coatnet_1"]
@@ -134,7 +134,7 @@ def test_table_has_one_line_per_registered_model(hook, cards):
 
 def test_table_without_export_runs(hook, cards):
     table = hook.render_table(hook.registry(), cards, [])
-    assert all(cells[4:6] == ["–", "–"] for cells in table_rows(table))
+    assert all(cells[4:7] == ["–", "–", "–"] for cells in table_rows(table))
     assert "Export: no run recorded yet" in table
 
 
