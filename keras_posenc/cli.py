@@ -199,9 +199,10 @@ _VERBOSE_HELP = (
 # The one naming scheme of `posenc export` and `posenc demo` (shown in their --help).
 NAMING = (
     "Outputs in --out are named after the model: NAME.keras (the Keras model, written by "
-    "demo), NAME.onnx and NAME.savedmodel/ (a SavedModel folder); a translation model is "
-    "two graphs, in NAME/: encoder.onnx, decoder_step.onnx, encoder.savedmodel/, "
-    "decoder_step.savedmodel/. Existing outputs are refused unless --overwrite."
+    "demo), NAME.onnx, NAME.savedmodel/ (a SavedModel folder) and NAME.tflite (LiteRT); a "
+    "translation model is two graphs, in NAME/: encoder.onnx, decoder_step.onnx, "
+    "encoder.savedmodel/, decoder_step.savedmodel/, encoder.tflite, decoder_step.tflite. "
+    "Existing outputs are refused unless --overwrite."
 )
 SUFFIXES = {
     "keras": ".keras",

@@ -277,25 +277,8 @@ def test_small_variant_weights_start_distinct(name):
 EXPORT_ORDER = sorted(SMALL_VARIANTS, key=lambda name: (name not in FIXED_BACKBONES, name))
 
 
-# LiteRT is checked for the image models only so far (test_small_image_model_exports_to_litert):
-# the sequence models' LiteRT exports have not been run yet.
-BOTH_FORMATS = [f for f in FORMATS if f != "litert"]
-IMAGE_MODELS = [n for n in EXPORT_ORDER if n.startswith(("coatnet", "maxvit", "posenet"))]
-
-
 @pytest.mark.large
-@pytest.mark.parametrize("name", IMAGE_MODELS)
-def test_small_image_model_exports_to_litert(name, tmp_path):
-    keras.backend.clear_session(free_memory=True)
-    keras.utils.set_random_seed(0)
-    model = zoo.create(name, **SMALL_VARIANTS[name])
-    report = export_model(model, str(tmp_path / name) + ".tflite", format="litert")
-    assert report.max_abs_difference <= 1e-4, (name, report.max_abs_difference)
-    assert_graph_follows_guide(name, "model", report.inputs, report.outputs, lenient=True)
-
-
-@pytest.mark.large
-@pytest.mark.parametrize("format", BOTH_FORMATS)
+@pytest.mark.parametrize("format", FORMATS)
 @pytest.mark.parametrize("name", EXPORT_ORDER)
 def test_small_variant_exports(name, format, tmp_path):
     # Each export starts from a clean Keras state, so earlier cases' graphs can be freed.
@@ -304,7 +287,7 @@ def test_small_variant_exports(name, format, tmp_path):
     model = zoo.create(name, **SMALL_VARIANTS[name])
     if name not in FIXED_BACKBONES:
         assert model.count_params() <= MAX_PARAMETERS
-    suffix = ".onnx" if format == "onnx" else ""
+    suffix = {"onnx": ".onnx", "litert": ".tflite"}.get(format, "")
     if isinstance(model, Seq2SeqModel):
         reports = export_seq2seq(model, tmp_path / name, format=format)
     else:
