@@ -1,4 +1,4 @@
-"""Export models to TensorFlow SavedModel and ONNX from any backend, verified.
+"""Export models to TensorFlow SavedModel, ONNX and LiteRT from any backend, verified.
 
 Keras' own ``model.export`` works on the TensorFlow backend for both formats;
 from PyTorch and JAX it is broken or incomplete with the versions this project
@@ -7,7 +7,8 @@ and fails on dynamic lengths). :func:`export_model` therefore exports on
 TensorFlow: directly when TensorFlow is the active backend, otherwise by saving
 the model as ``.keras`` and loading it in a subprocess with
 ``KERAS_BACKEND=tensorflow`` (design.md, "Export design"). It then runs the
-artifact (onnxruntime, or ``tf.saved_model.load``) on the same random inputs as
+artifact (onnxruntime, ``tf.saved_model.load``, or LiteRT's own interpreter from
+``ai_edge_litert`` for a ``.tflite`` file) on the same random inputs as
 the Keras model, at two sequence lengths when the model has dynamic axes, and
 reports the largest absolute difference. Outputs that are not finite fail the
 verification. The artifact is written to a hidden folder beside the target and
@@ -131,7 +132,7 @@ class ExportReport:
     """What :func:`export_model` did and measured.
 
     Attributes:
-        format: ``"onnx"`` or ``"tf_saved_model"``.
+        format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
         path: where the artifact was written.
         route: how it was exported, e.g. ``"tensorflow (direct)"`` or
             ``"tensorflow subprocess from torch"``.
@@ -207,7 +208,7 @@ def export_model(
         path: the ``.onnx`` file or the SavedModel directory to write; its
             parent folders are created. If something is there already (an
             empty folder does not count), ``overwrite=True`` is needed.
-        format: ``"onnx"`` or ``"tf_saved_model"``.
+        format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
         verify: run the artifact and the Keras model on the same random inputs
             (batch 2, and sequence lengths 7 and 11 for dynamic axes) and compare.
             An output with NaN or Inf values, in the model or the artifact,
@@ -711,7 +712,7 @@ def export_seq2seq(
         model: a :class:`~keras_posenc.zoo.seq2seq.Seq2SeqModel`.
         directory: folder for ``encoder`` and ``decoder_step`` (``.onnx`` files
             or ``.savedmodel`` SavedModel folders).
-        format: ``"onnx"`` or ``"tf_saved_model"``.
+        format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
         verify: verify each graph as :func:`export_model` does, on real
             decoding inputs: sources of two lengths (one row padded), their
             encoder states, and the cache after the ``bos`` step. Random-normal
@@ -787,7 +788,7 @@ def export_language_model(
     Args:
         model: a :class:`~keras_posenc.zoo.language_model.LanguageModel`.
         directory: folder for ``decoder_step`` (``.onnx`` or ``.savedmodel``).
-        format: ``"onnx"`` or ``"tf_saved_model"``.
+        format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
         verify: verify the graph as :func:`export_model` does, on the cache that
             decoding random prompts of two lengths leaves.
         atol: the verification tolerance's absolute part.
