@@ -207,6 +207,7 @@ def test_rows_render_counts_paper_export_and_speed(hook):
         export_row("a_net", "small", "onnx", "tensorflow", "8.6e-07"),
         export_row("a_net", "small", "onnx", "jax", "1.0e-06"),
         export_row("a_net", "small", "tf_saved_model", "torch", "failed: ValueError: x"),
+        export_row("a_net", "small", "litert", "tensorflow", "5e-07"),
         export_row("other", "full", "onnx", "tensorflow", "1e-3"),  # not registered: ignored
     ]
     table = hook.render_table(MODELS, cards, exports)
@@ -221,6 +222,7 @@ def test_rows_render_counts_paper_export_and_speed(hook):
         "images",
         f'[<span title="full: not run; small: TF, JAX, max diff 1.0e-06">small</span>]({status})',
         f'[<span title="full: not run; small: failed from PyTorch">✗</span>]({status})',
+        f'[<span title="full: not run; small: TF, max diff 5.0e-07">small</span>]({status})',
         "[3 images/s](benchmarks.md#x) <sup>1</sup>",
     ]
     assert b_row == [
@@ -228,6 +230,7 @@ def test_rows_render_counts_paper_export_and_speed(hook):
         '<span title="2,345,678; vocab_size=10">2.3M†</span>',
         "–",
         "token \\| ids",
+        "–",
         "–",
         "–",
         "5 steps/s <sup>2</sup>",
