@@ -118,7 +118,7 @@ def exporter_status() -> dict[str, list[PackageStatus]]:
 
         >>> status = exporter_status()
         >>> sorted(status)
-        ['onnx', 'tf_saved_model']
+        ['litert', 'onnx', 'tf_saved_model']
     """
     cache: dict[str, PackageStatus] = {}
     report = {}

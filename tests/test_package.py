@@ -25,7 +25,7 @@ def test_info_reports_versions_backend_exporters_and_zoo():
     text = "\n".join(lines)
     assert f"keras         {keras.__version__}" in lines
     assert f"backend       {keras.backend.backend()}" in text
-    assert "export tf_saved_model" in text and "export onnx" in text
+    assert "export tf_saved_model" in text and "export onnx" in text and "export litert" in text
     assert f"zoo models    {len(zoo.list_models())}" in text
 
 
