@@ -99,13 +99,14 @@ def test_cli_export_zoo_name_with_overrides(tmp_path, capsys):
     assert "max |difference|" in out and "[None, None, 5]" in out
 
 
-def test_cli_export_keras_file_both_formats(tmp_path, capsys):
+def test_cli_export_keras_file_every_format(tmp_path, capsys):
     path = tmp_path / "tiny.keras"
     _build_tiny().save(path)
     assert cli.main(["export", str(path), "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "tiny.onnx").exists()
     assert (tmp_path / "out" / "tiny.savedmodel" / "saved_model.pb").exists()
-    assert capsys.readouterr().out.count("max |difference|") == 2
+    assert (tmp_path / "out" / "tiny.tflite").is_file()
+    assert capsys.readouterr().out.count("max |difference|") == 3
 
 
 def test_cli_export_errors_are_reported_not_raised(tmp_path, capsys):
