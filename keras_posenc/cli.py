@@ -555,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="create a zoo model, run it, export it to ONNX and SavedModel and verify both",
+        help="create a zoo model, run it, export it to ONNX, SavedModel and LiteRT and verify each",
         description="The main job end to end: create a zoo model (random weights), run it "
         "on generated input (greedy generation for translation models), export it to ONNX "
         "and SavedModel from the active backend and verify each artifact against Keras. "

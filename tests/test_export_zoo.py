@@ -1,5 +1,5 @@
-"""Every registered zoo model, in a small variant, exported to both formats on TensorFlow
-and verified, and checked for distinct initial weights (large: CI runs it on TensorFlow
+"""Every registered zoo model, in a small variant, exported to ONNX, SavedModel and LiteRT on
+TensorFlow and verified, and checked for distinct initial weights (large: CI runs it on TensorFlow
 only). A model registered without a small variant here fails the coverage test, so the
 list grows with the zoo."""
 
