@@ -149,7 +149,7 @@ def test_tensor_sizes_compute_what_int_sizes_do(height, width):
 
 
 @pytest.mark.large
-@pytest.mark.parametrize("format", ["tf_saved_model", "onnx"])
+@pytest.mark.parametrize("format", ["tf_saved_model", "onnx", "litert"])
 def test_any_size_models_export_with_dynamic_height_and_width(tmp_path, format):
     """Exported with unknown height and width, the artifact computes the relative bias in
     its graph: verified against Keras at two sizes, neither the tables' own."""
@@ -159,8 +159,9 @@ def test_any_size_models_export_with_dynamic_height_and_width(tmp_path, format):
     maxvit = build_maxvit(input_shape=(None, None, 3), base_size=BASE, **TINY_MAXVIT)
     for name, model, sizes in (("coatnet", coatnet, ((96, 64), (128, 160))),
                                ("maxvit", maxvit, ((128, 64), (64, 192)))):  # fmt: skip
+        suffix = {"onnx": ".onnx", "litert": ".tflite"}.get(format, "")
         report = export_model(
-            model, str(tmp_path / name), format=format,
+            model, str(tmp_path / name) + suffix, format=format,
             verify_inputs=[images(*size) for size in sizes],
         )  # fmt: skip
         assert report.inputs[0][1][1:3] == [None, None], report.inputs
