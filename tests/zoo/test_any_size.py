@@ -97,7 +97,7 @@ def test_maxvit_any_size_gives_the_logits_of_a_model_built_for_the_size(any_size
         )
 
 
-def test_maxvit_any_size_refuses_or_pads_sizes_off_its_windows(any_size_maxvit):
+def test_maxvit_any_size_refuses_or_pads_sizes_off_its_windows(any_size_maxvit, tmp_path):
     any_size = any_size_maxvit
     with pytest.raises(ValueError, match=r"build_maxvit: the images' height must be a multiple "
                        r"of 64 .*\(1, 96, 64, 3\).*pad_to_multiple=True"):  # fmt: skip
@@ -108,6 +108,10 @@ def test_maxvit_any_size_refuses_or_pads_sizes_off_its_windows(any_size_maxvit):
     x = images(100, 64)
     padded = np.pad(x, ((0, 0), (0, 28), (0, 0), (0, 0)))
     np.testing.assert_allclose(numpy_out(padding, x), numpy_out(any_size, padded), atol=1e-6)
+    # Saved and loaded (the route of exports from JAX and PyTorch), it still pads.
+    padding.save(tmp_path / "padding.keras")
+    loaded = keras.saving.load_model(tmp_path / "padding.keras")
+    np.testing.assert_allclose(numpy_out(loaded, x), numpy_out(padding, x), atol=1e-6)
 
 
 def test_any_size_bad_arguments():
