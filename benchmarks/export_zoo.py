@@ -1,4 +1,4 @@
-"""Exports registered zoo models to ONNX and SavedModel and records the results.
+"""Exports registered zoo models to ONNX, SavedModel and LiteRT and records the results.
 
 For every registered zoo model (or the names given), on the active Keras
 backend: creates the model, exports it with keras_posenc.export (export_seq2seq
@@ -45,7 +45,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CSV_PATH = os.path.join(HERE, "..", "docs", "data", "zoo_export.csv")
 GUIDE_PATH = os.path.join(HERE, "..", "docs", "guides", "export.md")
 TABLE_START, TABLE_END = "<!-- zoo-export-table -->", "<!-- /zoo-export-table -->"
-FORMAT_NAMES = {"onnx": "ONNX", "tf_saved_model": "SavedModel"}
+FORMAT_NAMES = {"onnx": "ONNX", "tf_saved_model": "SavedModel", "litert": "LiteRT"}
+# The artifacts' names (posenc's, cli.SUFFIXES); a SavedModel is a folder.
+SUFFIXES = {"onnx": ".onnx", "litert": ".tflite"}
 COLUMNS = (
     "name",
     "variant",
@@ -128,7 +130,9 @@ def _cell(rows: list[dict]) -> str:
 def markdown_table(rows: list[dict]) -> str:
     """The guide's table: the largest difference per model, variant and format, then
     where and when each group of rows was measured."""
+    # LiteRT has been run on the small variants only: no full-size column for it yet.
     columns = [(v, f) for v in ("small", "full") for f in ("onnx", "tf_saved_model")]
+    columns.insert(2, ("small", "litert"))
     header = ["model"] + [
         f"{'small' if v == 'small' else 'full size'}: {FORMAT_NAMES[f]}" for v, f in columns
     ]
@@ -184,8 +188,7 @@ def export_one(name: str, overrides: dict, format_name: str, folder: str) -> tup
     if isinstance(model, Seq2SeqModel):
         reports = list(export_seq2seq(model, target, format=format_name).values())
     else:
-        suffix = ".onnx" if format_name == "onnx" else ""
-        reports = [export_model(model, target + suffix, format=format_name)]
+        reports = [export_model(model, target + SUFFIXES.get(format_name, ""), format=format_name)]
     seconds = time.perf_counter() - start
     worst = max(r.max_abs_difference for r in reports)
     print(
@@ -200,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="small variants of these names (default: all)")
     parser.add_argument("--full", nargs="+", metavar="NAME", help="full-size models instead")
-    parser.add_argument("--formats", nargs="+", default=["onnx", "tf_saved_model"])
+    parser.add_argument("--formats", nargs="+", default=["onnx", "tf_saved_model", "litert"])
     parser.add_argument("--csv", default=CSV_PATH, help="the CSV to update")
     parser.add_argument("--dry-run", action="store_true", help="print, do not write the CSV")
     parser.add_argument("--guide", default=GUIDE_PATH, help="the guide whose table to update")

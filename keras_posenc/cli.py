@@ -199,11 +199,17 @@ _VERBOSE_HELP = (
 # The one naming scheme of `posenc export` and `posenc demo` (shown in their --help).
 NAMING = (
     "Outputs in --out are named after the model: NAME.keras (the Keras model, written by "
-    "demo), NAME.onnx and NAME.savedmodel/ (a SavedModel folder); a translation model is "
-    "two graphs, in NAME/: encoder.onnx, decoder_step.onnx, encoder.savedmodel/, "
-    "decoder_step.savedmodel/. Existing outputs are refused unless --overwrite."
+    "demo), NAME.onnx, NAME.savedmodel/ (a SavedModel folder) and NAME.tflite (LiteRT); a "
+    "translation model is two graphs, in NAME/: encoder.onnx, decoder_step.onnx, "
+    "encoder.savedmodel/, decoder_step.savedmodel/, encoder.tflite, decoder_step.tflite. "
+    "Existing outputs are refused unless --overwrite."
 )
-SUFFIXES = {"keras": ".keras", "onnx": ".onnx", "tf_saved_model": ".savedmodel"}
+SUFFIXES = {
+    "keras": ".keras",
+    "onnx": ".onnx",
+    "tf_saved_model": ".savedmodel",
+    "litert": ".tflite",
+}
 
 
 def output_path(out: str, name: str, format_name: str) -> str:
@@ -537,7 +543,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the artifact on random inputs and compare it with the Keras model. " + NAMING,
     )
     export.add_argument("model", help="a zoo model name (see `posenc info`) or a .keras file")
-    export.add_argument("--format", choices=("onnx", "tf_saved_model", "all"), default="all")
+    export.add_argument(
+        "--format", choices=("onnx", "tf_saved_model", "litert", "all"), default="all"
+    )
     export.add_argument("--out", required=True, help="folder for the outputs (made if missing)")
     export.add_argument(
         "--set",
@@ -568,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="create a zoo model, run it, export it to ONNX and SavedModel and verify both",
+        help="create a zoo model, run it, export it to ONNX, SavedModel and LiteRT and verify each",
         description="The main job end to end: create a zoo model (random weights), run it "
         "on generated input (greedy generation for translation models), export it to ONNX "
         "and SavedModel from the active backend and verify each artifact against Keras. "

@@ -1,4 +1,4 @@
-"""Export models to TensorFlow SavedModel and ONNX from any backend, verified.
+"""Export models to TensorFlow SavedModel, ONNX and LiteRT from any backend, verified.
 
 Keras' own ``model.export`` works on the TensorFlow backend for both formats;
 from PyTorch and JAX it is broken or incomplete with the versions this project
@@ -7,7 +7,8 @@ and fails on dynamic lengths). :func:`export_model` therefore exports on
 TensorFlow: directly when TensorFlow is the active backend, otherwise by saving
 the model as ``.keras`` and loading it in a subprocess with
 ``KERAS_BACKEND=tensorflow`` (design.md, "Export design"). It then runs the
-artifact (onnxruntime, or ``tf.saved_model.load``) on the same random inputs as
+artifact (onnxruntime, ``tf.saved_model.load``, or LiteRT's own interpreter from
+``ai_edge_litert`` for a ``.tflite`` file) on the same random inputs as
 the Keras model, at two sequence lengths when the model has dynamic axes, and
 reports the largest absolute difference. Outputs that are not finite fail the
 verification. The artifact is written to a hidden folder beside the target and
@@ -45,7 +46,7 @@ import numpy as np
 
 from keras_posenc.layers._checks import check_non_negative_number, excerpt
 
-FORMATS = ("onnx", "tf_saved_model")
+FORMATS = ("onnx", "tf_saved_model", "litert")
 ROUTES = ("tensorflow", "native")
 
 # tf2onnx holds the whole graph, weights included, several times over while it
@@ -63,6 +64,8 @@ _NATIVE_OPSET = 17
 EXPORTER_PACKAGES: dict[str, tuple[str, ...]] = {
     "tf_saved_model": ("tensorflow",),
     "onnx": ("tensorflow", "tf2onnx", "onnx", "onnxruntime"),
+    # Keras' own LiteRT exporter (TensorFlow's converter); ai_edge_litert runs the file.
+    "litert": ("tensorflow", "ai_edge_litert"),
 }
 
 # Sizes given to axes that are None in the model's inputs when verifying: batch,
@@ -115,7 +118,7 @@ def exporter_status() -> dict[str, list[PackageStatus]]:
 
         >>> status = exporter_status()
         >>> sorted(status)
-        ['onnx', 'tf_saved_model']
+        ['litert', 'onnx', 'tf_saved_model']
     """
     cache: dict[str, PackageStatus] = {}
     report = {}
@@ -129,7 +132,7 @@ class ExportReport:
     """What :func:`export_model` did and measured.
 
     Attributes:
-        format: ``"onnx"`` or ``"tf_saved_model"``.
+        format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
         path: where the artifact was written.
         route: how it was exported, e.g. ``"tensorflow (direct)"`` or
             ``"tensorflow subprocess from torch"``.
@@ -205,7 +208,7 @@ def export_model(
         path: the ``.onnx`` file or the SavedModel directory to write; its
             parent folders are created. If something is there already (an
             empty folder does not count), ``overwrite=True`` is needed.
-        format: ``"onnx"`` or ``"tf_saved_model"``.
+        format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
         verify: run the artifact and the Keras model on the same random inputs
             (batch 2, and sequence lengths 7 and 11 for dynamic axes) and compare.
             An output with NaN or Inf values, in the model or the artifact,
@@ -311,8 +314,12 @@ def export_model(
     specs = _input_specs(model, input_signature)
     outputs = None
     if not model.built or not getattr(model, "_called", True):
+        # The caller's inputs where given: a model may accept only some sizes (an
+        # any-size MaxViT: multiples of its windows), which the default length misses.
         outputs = model(
-            _sample_inputs(specs, _VERIFY_LENGTHS[0], np.random.default_rng(0), zeros=True)
+            verify_inputs[0]
+            if verify_inputs
+            else _sample_inputs(specs, _VERIFY_LENGTHS[0], np.random.default_rng(0), zeros=True)
         )
     names, output_names = _names(model, specs, input_names, output_names, "export_model", outputs)
     specs = [{**spec, "name": name} for spec, name in zip(specs, names)]
@@ -705,7 +712,7 @@ def export_seq2seq(
         model: a :class:`~keras_posenc.zoo.seq2seq.Seq2SeqModel`.
         directory: folder for ``encoder`` and ``decoder_step`` (``.onnx`` files
             or ``.savedmodel`` SavedModel folders).
-        format: ``"onnx"`` or ``"tf_saved_model"``.
+        format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
         verify: verify each graph as :func:`export_model` does, on real
             decoding inputs: sources of two lengths (one row padded), their
             encoder states, and the cache after the ``bos`` step. Random-normal
@@ -781,7 +788,7 @@ def export_language_model(
     Args:
         model: a :class:`~keras_posenc.zoo.language_model.LanguageModel`.
         directory: folder for ``decoder_step`` (``.onnx`` or ``.savedmodel``).
-        format: ``"onnx"`` or ``"tf_saved_model"``.
+        format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
         verify: verify the graph as :func:`export_model` does, on the cache that
             decoding random prompts of two lengths leaves.
         atol: the verification tolerance's absolute part.
@@ -854,7 +861,8 @@ def _export_graphs(
     ``directory/name`` with its ``names[name] = (inputs, outputs)``, all or none: they
     are written to a temporary folder and moved in once every graph has verified."""
     directory = os.fspath(directory)
-    suffix = ".onnx" if format == "onnx" else ".savedmodel"  # posenc's naming (cli.NAMING)
+    # posenc's naming (cli.SUFFIXES)
+    suffix = {"onnx": ".onnx", "litert": ".tflite"}.get(format, ".savedmodel")
     targets = [os.path.join(directory, name + suffix) for name in graphs]
     for target in targets:
         _check_target(target, overwrite, who)
@@ -1036,6 +1044,13 @@ def _export_on_tensorflow(
     signature = [keras.InputSpec(shape=s["shape"], dtype=s["dtype"], name=s["name"]) for s in specs]
     signature = [signature] if len(signature) > 1 else signature
     named = _NamedOutputs(model, output_names)
+    if format == "litert":
+        # Keras' LiteRT exporter insists on a ".tflite" name; the staged path may differ.
+        with tempfile.TemporaryDirectory() as folder:
+            flat = os.path.join(folder, "model.tflite")
+            named.export(flat, format=format, verbose=False, input_signature=signature)
+            shutil.move(flat, path)
+        return _describe_artifact(path, format, [s["name"] for s in specs], output_names)
     named.export(path, format=format, verbose=False, input_signature=signature)
     if format == "onnx":
         _order_onnx_outputs(path, output_names)
@@ -1057,6 +1072,15 @@ def _order_onnx_outputs(path: str, names: list[str]) -> None:
     del proto.graph.output[:]
     proto.graph.output.extend(ordered)
     onnx.save(proto, path)
+
+
+def _litert_runner(path: str) -> Any:
+    """The ``serving_default`` signature of a LiteRT file, run by ai_edge_litert's
+    interpreter (LiteRT's own runtime, what a phone runs, not TensorFlow's)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path)
+    return interpreter.get_signature_runner("serving_default")
 
 
 def _describe_artifact(
@@ -1083,6 +1107,21 @@ def _describe_artifact(
             "inputs": describe(session.get_inputs()),
             "outputs": describe(session.get_outputs()),
             "opset": int(opset),
+        }
+    if format == "litert":
+        runner = _litert_runner(path)
+
+        def describe_litert(values: dict, names: list[str]) -> list:
+            order = [n for n in names if n in values] + sorted(set(values) - set(names))
+            return [
+                [k, [None if d < 0 else int(d) for d in values[k]["shape_signature"]],
+                 np.dtype(values[k]["dtype"]).name]
+                for k in order
+            ]  # fmt: skip
+
+        return {
+            "inputs": describe_litert(runner.get_input_details(), input_names),
+            "outputs": describe_litert(runner.get_output_details(), output_names),
         }
     import tensorflow as tf
 
@@ -1293,6 +1332,10 @@ def _run_artifact(report: ExportReport, inputs: Any) -> list[np.ndarray]:
 
         session = onnxruntime.InferenceSession(report.path, providers=["CPUExecutionProvider"])
         return [np.asarray(x) for x in session.run(outputs, feed)]
+    if report.format == "litert":
+        # The signature runner resizes its inputs to the arrays given (dynamic axes).
+        results = _litert_runner(report.path)(**feed)
+        return [np.asarray(results[name]) for name in outputs]
     import tensorflow as tf
 
     function = tf.saved_model.load(report.path).signatures["serving_default"]

@@ -141,7 +141,9 @@ def test_output_names_follow_one_scheme():
     assert cli.output_path("out", "m", "keras") == os.path.join("out", "m.keras")
     assert cli.output_path("out", "m", "onnx") == os.path.join("out", "m.onnx")
     assert cli.output_path("out", "m", "tf_saved_model") == os.path.join("out", "m.savedmodel")
-    for word in ("NAME.keras", "NAME.onnx", "NAME.savedmodel/", "decoder_step.savedmodel/"):
+    assert cli.output_path("out", "m", "litert") == os.path.join("out", "m.tflite")
+    for word in ("NAME.keras", "NAME.onnx", "NAME.savedmodel/", "NAME.tflite",
+                 "decoder_step.savedmodel/", "decoder_step.tflite"):  # fmt: skip
         assert word in cli.NAMING
     parser = cli.build_parser()
     subcommands = next(a for a in parser._actions if a.dest == "command").choices
@@ -168,6 +170,7 @@ def test_demo_saves_the_keras_file_and_names_outputs_by_the_scheme(tmp_path, cap
         "test_cli_demo_tiny.keras",
         "test_cli_demo_tiny.onnx",
         "test_cli_demo_tiny.savedmodel",
+        "test_cli_demo_tiny.tflite",
     ]
     loaded = keras.saving.load_model(tmp_path / "test_cli_demo_tiny.keras")
     assert loaded.output_shape == (None, None, 3)

@@ -124,12 +124,14 @@ def test_every_public_layer_exports(tmp_path, format):
     assert names(report.outputs) == ["sequence_features", "image_features"]
 
 
-@pytest.mark.parametrize("format", ["onnx", "tf_saved_model"])
+@pytest.mark.parametrize("format", ["onnx", "tf_saved_model", "litert"])
 def test_export_and_verify_at_two_lengths(tmp_path, format):
     # Outputs returned in a dict are named after its keys.
     model = relative_model()
     model = keras.Model(model.inputs[0], {"encoded": model.outputs[0]})
-    path = os.path.join(tmp_path, "model.onnx" if format == "onnx" else "saved")
+    path = os.path.join(
+        tmp_path, {"onnx": "model.onnx", "litert": "model.tflite"}.get(format, "saved")
+    )
     report = export_model(model, path, format=format)
     assert names(report.inputs) == ["tokens"] and names(report.outputs) == ["encoded"]
     assert report.max_abs_difference is not None and report.max_abs_difference <= 1e-4
@@ -389,15 +391,17 @@ def test_demo_command_creates_runs_exports_and_verifies(tmp_path, capsys):
     )
     text = capsys.readouterr().out
     assert "created convs2s_small" in text and "greedy search" in text
-    assert text.count("max |difference|") == 4  # encoder and decoder step, two formats
+    assert text.count("max |difference|") == 6  # encoder and decoder step, three formats
     assert "every artifact verified" in text
     # The naming scheme (cli.NAMING): NAME.keras, the two graphs in NAME/.
     assert sorted(os.listdir(out)) == ["convs2s_small", "convs2s_small.keras"]
     assert sorted(os.listdir(os.path.join(out, "convs2s_small"))) == [
         "decoder_step.onnx",
         "decoder_step.savedmodel",
+        "decoder_step.tflite",
         "encoder.onnx",
         "encoder.savedmodel",
+        "encoder.tflite",
     ]
     assert "saved it as " + os.path.join(out, "convs2s_small.keras") in text
 
@@ -411,9 +415,10 @@ def test_demo_command_on_an_image_model(tmp_path, capsys):
     assert main(["demo", "coatnet_0", *arguments, "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "ran it on random inputs ((2, 32, 32, 3)): outputs (2, 1000)" in text
-    assert text.count("max |difference|") == 2
+    assert text.count("max |difference|") == 3
     assert sorted(os.listdir(tmp_path)) == [
         "coatnet_0.keras",
         "coatnet_0.onnx",
         "coatnet_0.savedmodel",
+        "coatnet_0.tflite",
     ]

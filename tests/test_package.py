@@ -25,7 +25,7 @@ def test_info_reports_versions_backend_exporters_and_zoo():
     text = "\n".join(lines)
     assert f"keras         {keras.__version__}" in lines
     assert f"backend       {keras.backend.backend()}" in text
-    assert "export tf_saved_model" in text and "export onnx" in text
+    assert "export tf_saved_model" in text and "export onnx" in text and "export litert" in text
     assert f"zoo models    {len(zoo.list_models())}" in text
 
 
@@ -99,13 +99,14 @@ def test_cli_export_zoo_name_with_overrides(tmp_path, capsys):
     assert "max |difference|" in out and "[None, None, 5]" in out
 
 
-def test_cli_export_keras_file_both_formats(tmp_path, capsys):
+def test_cli_export_keras_file_every_format(tmp_path, capsys):
     path = tmp_path / "tiny.keras"
     _build_tiny().save(path)
     assert cli.main(["export", str(path), "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "tiny.onnx").exists()
     assert (tmp_path / "out" / "tiny.savedmodel" / "saved_model.pb").exists()
-    assert capsys.readouterr().out.count("max |difference|") == 2
+    assert (tmp_path / "out" / "tiny.tflite").is_file()
+    assert capsys.readouterr().out.count("max |difference|") == 3
 
 
 def test_cli_export_errors_are_reported_not_raised(tmp_path, capsys):

@@ -97,7 +97,7 @@ def test_card_counts_equal_the_models(name):
     check_count(name, load_hook().card_entries(repository())[name])
 
 
-HEADER = "| model | parameters | paper | input | ONNX | SavedModel | speed |"
+HEADER = "| model | parameters | paper | input | ONNX | SavedModel | LiteRT | speed |"
 
 
 def table_rows(table):
@@ -116,11 +116,11 @@ def test_table_has_one_line_per_registered_model(hook, cards):
     names = [cells[0].split('nowrap">')[1].split("<")[0] for cells in rows]
     assert names == zoo.list_models()
     for name, cells in zip(names, rows, strict=True):
-        # One line of seven cells: a name linking to its card, short counts, short marks.
-        assert len(cells) == 7 and "<br>" not in "".join(cells), (name, cells)
+        # One line of eight cells: a name linking to its card, short counts, short marks.
+        assert len(cells) == 8 and "<br>" not in "".join(cells), (name, cells)
         family = zoo.get_spec(name).family
         assert f"](zoo/{family}.md)" in cells[0], (name, cells[0])
-        for mark in cells[4:6]:
+        for mark in cells[4:7]:
             assert hook.EXPORT_STATUS in mark or mark == "–", (name, mark)
     by_name = dict(zip(names, rows, strict=True))
     coatnet_0, coatnet_1 = by_name["coatnet_0"], by_name["coatnet_1"]
@@ -134,7 +134,7 @@ def test_table_has_one_line_per_registered_model(hook, cards):
 
 def test_table_without_export_runs(hook, cards):
     table = hook.render_table(hook.registry(), cards, [])
-    assert all(cells[4:6] == ["–", "–"] for cells in table_rows(table))
+    assert all(cells[4:7] == ["–", "–", "–"] for cells in table_rows(table))
     assert "Export: no run recorded yet" in table
 
 
@@ -207,6 +207,7 @@ def test_rows_render_counts_paper_export_and_speed(hook):
         export_row("a_net", "small", "onnx", "tensorflow", "8.6e-07"),
         export_row("a_net", "small", "onnx", "jax", "1.0e-06"),
         export_row("a_net", "small", "tf_saved_model", "torch", "failed: ValueError: x"),
+        export_row("a_net", "small", "litert", "tensorflow", "5e-07"),
         export_row("other", "full", "onnx", "tensorflow", "1e-3"),  # not registered: ignored
     ]
     table = hook.render_table(MODELS, cards, exports)
@@ -221,6 +222,7 @@ def test_rows_render_counts_paper_export_and_speed(hook):
         "images",
         f'[<span title="full: not run; small: TF, JAX, max diff 1.0e-06">small</span>]({status})',
         f'[<span title="full: not run; small: failed from PyTorch">✗</span>]({status})',
+        f'[<span title="full: not run; small: TF, max diff 5.0e-07">small</span>]({status})',
         "[3 images/s](benchmarks.md#x) <sup>1</sup>",
     ]
     assert b_row == [
@@ -228,6 +230,7 @@ def test_rows_render_counts_paper_export_and_speed(hook):
         '<span title="2,345,678; vocab_size=10">2.3M†</span>',
         "–",
         "token \\| ids",
+        "–",
         "–",
         "–",
         "5 steps/s <sup>2</sup>",

@@ -59,7 +59,12 @@ ENTRY_FIELDS = {
     "speed": (False, "null (not measured) or {value, setting, page}"),
 }
 SPEED_FIELDS = ("value", "setting", "page")
-FORMAT_NAMES = {"onnx": "ONNX", "tf_saved_model": "SavedModel", "saved_model": "SavedModel"}
+FORMAT_NAMES = {
+    "onnx": "ONNX",
+    "tf_saved_model": "SavedModel",
+    "saved_model": "SavedModel",
+    "litert": "LiteRT",
+}
 BACKEND_NAMES = {"tensorflow": "TF", "jax": "JAX", "torch": "PyTorch"}
 _FRONT_MATTER = re.compile(r"\A---\n(.*?)^---[ \t]*$", re.DOTALL | re.MULTILINE)
 
@@ -195,7 +200,11 @@ def registry(root: str | os.PathLike | None = None) -> list[dict[str, Any]]:
 EXPORT_STATUS = "guides/export.md#zoo-export-status"
 # The table's formats, in column order (benchmarks/export_zoo.py writes SavedModel as
 # "tf_saved_model"; "saved_model" is accepted too).
-FORMAT_COLUMNS = (("ONNX", ("onnx",)), ("SavedModel", ("tf_saved_model", "saved_model")))
+FORMAT_COLUMNS = (
+    ("ONNX", ("onnx",)),
+    ("SavedModel", ("tf_saved_model", "saved_model")),
+    ("LiteRT", ("litert",)),
+)
 TRAINABLE_MARK = "*"
 OVERRIDES_MARK = "†"
 
@@ -343,7 +352,7 @@ def render_table(
     header += [name for name, _ in FORMAT_COLUMNS] + ["speed"]
     lines = [
         "| " + " | ".join(header) + " |",
-        "|---|--:|--:|---|:-:|:-:|---|",
+        "|---|--:|--:|---|" + ":-:|" * len(FORMAT_COLUMNS) + "---|",
     ]
     notes: list[str] = []
     for model in models:

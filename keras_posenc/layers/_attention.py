@@ -353,9 +353,10 @@ def attend(
             output = output + value_term(dropped)
         del dropped
     if row_valid is not None:
-        output = ops.where(row_valid[:, :, None, None], output, ops.zeros((), output.dtype))
+        # expand_dims, not [:, :, None, None]: LiteRT has no builtin for a slice adding axes.
+        output = ops.where(ops.expand_dims(row_valid, (2, 3)), output, ops.zeros((), output.dtype))
         if probabilities is not None:
-            probabilities = ops.where(row_valid[:, None, :, None], probabilities, 0.0)
+            probabilities = ops.where(ops.expand_dims(row_valid, (1, 3)), probabilities, 0.0)
     return output, probabilities
 
 

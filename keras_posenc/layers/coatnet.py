@@ -27,7 +27,11 @@ from keras_posenc.layers._checks import (
     check_rate,
 )
 from keras_posenc.layers.position_biases import ContinuousPositionBias2D
-from keras_posenc.layers.relative_position_2d import RelativePositionBias2D, grid_size
+from keras_posenc.layers.relative_position_2d import (
+    RelativePositionBias2D,
+    grid_size,
+    is_static_size,
+)
 
 STRIDE_ON = ("expand", "depthwise", "pool")
 #: The downsampling pools: 2 x 2 stride-2 max or average, or ``"max3"``, a 3 x 3 stride-2
@@ -186,9 +190,12 @@ def _partition(who: str, partition: Any, size: Any) -> tuple[str | None, tuple |
 
 
 def _check_partition(who: str, shape: tuple, size: tuple[int, int], filters: int) -> None:
-    """A map that partitioned attention can cut into whole windows, at the block's width."""
+    """A map that partitioned attention can cut into whole windows, at the block's width.
+
+    Sides unknown (None) are checked when the block is called with a known size.
+    """
     height, width, channels = shape[1], shape[2], shape[3]
-    if height % size[0] or width % size[1]:
+    if (height is not None and height % size[0]) or (width is not None and width % size[1]):
         raise ValueError(
             f"{who}: the map's height and width must be multiples of "
             f"partition_size={size}; received input shape {shape}"
@@ -200,6 +207,17 @@ def _check_partition(who: str, shape: tuple, size: tuple[int, int], filters: int
         )
 
 
+def _spatial_size(x: Any) -> tuple[Any, Any]:
+    """A map's ``(height, width)``: Python ints where the shape is known, else scalar
+    tensors (a model built for images of any size, traced with unknown sides)."""
+    height, width = x.shape[1], x.shape[2]
+    if height is None or width is None:
+        dynamic = ops.shape(x)
+        height = dynamic[1] if height is None else height
+        width = dynamic[2] if width is None else width
+    return height, width
+
+
 def partition_windows(x: Any, partition: str, size: tuple[int, int]) -> Any:
     """A ``(batch, H, W, C)`` map as ``(batch * windows, size[0], size[1], C)`` windows.
 
@@ -207,8 +225,9 @@ def partition_windows(x: Any, partition: str, size: tuple[int, int]) -> Any:
     ``"grid"``: window ``(p, q)`` holds the cells ``(a * H / size[0] + p, b * W / size[1]
     + q)``, a ``size`` grid spread over the whole map (its grid attention). Windows are
     ordered row-major over the map, as timm's ``window_partition`` / ``grid_partition``.
+    ``H`` and ``W`` may be unknown until the call.
     """
-    height, width, channels = x.shape[1], x.shape[2], x.shape[3]
+    (height, width), channels = _spatial_size(x), x.shape[3]
     rows, cols = size
     if partition == "block":
         x = ops.reshape(x, (-1, height // rows, rows, width // cols, cols, channels))
@@ -739,9 +758,12 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
     The bias table is sized at build time for the (pooled) map,
     ``(heads, 2h - 1, 2w - 1)``; weights saved from a block built at another size
     load with the table resized bilinearly (CoAtNet's fine-tuning at a higher
-    resolution). Called on a map of another static size than it was built for,
-    the block resizes the table inside the call. The spatial size must be known
-    (static) when the block is built.
+    resolution). Called on a map of another size than it was built for, the block
+    resizes the table inside the call. To build it for maps of any size (height
+    and width None), give ``bias_size``, the grid the table is sized for: each
+    call then resizes the table to the map it sees (in the graph, when the size
+    is known at run time only). With ``partition`` the table covers one window,
+    whatever the map's size.
 
     Args:
         filters: output channels, a positive multiple of ``head_dim``.
@@ -787,6 +809,11 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             whose sides are multiples of ``partition_size``.
         partition_size: the windows' ``(height, width)`` (or one int) with
             ``partition``; must be None without it.
+        bias_size: the (pooled) grid ``(height, width)`` (or one int) the
+            relative bias is sized for, without ``partition``; default None: the
+            map's size at build, which must then be known. Maps of other sizes
+            resize the table bilinearly in the call (an MLP bias is evaluated
+            for them).
         **kwargs: base layer arguments (``name``, ``dtype``, ``trainable``).
 
     Call arguments:
@@ -840,10 +867,20 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         norm_momentum: float = 0.99,
         partition: str | None = None,
         partition_size: int | tuple[int, int] | None = None,
+        bias_size: int | tuple[int, int] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         who = self._who()
+        if bias_size is not None:
+            if partition is not None:
+                raise ValueError(
+                    f"{who}: `bias_size` is for attention over the whole map; with "
+                    f"partition={partition!r} the bias covers one window of partition_size. "
+                    f"Received bias_size={bias_size!r}"
+                )
+            bias_size = grid_size(bias_size, who, "bias_size")
+        self.bias_size = bias_size
         self.position_bias = check_choice(who, "position_bias", position_bias, POSITION_BIASES)
         self.position_bias_dim = check_int(who, "position_bias_dim", position_bias_dim, 1)
         self.position_bias_dropout = check_rate(who, "position_bias_dropout", position_bias_dropout)
@@ -918,10 +955,11 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
     def build(self, input_shape: Any) -> None:
         shape = _check_feature_map(input_shape, self._who())
         batch, height, width, channels = shape
-        if height is None or width is None:
+        if (height is None or width is None) and self.partition is None and not self.bias_size:
             raise ValueError(
                 f"{self._who()}: the spatial size must be known when the block is built "
-                f"(it sizes the relative position table); received input shape {shape}"
+                f"(it sizes the relative position table), or `bias_size` given (the grid "
+                f"the table is sized for, resized at each call); received input shape {shape}"
             )
         channels = int(channels)
         if self.partition is not None:
@@ -944,7 +982,7 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             self.attention_pool.build(shape)
         grid = (_downsampled(height, self.strides), _downsampled(width, self.strides))
         # The positions that attend to each other: the map, or one window of it.
-        window = grid if self.partition is None else self.partition_size
+        window = self.partition_size or self.bias_size or grid
         if self.position_bias == "mlp":
             self.relative_bias = ContinuousPositionBias2D(
                 self.num_heads,
@@ -976,12 +1014,16 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         self.ffn_output.build((batch, *grid, self.expansion_rate * self.filters))
 
     def _attention(self, x: Any, training: bool | None = None) -> Any:
-        height, width = x.shape[1], x.shape[2]
+        height, width = _spatial_size(x)
         positions = height * width
         qkv = self.qkv_dense(ops.reshape(x, (-1, positions, x.shape[-1])))
         qkv = ops.reshape(qkv, (-1, positions, 3, self.num_heads, self.head_dim))
         query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        size = None if (height, width) == self.relative_bias.size else (height, width)
+        if not is_static_size((height, width)):
+            # Both sides as tensors: Keras refuses a call argument mixing the two.
+            size = tuple(ops.convert_to_tensor(side, "int32") for side in (height, width))
+        else:
+            size = None if (height, width) == self.relative_bias.size else (height, width)
         if self.position_bias == "mlp":
             bias = self.relative_bias(size=size, training=training)
         else:
@@ -1001,7 +1043,9 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         """Attention within the windows of ``self.partition`` (or over the whole map)."""
         if self.partition is None:
             return self._attention(x, training)
-        height, width = x.shape[1], x.shape[2]
+        # A map of unknown size at build is checked here, once its size is known.
+        _check_partition(self._who(), tuple(x.shape), self.partition_size, self.filters)
+        height, width = _spatial_size(x)
         windows = partition_windows(x, self.partition, self.partition_size)
         windows = self._attention(windows, training)
         return merge_windows(windows, self.partition, self.partition_size, (height, width))
@@ -1050,5 +1094,6 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             norm_momentum=self.norm_momentum,
             partition=self.partition,
             partition_size=None if self.partition_size is None else list(self.partition_size),
+            bias_size=None if self.bias_size is None else list(self.bias_size),
         )
         return config

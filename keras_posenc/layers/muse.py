@@ -363,7 +363,8 @@ class MUSEAttention(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         length = ops.shape(x)[1]
         attention_mask = None
         if mask is not None:
-            attention_mask = mask[:, None, :]  # (batch, 1, keys)
+            # expand_dims, not mask[:, None]: LiteRT has no builtin for a slice adding an axis.
+            attention_mask = ops.expand_dims(mask, 1)  # (batch, 1, keys)
             # Padded values are zeroed for the convolutions (a select, so a NaN
             # there is gone too); attention excludes padded keys anyway.
             v = _attention.zero_invalid(v, mask)
@@ -600,7 +601,8 @@ class _CrossAttention(keras.layers.Layer):
         q = self.query_dense(query)
         k = ops.cast(key_values[:, 0], q.dtype)
         v = ops.cast(key_values[:, 1], q.dtype)
-        mask = None if source_mask is None else source_mask[:, None, :]  # (batch, 1, source)
+        # (batch, 1, source); expand_dims, as above, for LiteRT.
+        mask = None if source_mask is None else ops.expand_dims(source_mask, 1)
         return self.output_dense(_attend_heads(self, q, k, v, mask, training))
 
 

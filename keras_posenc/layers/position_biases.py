@@ -46,7 +46,13 @@ from keras_posenc.layers._checks import (
 )
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers.position_schemes import PositionScheme
-from keras_posenc.layers.relative_position_2d import grid_size, relative_index_2d
+from keras_posenc.layers.relative_position_2d import (
+    call_size,
+    grid_size,
+    is_static_size,
+    relative_index_2d,
+    relative_index_2d_tensor,
+)
 
 __all__ = [
     "ALiBi",
@@ -209,8 +215,11 @@ def log_coordinates(offsets: Any, mode: str, window: Any = None) -> Any:
     """
     x = ops.cast(offsets, "float32")
     if mode == "swin":
-        scale = np.asarray(window, "float32") - 1.0
-        x = x / ops.convert_to_tensor(scale) * 8.0
+        if is_static_size(window):
+            scale = ops.convert_to_tensor(np.asarray(window, "float32") - 1.0)
+        else:  # a window known at run time only (a grid of unknown size)
+            scale = ops.stack([ops.cast(side, "float32") for side in window]) - 1.0
+        x = x / scale * 8.0
         return ops.sign(x) * ops.log2(1.0 + ops.abs(x)) / math.log2(8.0)
     return ops.sign(x) * _log1p(ops.abs(x))
 
@@ -551,8 +560,9 @@ class ContinuousPositionBias2D(keras.layers.Layer):
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
-        size: optional grid ``(height, width)`` (Python ints) instead of the
-            constructor's ``size``.
+        size: optional grid ``(height, width)`` instead of the constructor's
+            ``size``: Python ints, or scalar tensors for a size known at run time
+            only (the offsets and the index are then computed in the graph).
         training: whether dropout is active.
 
     Returns:
@@ -605,12 +615,12 @@ class ContinuousPositionBias2D(keras.layers.Layer):
     def _who(self) -> str:
         return f"{type(self).__name__} '{self.name}'"
 
-    def _window(self, height: int, width: int) -> tuple | None:
+    def _window(self, height: Any, width: Any) -> tuple | None:
         """``"swin"``: the grid whose ``size - 1`` normalises the offsets; else None."""
         if self.mode != "swin":
             return None
         window = self.pretrained_size or (height, width)
-        if 1 in window:
+        if is_static_size(window) and 1 in window:
             raise ValueError(
                 f"{self._who()}: mode='swin' divides the offsets by size - 1, so every side "
                 f"must be >= 2; got size={(height, width)}, "
@@ -623,15 +633,24 @@ class ContinuousPositionBias2D(keras.layers.Layer):
             self, "mlp", (2, self.hidden_dim, self.num_heads), output_bias=self.mode != "swin"
         )
 
-    def offsets_table(self, height: int, width: int) -> np.ndarray:
-        """The ``((2H - 1) * (2W - 1), 2)`` offsets ``(rows, columns)``, row-major."""
-        rows = np.arange(-(height - 1), height, dtype="float32")
-        cols = np.arange(-(width - 1), width, dtype="float32")
-        grid = np.stack(np.meshgrid(rows, cols, indexing="ij"), axis=-1)
-        return grid.reshape(-1, 2)
+    def offsets_table(self, height: Any, width: Any) -> Any:
+        """The ``((2H - 1) * (2W - 1), 2)`` offsets ``(rows, columns)``, row-major.
+
+        A numpy array for int sides; for sides known at run time only (tensors),
+        the same values computed in the graph.
+        """
+        if is_static_size((height, width)):
+            rows = np.arange(-(height - 1), height, dtype="float32")
+            cols = np.arange(-(width - 1), width, dtype="float32")
+            grid = np.stack(np.meshgrid(rows, cols, indexing="ij"), axis=-1)
+            return grid.reshape(-1, 2)
+        rows = ops.cast(ops.arange(2 * height - 1) - (height - 1), "float32")
+        cols = ops.cast(ops.arange(2 * width - 1) - (width - 1), "float32")
+        grid = ops.stack(ops.meshgrid(rows, cols, indexing="ij"), axis=-1)
+        return ops.reshape(grid, (-1, 2))
 
     def call(self, size: Any = None, training: Any = None) -> Any:
-        height, width = self.size if size is None else grid_size(size, self._who(), "size")
+        height, width = call_size(size, self.size, self._who())
         window = self._window(height, width)
         inputs = log_coordinates(self.offsets_table(height, width), self.mode, window)
         hidden = _mlp_hidden(self.mlp_weights, "mlp", inputs)
@@ -639,7 +658,10 @@ class ContinuousPositionBias2D(keras.layers.Layer):
         table = _mlp_output(self.mlp_weights, "mlp", hidden)  # (offsets, heads)
         if self.mode == "swin":
             table = 16.0 * ops.sigmoid(table)
-        index = ops.convert_to_tensor(relative_index_2d(height, width).reshape(-1), "int32")
+        if is_static_size((height, width)):
+            index = ops.convert_to_tensor(relative_index_2d(height, width).reshape(-1), "int32")
+        else:
+            index = relative_index_2d_tensor(height, width)
         bias = ops.take(ops.transpose(table), index, axis=1)
         positions = height * width
         bias = ops.reshape(bias, (1, self.num_heads, positions, positions))

@@ -74,6 +74,54 @@ def bilinear_matrix(in_size: int, out_size: int) -> np.ndarray:
     return matrix
 
 
+def is_static_size(size: Any) -> bool:
+    """Whether ``size`` holds Python ints only (not tensors of a size known at run time)."""
+    return all(isinstance(v, int | np.integer) for v in size)
+
+
+def relative_index_2d_tensor(height: Any, width: Any) -> Any:
+    """:func:`relative_index_2d` for a grid whose sides are tensors (known at run time).
+
+    The same entries, computed with ``keras.ops`` in the graph, flattened to
+    ``(H * W * H * W,)``: what a model built for images of any size needs when the
+    map's size is unknown until the call (a traced graph, an exported artifact).
+    Tested equal to :func:`relative_index_2d` (tests/layers/test_relative_position_2d.py).
+    """
+    rows, cols = ops.meshgrid(ops.arange(height), ops.arange(width), indexing="ij")
+    rows, cols = ops.reshape(rows, (-1,)), ops.reshape(cols, (-1,))
+    row_offset = ops.expand_dims(rows, 1) - ops.expand_dims(rows, 0) + height - 1
+    col_offset = ops.expand_dims(cols, 1) - ops.expand_dims(cols, 0) + width - 1
+    index = row_offset * (2 * width - 1) + col_offset
+    return ops.reshape(ops.cast(index, "int32"), (-1,))
+
+
+def bilinear_matrix_tensor(in_size: int, out_size: Any) -> Any:
+    """:func:`bilinear_matrix` (float32) for an ``out_size`` known at run time.
+
+    The same half-pixel sampling, clamped as torch clamps, written with
+    ``keras.ops`` (a row of weights per output sample, as two one-hot rows).
+    """
+    out_size = ops.cast(out_size, "float32")
+    source = (ops.cast(ops.arange(out_size), "float32") + 0.5) * (in_size / out_size) - 0.5
+    source = ops.maximum(source, 0.0)
+    lower = ops.minimum(ops.floor(source), in_size - 1.0)
+    upper = ops.minimum(lower + 1.0, in_size - 1.0)
+    fraction = ops.expand_dims(source - lower, 1)
+    lower_rows = ops.one_hot(ops.cast(lower, "int32"), in_size, dtype="float32")
+    upper_rows = ops.one_hot(ops.cast(upper, "int32"), in_size, dtype="float32")
+    return lower_rows * (1.0 - fraction) + upper_rows * fraction
+
+
+def call_size(size: Any, default: tuple[int, int], who: str) -> tuple[Any, Any]:
+    """The ``(height, width)`` a 2D bias is called for: ``default`` for None, a checked
+    pair of ints, or a pair holding scalar tensors (a size known at run time only)."""
+    if size is None:
+        return default
+    if isinstance(size, tuple | list) and len(size) == 2 and not is_static_size(size):
+        return tuple(size)
+    return grid_size(size, who, "size")
+
+
 def _resize_table(table: Any, size: Any, who: str, num_heads: int | None = None) -> np.ndarray:
     """Validate ``table`` (heads, 2H-1, 2W-1) and resize it bilinearly for grid ``size``."""
     height, width = grid_size(size, who, "size")
@@ -140,10 +188,14 @@ class RelativePositionBias2D(keras.layers.Layer):
     input to build from; a model that holds it saves and loads like any other.
 
     Call arguments:
-        size: optional grid ``(height, width)`` (Python ints) to produce the bias
-            for instead of the constructor's ``size``; the table is then
-            resized bilinearly inside the call (differentiably). Default: the
-            constructor's size, with the table used as is.
+        size: optional grid ``(height, width)`` to produce the bias for instead
+            of the constructor's ``size``; the table is then resized bilinearly
+            inside the call (differentiably). Python ints, or scalar tensors when
+            the size is known at run time only (a model built for images of any
+            size, traced or exported with unknown height and width): the
+            interpolation weights and the index are then computed in the graph,
+            with the same numbers. Default: the constructor's size, with the
+            table used as is.
 
     Returns:
         The bias, shape ``(1, num_heads, height * width, height * width)``, in the
@@ -249,8 +301,10 @@ class RelativePositionBias2D(keras.layers.Layer):
         return self._index_cache[key]
 
     def call(self, size: int | tuple[int, int] | None = None) -> Any:
-        height, width = self.size if size is None else grid_size(size, self._who(), "size")
+        height, width = call_size(size, self.size, self._who())
         table = ops.cast(self.table, self.compute_dtype)
+        if not is_static_size((height, width)):
+            return self._dynamic_bias(table, height, width)
         if (height, width) != self.size:
             rows, cols = _table_shape(height, width)
             row_matrix = bilinear_matrix(table.shape[1], rows).astype("float32")
@@ -261,6 +315,18 @@ class RelativePositionBias2D(keras.layers.Layer):
         flat = ops.reshape(table, (self.num_heads, -1))
         index = ops.convert_to_tensor(self._index(height, width), dtype="int32")
         bias = ops.take(flat, index, axis=1)
+        positions = height * width
+        return ops.reshape(bias, (1, self.num_heads, positions, positions))
+
+    def _dynamic_bias(self, table: Any, height: Any, width: Any) -> Any:
+        """The bias for a grid whose sides are tensors: the table resized in the graph
+        (even where the size turns out equal: interpolating to the same size is exact)."""
+        rows = bilinear_matrix_tensor(table.shape[1], 2 * height - 1)
+        cols = bilinear_matrix_tensor(table.shape[2], 2 * width - 1)
+        table = ops.matmul(ops.cast(rows, self.compute_dtype), table)
+        table = ops.matmul(table, ops.transpose(ops.cast(cols, self.compute_dtype)))
+        flat = ops.reshape(table, (self.num_heads, -1))
+        bias = ops.take(flat, relative_index_2d_tensor(height, width), axis=1)
         positions = height * width
         return ops.reshape(bias, (1, self.num_heads, positions, positions))
 

@@ -49,6 +49,7 @@ from keras_posenc.layers._checks import (
 )
 from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
+from keras_posenc.layers.relative_position_2d import grid_size
 from keras_posenc.zoo.registry import register_model
 
 _WHO = "build_coatnet"
@@ -60,7 +61,7 @@ HEAD_NORMS = ("layer", "batch")
 # Block arguments build_coatnet sets itself (not allowed in conv/transformer_options).
 _SET_BY_BUILDER = frozenset(
     {"self", "kwargs", "filters", "strides", "drop_path_rate", "name", "stride_on",
-     "synchronized", "head_dim", "seed", "dtype"}
+     "synchronized", "head_dim", "seed", "dtype", "bias_size"}
 )  # fmt: skip
 REFERENCE = (
     "Dai et al. 2021, CoAtNet: Marrying Convolution and Attention for All Data Sizes "
@@ -233,26 +234,56 @@ def parse_layout(layout: Any) -> tuple[str, ...]:
     return stages
 
 
-def _input_shape(value: Any, who: str = _WHO) -> tuple[int, int, int]:
+#: The image size the relative tables of a model built for images of any size are sized
+#: for, unless ``base_size`` says otherwise: the registered models' 224 x 224.
+DEFAULT_BASE_SIZE = (224, 224)
+
+
+def _input_shape(value: Any, who: str = _WHO) -> tuple[int | None, int | None, int]:
+    """``(height, width, channels)``: positive ints, height and width possibly None."""
     try:
         shape = tuple(value)
     except TypeError:
         shape = ()
-    ints = len(shape) == 3 and all(
-        isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0 for v in shape
+
+    def positive(v: Any) -> bool:
+        return isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0
+
+    valid = (
+        len(shape) == 3 and all(v is None or positive(v) for v in shape[:2]) and positive(shape[2])
     )
-    if not ints:
+    if not valid:
         raise ValueError(
-            f"{who}: `input_shape` must be (height, width, channels) of positive ints "
-            f"(the relative position tables are sized from it); received {value!r}"
+            f"{who}: `input_shape` must be (height, width, channels) of positive ints, "
+            f"height and width possibly None (images of any size); received {value!r}"
         )
     height, width, _ = shape
-    if height % 32 or width % 32:
+    if (height is not None and height % 32) or (width is not None and width % 32):
         raise ValueError(
             f"{who}: the input height and width must be divisible by 32 (the total "
             f"downsampling of S0..S4); received input_shape={value!r}"
         )
-    return tuple(int(v) for v in shape)
+    return tuple(None if v is None else int(v) for v in shape)
+
+
+def base_image_size(shape: tuple, base_size: Any, who: str = _WHO) -> tuple[int, int] | None:
+    """The image size relative tables are sized for when ``shape`` leaves a side unknown.
+
+    None when height and width are both known (the tables are sized for them);
+    otherwise ``base_size`` (default :data:`DEFAULT_BASE_SIZE`) with the known side
+    taken from ``shape``, checked to be divisible by 32.
+    """
+    if shape[0] is not None and shape[1] is not None:
+        return None
+    base = DEFAULT_BASE_SIZE if base_size is None else grid_size(base_size, who, "base_size")
+    base = tuple(b if s is None else s for s, b in zip(shape[:2], base))
+    if base[0] % 32 or base[1] % 32:
+        raise ValueError(
+            f"{who}: `base_size` (the image size the relative tables are sized for when "
+            f"the input size is unknown) must be divisible by 32; received "
+            f"base_size={base_size!r}"
+        )
+    return base
 
 
 def _stem_widths(value: Any, blocks: int, last: int, who: str = _WHO) -> tuple[int, ...]:
@@ -357,6 +388,7 @@ def build_coatnet(
     head: str = "pool_norm",
     head_norm_epsilon: float = 1e-5,
     head_norm: str = "layer",
+    base_size: int | tuple[int, int] | None = None,
 ) -> keras.Model:
     """Builds a CoAtNet as a functional ``keras.Model``.
 
@@ -369,7 +401,10 @@ def build_coatnet(
             ``"C-C-C-C"``, ``"C-C-C-T"``, ``"C-C-T-T"`` (its choice) and ``"C-T-T-T"``.
         input_shape: ``(height, width, channels)``; height and width must be
             divisible by 32, square or not. Inputs are used as given (timm's
-            CoAtNet expects pixels scaled to [-1, 1]).
+            CoAtNet expects pixels scaled to [-1, 1]). Height and width may be
+            None: the model then takes images of any size (see ``base_size``),
+            giving the logits of a model built for that size whose tables were
+            resized from ``base_size`` (docs/guides/coatnet.md, "Images of any size").
         include_top: end with the classification head.
         num_classes: classifier width when ``include_top``.
         pooling: ``"avg"`` or ``"max"`` global pooling before the head; without
@@ -408,6 +443,14 @@ def build_coatnet(
         head_norm: the head's norm, ``"layer"`` (LayerNorm, default) or ``"batch"``
             (BatchNorm, with the momentum of ``transformer_options["norm_momentum"]``:
             timm's ``coatnet_bn_*``, whose final norm is its Transformer blocks').
+        base_size: only when ``input_shape`` leaves the height or width None: the
+            image ``(height, width)`` (or one int) the relative tables are sized for,
+            so the weights are those of the model built with
+            ``input_shape=(*base_size, 3)`` (default 224 x 224; a known side is
+            taken from ``input_shape``). Each call resizes the tables bilinearly
+            to the maps it sees, as timm resizes a checkpoint's tables for a new
+            image size; an MLP bias (``position_bias="mlp"``) is evaluated for
+            them. Not used when both sides are known.
 
     Returns:
         The ``keras.Model``.
@@ -430,11 +473,17 @@ def build_coatnet(
         ...     input_shape=(64, 96, 3), features=True)
         >>> [shape[1:3] for shape in maps.output_shape]
         [(32, 48), (16, 24), (8, 12), (4, 6), (2, 3)]
+        >>> any_size = build_coatnet(
+        ...     blocks=(1, 1, 1, 1, 1), channels=(8, 8, 16, 32, 32), head_dim=16,
+        ...     input_shape=(None, None, 3), base_size=64, num_classes=10)
+        >>> any_size.get_layer("stage4_block1").relative_bias.size  # tables for 64 x 64
+        (2, 2)
     """
     blocks = _positive_ints(blocks, "blocks")
     channels = _positive_ints(channels, "channels")
     stages = parse_layout(layout)
     shape = _input_shape(input_shape)
+    base = base_image_size(shape, base_size)
     head_dim = check_int(_WHO, "head_dim", head_dim, 1)
     widths = _stem_widths(stem_channels, blocks[0], channels[0])
     conv_options = _block_options(conv_options, "conv_options", MBConv)
@@ -485,8 +534,14 @@ def build_coatnet(
                     **common,
                 )
             else:
+                # Unknown sizes: the table of the map at `base`, resized at each call.
+                stride = 2 ** (stage + 1)
                 layer = RelativeTransformerBlock2D(
-                    channels[stage], head_dim=head_dim, **transformer_options, **common
+                    channels[stage],
+                    head_dim=head_dim,
+                    bias_size=None if base is None else (base[0] // stride, base[1] // stride),
+                    **transformer_options,
+                    **common,
                 )
             x = layer(x)
             index += 1

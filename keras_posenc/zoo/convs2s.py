@@ -280,7 +280,8 @@ class ConvS2SEmbedding(keras.layers.Layer):
                 positions = ops.cast(position_offset, "int32") + ops.arange(length, dtype="int32")
                 positions = ops.broadcast_to(positions[None, :], ops.shape(token_ids))
             x = x + self.position_embedding(positions)
-        x = x * ops.cast(real[..., None], x.dtype)
+        # expand_dims, not x[..., None]: LiteRT has no builtin for a slice adding an axis.
+        x = x * ops.expand_dims(ops.cast(real, x.dtype), -1)
         return self.dropout_layer(x, training=training)
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
@@ -600,7 +601,7 @@ class ConvS2S(_FoldedWeightNormSteps, Seq2SeqModel):
         e = self.encoder_embedding(ids, training=training)
         x = self.encoder_fc1(e)
         x, _ = self.encoder_stack.run(x, mask=mask, training=training)
-        z = self.encoder_fc2(x) * ops.cast(mask[..., None], x.dtype)
+        z = self.encoder_fc2(x) * ops.expand_dims(ops.cast(mask, x.dtype), -1)
         z = self.encoder_grad_multiply(z)
         values = (z + e) * _SQRT_HALF
         return z, values, mask

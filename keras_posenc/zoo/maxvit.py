@@ -37,8 +37,9 @@ from typing import Any
 
 import keras
 import numpy as np
+from keras import ops
 
-from keras_posenc.layers._checks import check_int
+from keras_posenc.layers._checks import check_bool, check_int
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.layers.relative_position_2d import grid_size
 from keras_posenc.zoo.coatnet import (
@@ -46,6 +47,7 @@ from keras_posenc.zoo.coatnet import (
     _input_shape,
     _positive_ints,
     _stem_widths,
+    base_image_size,
     check_head,
     classifier_head,
     stem,
@@ -163,12 +165,75 @@ def rw_config(name: str) -> dict[str, Any]:
         "head": "norm_pool",
         "head_norm_epsilon": 1e-6,
         "name": name,
+        # Built for images of any size, the windows stay those of its training size.
+        **({} if size == 224 else {"base_size": (size, size)}),
     }
 
 
-def _partition_size(value: Any, shape: tuple[int, int, int]) -> tuple[int, int]:
-    """The windows' size: ``value``, or the paper's input / 32, checked against S1..S4."""
-    height, width, _ = shape
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class ImagesToMultiple(keras.layers.Layer):
+    """Checks that images fit a model's windows, or zero-pads them to fit.
+
+    The first layer of a MaxViT built for images of any size: its height and width
+    must be multiples of ``multiple`` (the stride 32 times the window). With
+    ``pad=False`` an image of another size raises a ``ValueError`` (when its size
+    is known: eager calls, ``jax.jit``, PyTorch; a graph traced with unknown sizes,
+    as exported artifacts are, fails in its reshapes instead); with ``pad=True`` it
+    is zero-padded at the bottom and right to the next multiple.
+
+    Args:
+        multiple: ``(height, width)`` the sides must be multiples of.
+        pad: zero-pad instead of raising.
+        owner: who to name in errors (the builder).
+    """
+
+    def __init__(self, multiple: Any, pad: bool = False, owner: str = _WHO, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.multiple = grid_size(multiple, f"ImagesToMultiple '{self.name}'", "multiple")
+        self.pad = check_bool(f"ImagesToMultiple '{self.name}'", "pad", pad)
+        self.owner = owner
+
+    def call(self, images: Any) -> Any:
+        sides = images.shape[1:3]
+        if not self.pad:
+            for axis, (side, multiple) in enumerate(zip(sides, self.multiple)):
+                if side is not None and side % multiple:
+                    raise ValueError(
+                        f"{self.owner}: the images' {('height', 'width')[axis]} must be a "
+                        f"multiple of {multiple} (the stride 32 times partition_size); "
+                        f"received images of shape {tuple(images.shape)}. Build the model "
+                        "with pad_to_multiple=True to zero-pad them instead."
+                    )
+            return images
+        dynamic = ops.shape(images)
+        padding = [(0, 0)]
+        for axis, multiple in zip((1, 2), self.multiple):
+            side = images.shape[axis] if images.shape[axis] is not None else dynamic[axis]
+            padding.append((0, (multiple - side % multiple) % multiple))
+        return ops.pad(images, padding + [(0, 0)])
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        batch, height, width, channels = input_shape
+        if self.pad:
+            height, width = (
+                None if side is None else -(-side // multiple) * multiple
+                for side, multiple in zip((height, width), self.multiple)
+            )
+        return (batch, height, width, channels)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(multiple=list(self.multiple), pad=self.pad, owner=self.owner)
+        return config
+
+
+def _partition_size(value: Any, shape: tuple, base: tuple[int, int] | None) -> tuple[int, int]:
+    """The windows' size: ``value``, or the paper's input / 32, checked against S1..S4.
+
+    ``base``: the image size standing in for unknown sides (``base_image_size``).
+    """
+    height, width = base or shape[:2]
+    shape = (height, width, shape[2])
     if value is None:
         size = (height // 32, width // 32)
     else:
@@ -207,6 +272,8 @@ def build_maxvit(
     transformer_options: Mapping[str, Any] | None = None,
     head: str = "pool_norm",
     head_norm_epsilon: float = 1e-5,
+    base_size: int | tuple[int, int] | None = None,
+    pad_to_multiple: bool = False,
 ) -> keras.Model:
     """Builds a MaxViT as a functional ``keras.Model``.
 
@@ -218,7 +285,10 @@ def build_maxvit(
         input_shape: ``(height, width, channels)``; height and width divisible by 32
             (and by 32 times the window size). Inputs are used as given (the official
             models and timm's ``_tf`` ports expect pixels normalised with ImageNet's
-            mean and standard deviation; timm's ``_rw`` models too).
+            mean and standard deviation; timm's ``_rw`` models too). Height and
+            width may be None: the model then takes images whose sides are
+            multiples of 32 times the window (``pad_to_multiple``); the windows
+            and their tables stay those of ``base_size``.
         include_top: end with the classification head.
         num_classes: classifier width when ``include_top``.
         pooling: ``"avg"`` or ``"max"`` global pooling before the head; without the
@@ -250,6 +320,14 @@ def build_maxvit(
         head: ``"pool_norm"`` (default: pool, then LayerNorm) or ``"norm_pool"``
             (LayerNorm at every position, then the pool: timm's ``_rw`` models).
         head_norm_epsilon: the head LayerNorm's epsilon (default 1e-5).
+        base_size: only when ``input_shape`` leaves the height or width None: the
+            image ``(height, width)`` (or one int) whose ``/ 32`` is the default
+            window (default 224 x 224, 7 x 7 windows; a known side is taken from
+            ``input_shape``). Not used when both sides are known.
+        pad_to_multiple: zero-pad images at the bottom and right to the next
+            multiple of 32 times the window instead of raising a ``ValueError``
+            for them (the padded cells then take part in the attention, as in a
+            model given the padded image).
 
     Returns:
         The ``keras.Model``.
@@ -270,12 +348,19 @@ def build_maxvit(
         (None, 10)
         >>> model.get_layer("stage1_block1_grid_attention").partition_size
         (2, 3)
+        >>> any_size = build_maxvit(
+        ...     blocks=(2, 1, 1, 1, 1), channels=(8, 8, 16, 16, 32), head_dim=8,
+        ...     input_shape=(None, None, 3), base_size=64, num_classes=10)
+        >>> any_size.get_layer("stage1_block1_grid_attention").partition_size
+        (2, 2)
     """
     blocks = _positive_ints(blocks, "blocks", _WHO)
     channels = _positive_ints(channels, "channels", _WHO)
     shape = _input_shape(input_shape, _WHO)
+    base = base_image_size(shape, base_size, _WHO)
     head_dim = check_int(_WHO, "head_dim", head_dim, 1)
-    window = _partition_size(partition_size, shape)
+    window = _partition_size(partition_size, shape, base)
+    check_bool(_WHO, "pad_to_multiple", pad_to_multiple)
     widths = _stem_widths(stem_channels, blocks[0], channels[0], _WHO)
     conv_options = {
         **OFFICIAL_CONV,
@@ -317,7 +402,13 @@ def build_maxvit(
 
     rates = np.linspace(0.0, float(drop_path_rate), sum(blocks[1:])).tolist()
     inputs = keras.Input(shape, name="images")
-    x = stem(inputs, widths, synchronized, conv_options, bias=stem_bias)
+    x = inputs
+    if base is not None or pad_to_multiple:
+        # S1..S4 cut their maps into windows: the images' sides must be multiples of
+        # the stride of S4 times the window (a known size was checked above).
+        multiple = (32 * window[0], 32 * window[1])
+        x = ImagesToMultiple(multiple, pad=pad_to_multiple, name="images_to_multiple")(x)
+    x = stem(x, widths, synchronized, conv_options, bias=stem_bias)
     outputs = [x]
     index = 0
     for stage in range(1, 5):

@@ -281,7 +281,8 @@ class MUSEEmbedding(keras.layers.Layer):
             positions = ops.cast(position_offset, "int32") + ops.arange(length, dtype="int32")
             positions = ops.broadcast_to(positions[None, :], ops.shape(ids))
         x = x + ops.cast(sinusoidal_positions(positions, self.embed_dim), x.dtype)
-        x = x * ops.cast(real[..., None], x.dtype)
+        # expand_dims, not x[..., None]: LiteRT has no builtin for a slice adding an axis.
+        x = x * ops.expand_dims(ops.cast(real, x.dtype), -1)
         return self.dropout_layer(x, training=training)
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:

@@ -280,8 +280,9 @@ def test_input_size_not_divisible_by_32(shape):
         tiny(input_shape=shape)
 
 
-@pytest.mark.parametrize("shape", [(None, None, 3), (64, 64), 64])
-def test_input_shape_must_be_known(shape):
+# (None, None, 3) is accepted: images of any size (tests/zoo/test_any_size.py).
+@pytest.mark.parametrize("shape", [(None, None, None), (64, 64), 64, (0, 64, 3)])
+def test_input_shape_must_be_three_positive_sides(shape):
     with pytest.raises(ValueError, match=r"build_coatnet: `input_shape` must be \(height, width"):
         tiny(input_shape=shape)
 
