@@ -303,30 +303,26 @@ class RelativePositionBias2D(keras.layers.Layer):
     def call(self, size: int | tuple[int, int] | None = None) -> Any:
         height, width = call_size(size, self.size, self._who())
         table = ops.cast(self.table, self.compute_dtype)
-        if not is_static_size((height, width)):
-            return self._dynamic_bias(table, height, width)
-        if (height, width) != self.size:
-            rows, cols = _table_shape(height, width)
-            row_matrix = bilinear_matrix(table.shape[1], rows).astype("float32")
-            col_matrix = bilinear_matrix(table.shape[2], cols).astype("float32")
+        static = is_static_size((height, width))
+        # Sides known at run time only (tensors) are always resized in the graph:
+        # interpolating to the table's own size is exact.
+        if not static or (height, width) != self.size:
+            rows, cols = 2 * height - 1, 2 * width - 1
+            if static:
+                row_matrix = bilinear_matrix(table.shape[1], rows).astype("float32")
+                col_matrix = bilinear_matrix(table.shape[2], cols).astype("float32")
+            else:
+                row_matrix = bilinear_matrix_tensor(table.shape[1], rows)
+                col_matrix = bilinear_matrix_tensor(table.shape[2], cols)
             # (rows, 2H-1) @ (heads, 2H-1, 2W-1) @ (2W-1, cols): bilinear as two products.
             table = ops.matmul(ops.cast(row_matrix, self.compute_dtype), table)
-            table = ops.matmul(table, ops.cast(col_matrix.T, self.compute_dtype))
+            table = ops.matmul(table, ops.transpose(ops.cast(col_matrix, self.compute_dtype)))
         flat = ops.reshape(table, (self.num_heads, -1))
-        index = ops.convert_to_tensor(self._index(height, width), dtype="int32")
+        if static:
+            index = ops.convert_to_tensor(self._index(height, width), dtype="int32")
+        else:
+            index = relative_index_2d_tensor(height, width)
         bias = ops.take(flat, index, axis=1)
-        positions = height * width
-        return ops.reshape(bias, (1, self.num_heads, positions, positions))
-
-    def _dynamic_bias(self, table: Any, height: Any, width: Any) -> Any:
-        """The bias for a grid whose sides are tensors: the table resized in the graph
-        (even where the size turns out equal: interpolating to the same size is exact)."""
-        rows = bilinear_matrix_tensor(table.shape[1], 2 * height - 1)
-        cols = bilinear_matrix_tensor(table.shape[2], 2 * width - 1)
-        table = ops.matmul(ops.cast(rows, self.compute_dtype), table)
-        table = ops.matmul(table, ops.transpose(ops.cast(cols, self.compute_dtype)))
-        flat = ops.reshape(table, (self.num_heads, -1))
-        bias = ops.take(flat, relative_index_2d_tensor(height, width), axis=1)
         positions = height * width
         return ops.reshape(bias, (1, self.num_heads, positions, positions))
 
