@@ -185,6 +185,13 @@ class ImagesToMultiple(keras.layers.Layer):
         multiple: ``(height, width)`` the sides must be multiples of.
         pad: zero-pad instead of raising.
         owner: who to name in errors (the builder).
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = ImagesToMultiple((32, 32), pad=True)
+    >>> tuple(layer(np.ones((1, 40, 64, 3), "float32")).shape)
+    (1, 64, 64, 3)
     """
 
     def __init__(self, multiple: Any, pad: bool = False, owner: str = _WHO, **kwargs: Any) -> None:
