@@ -147,6 +147,67 @@ def test_torch_runs_functions_marked_untraceable_eagerly_without_trying():
     assert len(calls) == _compile.TORCH_TRACE_AFTER + 3  # the Python ran every time
 
 
+def _graph_ops(compiled) -> list[str]:
+    (graph,) = compiled.graphs.values()
+    return [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
+
+
+@torch_only
+def test_torch_folds_constants_and_merges_repeated_operations(rng):
+    """What depends on no input is computed once, at trace time (an index built from
+    static lengths, the copies torch.export makes of lifted constants); an operation
+    repeated on the same inputs runs once; the traced graph still gives the eager
+    numbers, for every position."""
+    layer, _ = dense_function()
+
+    def function(x, index):
+        total = 0.0
+        for _ in range(3):  # three "layers" building the same mask from the position
+            offsets = ops.arange(5, dtype="int32") - index
+            inside = ops.logical_and(offsets >= 0, offsets < 2)
+            total = total + ops.where(inside[None, :, None], layer(x)[:, None, :], 0.5)
+        return total
+
+    compiled = _compile.compile_inference(function, layer.variables)
+    x = ops.convert_to_tensor(rng.normal(size=(2, 4)).astype("float32"))
+    for position in range(_compile.TORCH_TRACE_AFTER + 4):
+        index = ops.convert_to_tensor(position % 5, "int32")
+        expected = ops.convert_to_numpy(function(x, index))
+        np.testing.assert_allclose(ops.convert_to_numpy(compiled(x, index)), expected, atol=1e-6)
+    found = _graph_ops(compiled)
+    assert not any(
+        name.startswith(("aten.arange", "aten.lift_fresh_copy", "aten.scalar_tensor"))
+        for name in found
+    ), found
+    # The mask's subtraction and comparisons and the dense layer's product are computed once.
+    assert found.count("aten.sub.Tensor") == 1, found
+    assert found.count("aten.logical_and.default") == 1, found
+    assert found.count("aten.addmm.default") + found.count("aten.matmul.default") <= 1, found
+
+
+@torch_only
+def test_torch_keeps_random_operations_and_large_constants_in_the_graph():
+    import torch
+
+    def function(x):
+        # A draw from a fixed shape depends on no input but must change at each call;
+        # a constant over the folding limit stays computed at each call.
+        noise = torch.rand(3)
+        big = ops.ones((_compile._FOLD_LIMIT_BYTES // 4 + 1,), "float32")
+        return x + noise, ops.sum(big) + x
+
+    compiled = _compile.compile_inference(function, [])
+    x = ops.convert_to_tensor(np.zeros(3, "float32"))
+    draws = [ops.convert_to_numpy(compiled(x)[0]) for _ in range(_compile.TORCH_TRACE_AFTER + 3)]
+    assert len(compiled.graphs) == 1 and compiled.trace_errors == {}
+    assert not np.array_equal(draws[-1], draws[-2])  # both traced calls drew anew
+    found = _graph_ops(compiled)
+    assert "aten.rand.default" in found and "aten.ones.default" in found, found
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(compiled(x)[1]), _compile._FOLD_LIMIT_BYTES // 4 + 1
+    )
+
+
 @torch_only
 def test_torch_traces_the_decoding_step_of_a_zoo_model():
     """Greedy and beam search on ConvS2S trace their steps (no silent eager fallback), and
