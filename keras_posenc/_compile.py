@@ -457,12 +457,13 @@ def _fold_constants(module: Any) -> None:
 
 
 def _same_tensor(a: Any, b: Any) -> bool:
-    return (
-        a.dtype == b.dtype
-        and a.shape == b.shape
-        and a.stride() == b.stride()
-        and bool((a == b).all() if a.dtype.is_floating_point else a.equal(b))
-    )
+    """Whether two folded constants are the same bytes (so 0.0 and -0.0 stay apart)."""
+    import torch
+
+    if a.dtype != b.dtype or a.shape != b.shape or a.stride() != b.stride():
+        return False
+    as_bytes = [t.reshape(-1).contiguous().view(torch.uint8) for t in (a, b)]
+    return bool(as_bytes[0].equal(as_bytes[1]))
 
 
 def _merge_repeats(graph: Any) -> None:

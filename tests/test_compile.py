@@ -186,6 +186,25 @@ def test_torch_folds_constants_and_merges_repeated_operations(rng):
 
 
 @torch_only
+def test_torch_merges_only_constants_of_the_same_bytes():
+    """Each layer builds its own copy of a constant; copies become one attribute, but
+    0.0 and -0.0 (equal as numbers, not in 1 / x) stay apart."""
+
+    def function(x):
+        ones = ops.ones_like(x)  # computed from the input: not folded
+        positive, negative = ops.zeros((3,)), ops.zeros((3,)) * -1.0  # folded constants
+        return 1.0 / (positive * ones), 1.0 / (negative * ones)  # inf and -inf
+
+    compiled = _compile.compile_inference(function, [])
+    x = ops.convert_to_tensor(np.array([1.0, -1.0, 2.0], "float32"))
+    expected = [ops.convert_to_numpy(t) for t in function(x)]
+    for _ in range(_compile.TORCH_TRACE_AFTER + 2):
+        got = [ops.convert_to_numpy(t) for t in compiled(x)]
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
+@torch_only
 def test_torch_keeps_random_operations_and_large_constants_in_the_graph():
     import torch
 
