@@ -23,6 +23,14 @@ mode (`_timing.inference`: on PyTorch under ``torch.no_grad``):
                          (1, heads, L, L) bias built by the fastest way (the baseline)
            strided_bias  `_compile.attention_with_toeplitz_bias`: the bias as a
                          strided view of its diagonals, never built
+    cumsum ops           the value term's cumulative sums of (1, heads, L, L)
+                         probabilities: ``keras.ops.cumsum`` (the baseline)
+           blocked       `_compile.blocked_cumulative_sum`: blocks of 32 keys, each
+                         summed by one matrix product (the layer's way on TensorFlow)
+    fill   fresh         PyTorch only: the "gather" way of "keys" into a new tensor,
+                         as each call allocates it (the baseline)
+           reused        the same written into one tensor kept between calls
+                         (``out=``, as `_compile.Workspace` does within a call)
 
 ``x base`` is each way's time over its group's baseline, per round, then the median.
 
@@ -42,7 +50,13 @@ from _timing import finish, inference  # benchmarks/_timing.py, next to this scr
 HEADS, HEAD_DIM, MAX_DISTANCE = 8, 64, 16
 # The runner (benchmarks/runner.py) reads this default to run one length per case.
 DEFAULT_LENGTHS = "512,1024,2048"
-BASELINES = {"bias": "gather", "keys": "flat", "fused": "built_bias"}
+BASELINES = {
+    "bias": "gather",
+    "keys": "flat",
+    "fused": "built_bias",
+    "cumsum": "ops",
+    "fill": "fresh",
+}
 
 
 def _ways(length: int) -> dict:
@@ -99,6 +113,23 @@ def _ways(length: int) -> dict:
         ways["fused", "strided_bias"] = lambda: ops.convert_to_numpy(
             _compile.attention_with_toeplitz_bias(scaled, k, v, diagonals)
         )
+    probabilities = ops.softmax(
+        ops.convert_to_tensor(rng.standard_normal((1, HEADS, length, length), "float32"))
+    )
+    ways["cumsum", "ops"] = lambda: ops.convert_to_numpy(ops.cumsum(probabilities, axis=-1))
+    ways["cumsum", "blocked"] = lambda: ops.convert_to_numpy(
+        _compile.blocked_cumulative_sum(probabilities)
+    )
+    if on_torch:
+        import torch
+
+        table = ops.cast(keys_layer.relative_keys.table(), q.dtype)
+        per_row = ops.cast(ops.einsum("bqhd,rd->bhqr", q * (HEAD_DIM**-0.5), table), "float32")
+        index = keys_layer.relative_keys.indices(length, length, 0)
+        kept = torch.empty((1, HEADS, length, length))
+        # Only the gather is timed (no copy to numpy: that would read the tensor again).
+        ways["fill", "fresh"] = lambda: _compile.take_along_last_axis(per_row, index)
+        ways["fill", "reused"] = lambda: _compile.take_along_last_axis(per_row, index, kept)
     return ways
 
 
@@ -111,8 +142,8 @@ def run_length(length: int, repeats: int) -> list[dict]:
         ways = _ways(length)
         results = {way: run() for way, run in ways.items()}  # warm-up, and the values
         for (group, method), value in results.items():
-            base = results[group, BASELINES[group]]
-            difference = float(np.max(np.abs(value - base)))
+            base = keras.ops.convert_to_numpy(results[group, BASELINES[group]])
+            difference = float(np.max(np.abs(keras.ops.convert_to_numpy(value) - base)))
             if difference > 1e-4:
                 raise AssertionError(f"{group} {method} differs from the baseline by {difference}")
         times = {way: [] for way in ways}

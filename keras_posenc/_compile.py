@@ -545,7 +545,7 @@ def relative_gather(kind: str) -> str:
     return _RELATIVE_GATHER.get(keras.backend.backend(), _RELATIVE_GATHER["jax"])[kind]
 
 
-def take_along_last_axis(values: Any, columns: Any) -> Any:
+def take_along_last_axis(values: Any, columns: Any, out: Any = None) -> Any:
     """``values[..., i, columns[i, c]]`` for (batch, heads, q_len, n) ``values``.
 
     PyTorch only (``relative_gather`` names it only there): ``torch.gather`` with the
@@ -558,7 +558,9 @@ def take_along_last_axis(values: Any, columns: Any) -> Any:
 
     index = torch.as_tensor(columns, device=values.device).long()
     index = index.expand(values.shape[0], values.shape[1], *index.shape)
-    return torch.gather(values, -1, index)
+    if out is None:
+        return torch.gather(values, -1, index)
+    return torch.gather(values, -1, index, out=out)
 
 
 def fused_attention_pays() -> bool:
@@ -580,6 +582,202 @@ def fused_attention_pays() -> bool:
     import torch
 
     return not torch.is_grad_enabled()
+
+
+class Workspace:
+    """Scratch tensors that one call of an attention layer reuses (PyTorch, no gradients).
+
+    Why: a fresh (batch, heads, block, k_len) float32 tensor of several MiB is
+    returned to the operating system when freed (glibc's ``malloc`` maps
+    allocations above its dynamic mmap threshold, at most 32 MiB, separately),
+    so the next block's tensor of the same size is mapped again and every page
+    is zero-filled on first touch. On 2 CPU cores at L = 1024 with 8 heads,
+    filling one such tensor by ``torch.gather`` took as long as the whole fused
+    attention (1.0x), and 0.19x with the allocator told to keep the memory
+    (``MALLOC_MMAP_THRESHOLD_``; docs/benchmarks.md, "Where PyTorch's time went").
+    PyTorch has no caching allocator on CPU, so the relative layers keep their
+    few block-sized tensors here, for the duration of one call only: each block
+    of queries overwrites the previous block's (`buffer`), and everything is freed
+    when the call returns (the workspace is a local of the call).
+
+    Only eager float32 PyTorch without gradients (`workspace`): ``out=`` and
+    in-place operations would break autograd, and a traced graph (``torch.export``)
+    manages its own memory.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, Any] = {}
+        self._heads_first: list[tuple[Any, Any]] = []
+
+    def buffer(self, name: str, shape: tuple, like: Any) -> Any:
+        """An uninitialised float32 tensor of ``shape`` on ``like``'s device, kept as ``name``."""
+        import torch
+
+        current = self._buffers.get(name)
+        if current is None or tuple(current.shape) != tuple(shape):
+            current = None  # freed before the new one is allocated
+            self._buffers.pop(name, None)
+            current = torch.empty(shape, dtype=torch.float32, device=like.device)
+            self._buffers[name] = current
+        return current
+
+    def owns(self, tensor: Any) -> bool:
+        """Whether ``tensor`` is one of this workspace's buffers."""
+        return any(tensor is buffer for buffer in self._buffers.values())
+
+    def heads_first(self, x: Any) -> Any:
+        """``x`` (batch, length, heads, dim) as a contiguous (batch, heads, length, dim) tensor.
+
+        Made once per tensor and call: every block of queries attends to the same
+        keys and values, which Keras' ``dot_product_attention`` would transpose
+        and copy again for each block (at L = 2048 with blocks of 256 queries,
+        15 ms of a 140 ms call).
+        """
+        for original, transposed in self._heads_first:
+            if original is x:
+                return transposed
+        transposed = x.transpose(1, 2).contiguous()
+        self._heads_first.append((x, transposed))
+        return transposed
+
+
+def fused_attention(q: Any, k: Any, v: Any, bias: Any, workspace: Workspace | None) -> Any:
+    """``keras.ops.dot_product_attention(q, k, v, bias=bias, scale=1)`` with a workspace, or None.
+
+    PyTorch's ``scaled_dot_product_attention`` on keys and values transposed
+    once per call (`Workspace.heads_first`); ``q``, ``k``, ``v``: (batch, length,
+    heads, head_dim) float32, ``bias`` None or float32 broadcastable to
+    (batch, heads, q_len, k_len). None without a workspace.
+    """
+    if workspace is None:
+        return None
+    import torch.nn.functional as F
+
+    output = F.scaled_dot_product_attention(
+        q.transpose(1, 2),
+        workspace.heads_first(k),
+        workspace.heads_first(v),
+        attn_mask=bias,
+        scale=1.0,
+    )
+    return output.transpose(1, 2)
+
+
+def workspace(*tensors: Any) -> Workspace | None:
+    """A `Workspace` for one call whose inputs are ``tensors``, or None where there is none.
+
+    PyTorch without gradients (`fused_attention_pays`), eager (not while
+    ``torch.export``, ``torch.compile`` or the TorchScript tracer of
+    ``torch.onnx.export`` traces) and float32 inputs; elsewhere
+    None, and the layers compute with plain ``keras.ops``.
+    """
+    if not fused_attention_pays():
+        return None
+    import torch
+
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing():
+        return None  # a traced graph (torch.export, torch.compile, torch.onnx) has no out=
+    for tensor in tensors:
+        if not isinstance(tensor, torch.Tensor) or type(tensor) is not torch.Tensor:
+            return None  # a symbolic or fake tensor (tracing)
+        if tensor.dtype != torch.float32:
+            return None
+    return Workspace()
+
+
+def softmax_logits(q: Any, k: Any, bias: Any, workspace: Workspace | None) -> Any:
+    """``softmax(q k^T + bias)`` (batch, heads, q_len, k_len) in a workspace buffer, or None.
+
+    ``q``, ``k``: (batch, length, heads, head_dim) float32 (``q`` scaled); ``bias``
+    None or broadcastable to the logits. With a workspace (`workspace`) the logits
+    are written into the bias itself when it is a full-size workspace buffer (one
+    ``baddbmm``), else into the buffer "logits" (``matmul(out=)`` and an in-place
+    add), and the softmax overwrites them: one block-sized tensor instead of four
+    (the products, their sum with the bias, the probabilities and their cast).
+    Returns None without a workspace; the caller computes it with ``keras.ops``.
+    """
+    if workspace is None:
+        return None
+    import torch
+
+    batch, query_length, heads, head_dim = q.shape
+    key_length = k.shape[1]
+    shape = (batch, heads, query_length, key_length)
+    queries = q.transpose(1, 2).reshape(batch * heads, query_length, head_dim)
+    keys = k.permute(0, 2, 3, 1).reshape(batch * heads, head_dim, key_length)
+    if bias is not None and tuple(bias.shape) == shape and workspace.owns(bias):
+        logits = bias
+        logits.view(batch * heads, query_length, key_length).baddbmm_(queries, keys)
+    else:
+        logits = workspace.buffer("logits", shape, q)
+        torch.bmm(queries, keys, out=logits.view(batch * heads, query_length, key_length))
+        if bias is not None:
+            logits.add_(bias)
+    return torch.softmax(logits, -1, out=logits)
+
+
+# Keys summed by one matrix product in `cumulative_sum` on TensorFlow.
+_CUMSUM_BLOCK = 32
+
+
+def cumulative_sum(values: Any, workspace: Workspace | None = None) -> Any:
+    """``keras.ops.cumsum(values, axis=-1)`` in float32, the fastest way on this backend.
+
+    - PyTorch: in place when ``values`` is a buffer of ``workspace`` (which its
+      caller no longer reads): one block-sized tensor fewer (see `Workspace`).
+    - TensorFlow: its ``Cumsum`` kernel scans the last axis element by element
+      (8 heads, L = 2048 on 2 cores: 197 ms, against 38 ms for the logits'
+      einsum), so the sums are built from blocks of `_CUMSUM_BLOCK` keys: the
+      sums inside each block are one matrix product with a triangular matrix of
+      ones, and the totals of the blocks before it (a cumsum over L / 32 values
+      per row) are added: 27 ms (docs/benchmarks.md, "The value term's
+      cumulative sums"). The sums differ from a sequential scan only by rounding.
+    - JAX: ``keras.ops.cumsum`` (the blocked form was not faster there).
+    """
+    if workspace is not None and workspace.owns(values):
+        return values.cumsum_(-1)
+    values = ops.cast(values, "float32")
+    if keras.backend.backend() != "tensorflow" or not isinstance(values.shape[-1], int):
+        return ops.cumsum(values, axis=-1)
+    return blocked_cumulative_sum(values)
+
+
+def blocked_cumulative_sum(values: Any) -> Any:
+    """The cumulative sums over the (static) last axis by blocks of `_CUMSUM_BLOCK` keys.
+
+    The form `cumulative_sum` uses on TensorFlow; any backend computes it (the
+    benchmark times it everywhere).
+    """
+    length = values.shape[-1]
+    block = _CUMSUM_BLOCK
+    blocks = -(-length // block)
+    lead = tuple(ops.shape(values)[:-1])
+    if blocks * block != length:
+        values = ops.pad(values, [(0, 0)] * len(lead) + [(0, blocks * block - length)])
+    values = ops.reshape(values, lead + (blocks, block))
+    triangle = ops.convert_to_tensor(np.triu(np.ones((block, block), "float32")))
+    within = ops.matmul(values, triangle)  # inclusive sums inside each block
+    totals = within[..., -1]
+    before = ops.cumsum(totals, axis=-1) - totals  # the sum of the blocks before
+    sums = ops.reshape(within + ops.expand_dims(before, -1), lead + (blocks * block,))
+    return sums[..., :length]
+
+
+# Automatic query blocking (`_attention.query_block`): the float32 logits of one
+# block for one example stay under this many bytes. Measured with
+# benchmarks/relative_attention.py (8 heads, L = 1024 and 2048, 2 CPU cores):
+# - TensorFlow: fewer, larger blocks (each block is a few dozen eager ops, and
+#   larger products run faster); 64 MiB is two blocks at L = 2048.
+# - PyTorch: 16 MiB. Larger tensors are mapped and zero-filled by the operating
+#   system at every allocation (see `Workspace`); below glibc's largest mmap
+#   threshold (32 MiB) a freed block's memory is kept and reused by the next.
+# - JAX: 32 MiB (measured when query blocking was introduced).
+_AUTO_BLOCK_BYTES = {"tensorflow": 64 * 2**20, "jax": 32 * 2**20, "torch": 16 * 2**20}
+
+
+def auto_block_bytes() -> int:
+    """The automatic query block's size in bytes of float32 logits per example, per backend."""
+    return _AUTO_BLOCK_BYTES.get(keras.backend.backend(), 32 * 2**20)
 
 
 def takes_toeplitz_bias(*tensors: Any) -> bool:

@@ -48,10 +48,9 @@ MASK_FILL = -1e9
 # leaving room for the content logits to be added without overflowing.
 FLOAT16_MASK_FILL = -3.0e4
 
-# Automatic query blocking (`query_block`): one block's float32 logits for one
-# example stay under this many bytes, and a block has at least this many
-# queries (fewer would make the per-block overhead of small ops dominate).
-AUTO_BLOCK_BYTES = 32 * 2**20
+# Automatic query blocking (`query_block`): a block has at least this many
+# queries (fewer would make the per-block overhead of small ops dominate); its
+# size in bytes depends on the backend (`_compile.auto_block_bytes`).
 MIN_AUTO_BLOCK = 64
 
 
@@ -247,14 +246,18 @@ def use_fused_attention(
     return isinstance(training, bool | int | type(None)) and not training
 
 
-def _fused(q: Any, k: Any, v: Any, bias: Any) -> Any:
+def _fused(q: Any, k: Any, v: Any, bias: Any, workspace: Any = None) -> Any:
     """`keras.ops.dot_product_attention` with one additive float32 bias (or None).
 
     PyTorch's version refuses a bias and a mask together, so the mask is in
     the bias. Every backend casts the bias to the compute dtype of q, k, v; it
     is cast here (float16: first clipped at a finite fill, as -1e9 would
-    overflow to -inf). ``q`` is already scaled, hence ``scale=1``.
+    overflow to -inf). ``q`` is already scaled, hence ``scale=1``. With a
+    ``workspace`` (float32 PyTorch) `_compile.fused_attention` computes it.
     """
+    output = _compile.fused_attention(q, k, v, bias, workspace)
+    if output is not None:
+        return output
     dtype = keras.backend.result_type(q.dtype, k.dtype, v.dtype)
     if bias is not None:
         if keras.backend.standardize_dtype(dtype) == "float16":
@@ -278,6 +281,7 @@ def attend(
     return_scores: bool = False,
     value_term: Callable[[Any], Any] | None = None,
     bias_diagonals: Any = None,
+    workspace: Any = None,
 ) -> tuple:
     """Scaled dot-product attention of (batch, length, heads, head_dim) tensors.
 
@@ -302,6 +306,11 @@ def attend(
             a strided view gets it so (`_compile.attention_with_toeplitz_bias`:
             nothing of size (heads, q_len, k_len) is built); otherwise it is
             expanded and added to ``bias``.
+        workspace: None, or a `_compile.Workspace` (PyTorch without gradients,
+            no scores returned): the unfused path then computes the logits and
+            their softmax in one of its buffers (`_compile.softmax_logits`), the
+            fused one transposes the keys and values once per call
+            (`_compile.fused_attention`).
 
     Returns:
         ``(output, probabilities)``: output (batch, q_len, heads, value_dim),
@@ -336,15 +345,17 @@ def attend(
         del fill
         row_valid = ops.any(mask, axis=-1)  # (batch or 1, q_len)
     if fused:
-        output = _fused(q, k, v, bias)
+        output = _fused(q, k, v, bias, workspace)
         probabilities = None
     else:
-        logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
-        if bias is not None:
-            logits = logits + bias
+        probabilities = None if return_scores else _compile.softmax_logits(q, k, bias, workspace)
+        if probabilities is None:
+            logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
+            if bias is not None:
+                logits = logits + bias
+            probabilities = ops.softmax(logits, axis=-1)
+            del logits
         del bias
-        probabilities = ops.softmax(logits, axis=-1)
-        del logits
         dropped = probabilities if dropout is None else dropout(probabilities, training=training)
         if not return_scores:
             probabilities = None
@@ -384,9 +395,11 @@ def query_block(
     output (and its scores when they are requested: those are S anyway).
 
     ``requested=None`` ("auto") blocks only when one example's score tensor,
-    heads * q_len * k_len float32, exceeds `AUTO_BLOCK_BYTES` (32 MiB; 8 heads:
-    above q_len = k_len = 1024), with blocks of about that size (8 heads: 512
-    queries at k_len = 2048, 256 at 4096; at least `MIN_AUTO_BLOCK` queries),
+    heads * q_len * k_len float32, exceeds `_compile.auto_block_bytes` (per
+    backend, measured: 64 MiB on TensorFlow, 32 MiB on JAX, 16 MiB on PyTorch;
+    with 32 MiB and 8 heads: above q_len = k_len = 1024), with blocks of about
+    that size (32 MiB, 8 heads: 512 queries at k_len = 2048, 256 at 4096; at
+    least `MIN_AUTO_BLOCK` queries),
     split evenly so the last block is not a sliver. Blocking needs a static
     query length (a Python int; with "auto" a static key length too), and
     ``row_tensors`` (masks, biases) whose query axis is static: otherwise
@@ -402,9 +415,10 @@ def query_block(
         if not isinstance(key_length, int):
             return None
         row_bytes = 4 * num_heads * key_length  # one query's float32 logits
-        if row_bytes * query_length <= AUTO_BLOCK_BYTES:
+        block_bytes = _compile.auto_block_bytes()
+        if row_bytes * query_length <= block_bytes:
             return None
-        block = max(AUTO_BLOCK_BYTES // row_bytes, MIN_AUTO_BLOCK)
+        block = max(block_bytes // row_bytes, MIN_AUTO_BLOCK)
     if block >= query_length:
         return None
     blocks = -(-query_length // block)

@@ -236,9 +236,12 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             output is the same; the peak memory drops to a few
             ``(batch, heads, block, k_len)`` tensors). ``None`` (default):
             automatic, blocks only when one example's logits,
-            ``heads * q_len * k_len`` float32, exceed 32 MiB (8 heads: longer
-            than 1024 x 1024), in blocks of about 32 MiB (8 heads: 512 queries
-            at ``k_len = 2048``). Blocking needs a static query length (and,
+            ``heads * q_len * k_len`` float32, exceed a size measured per
+            backend (64 MiB on TensorFlow, 32 MiB on JAX, 16 MiB on PyTorch; 8
+            heads at 32 MiB: longer than 1024 x 1024), in blocks of about that
+            size (8 heads at 32 MiB: 512 queries at ``k_len = 2048``). On
+            PyTorch without gradients the blocks of one call share their
+            buffers. Blocking needs a static query length (and,
             automatic, a static key length); with an unknown length (e.g.
             ``keras.Input((None, dim))``) all queries run at once. Pass a
             value ``>= q_len`` to never block.
@@ -527,6 +530,9 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         q = _attention.scale_queries(q, self.key_dim)
         if attention_bias is not None:
             attention_bias = ops.convert_to_tensor(attention_bias)
+        # Block-sized scratch tensors reused within this call (PyTorch without
+        # gradients, `_compile.Workspace`); not with scores, which are kept per block.
+        workspace = None if return_attention_scores else _compile.workspace(q, k, v)
 
         def attend_rows(first: int, last: int | None) -> tuple:
             # Query blocking (see `_attention.query_block`): the block's queries
@@ -563,6 +569,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 block_offset,
                 training,
                 return_attention_scores,
+                workspace,
             )
 
         output = self._toeplitz_attend(
@@ -736,6 +743,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         offset: Any,
         training: Any,
         return_attention_scores: bool,
+        workspace: Any = None,
     ) -> tuple:
         """Attention of the (scaled) queries ``q`` at ``offset`` to every key (the core's).
 
@@ -744,7 +752,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         logits (S) arrive; peak: the relative logits, the content logits and
         their sum (3 S without query blocking).
         """
-        relative_logits = self._relative_logits(q, query_length, key_length, offset)
+        relative_logits = self._relative_logits(q, query_length, key_length, offset, workspace)
         if attention_bias is not None:
             attention_bias = ops.cast(attention_bias, "float32")
             relative_logits = (
@@ -764,7 +772,9 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         if self.relative == "keys_values":
 
             def value_term(probabilities: Any) -> Any:
-                return self._relative_value_term(probabilities, query_length, key_length, offset)
+                return self._relative_value_term(
+                    probabilities, query_length, key_length, offset, workspace
+                )
 
         return _attention.attend(
             q,
@@ -777,6 +787,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             fused=fused,
             return_scores=return_attention_scores,
             value_term=value_term,
+            workspace=workspace,
         )
 
     def _use_cache(self, cache: Any, key: Any, value: Any, cache_update_index: Any) -> tuple:
@@ -801,8 +812,14 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
 
     # ------------------------------------------------------------------ relative terms
 
-    def _relative_logits(self, q: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
-        """The relative part of the logits, float32, (batch or 1, heads, q_len, k_len), or None."""
+    def _relative_logits(
+        self, q: Any, query_length: Any, key_length: Any, offset: Any, workspace: Any = None
+    ) -> Any:
+        """The relative part of the logits, float32, (batch or 1, heads, q_len, k_len), or None.
+
+        With a ``workspace`` (`_compile.Workspace`) the gathered key logits are its
+        buffer "bias", which the attention core may then overwrite.
+        """
         if self.relative is None:
             return None
         if self.relative == "bias":
@@ -810,7 +827,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             return ops.expand_dims(bias, 0)
         if self._use_skew(query_length, key_length, offset):
             return self._skewed_key_logits(q, query_length, key_length, offset)
-        return self._gathered_key_logits(q, query_length, key_length, offset)
+        return self._gathered_key_logits(q, query_length, key_length, offset, workspace)
 
     def _use_skew(self, query_length: Any, key_length: Any, offset: Any) -> bool:
         """Whether the skew applies: "clip" table with a row for every distance, static lengths.
@@ -831,7 +848,9 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             return False
         return self.position.has_row_per_distance(query_length, key_length, offset)
 
-    def _gathered_key_logits(self, q: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
+    def _gathered_key_logits(
+        self, q: Any, query_length: Any, key_length: Any, offset: Any, workspace: Any = None
+    ) -> Any:
         """``q_i . w^K[idx(i, j)]`` by a gather, for any bucketing and length.
 
         ``Q W_K^T`` is computed once for every table row, (batch, heads,
@@ -857,7 +876,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             gathered = ops.reshape(gathered, (query_length, key_length, batch, heads))
             return ops.transpose(gathered, (2, 3, 0, 1))
         per_row = ops.cast(ops.einsum("bqhd,rd->bhqr", q, table), "float32")
-        return _take_columns(per_row, index, method)
+        out = None
+        if workspace is not None and method == "gather":
+            shape = tuple(ops.shape(per_row)[:3]) + (key_length,)
+            out = workspace.buffer("bias", shape, per_row)
+        return _take_columns(per_row, index, method, out)
 
     def _skewed_key_logits(self, q: Any, query_length: int, key_length: int, offset: Any) -> Any:
         """``q_i . w^K[idx(i, j)]`` by Music Transformer's skew (Huang et al. 2018).
@@ -896,7 +919,12 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         return shifted[:, :, :, :key_length]
 
     def _relative_value_term(
-        self, probabilities: Any, query_length: Any, key_length: Any, offset: Any
+        self,
+        probabilities: Any,
+        query_length: Any,
+        key_length: Any,
+        offset: Any,
+        workspace: Any = None,
     ) -> Any:
         """``sum_j a_ij w^V[idx(i, j)]`` as (batch, q_len, heads, value_dim).
 
@@ -909,7 +937,9 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         diagonals (band extraction) and the two end rows the tail sums. Cost:
         ``C`` (one S) and two (batch, heads, q_len, rows) gathers; no
         transposed copy of the weights (a segment sum needed one), and a^V,
-        (q_len, k_len, value_dim), is never built.
+        (q_len, k_len, value_dim), is never built. With a ``workspace`` the
+        cumulative sums overwrite the probabilities when they are its buffer
+        (`_compile.cumulative_sum`): the caller reads them no more.
         """
         table = self.relative_values.table()
         lowest, highest, nonempty = self._bucket_intervals(query_length, key_length, offset)
@@ -919,7 +949,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         last_key = ops.minimum(positions + highest[None, :], last_key)
         nonempty = ops.logical_and(nonempty[None, :], ops.less_equal(first_key, last_key))
 
-        cumulative = ops.cumsum(ops.cast(probabilities, "float32"), axis=-1)
+        cumulative = _compile.cumulative_sum(probabilities, workspace)
         # "rows" would transpose the cumulative sums (one more S) for a small read.
         method = "flat" if _compile.relative_gather("keys") == "rows" else None
 
@@ -1052,7 +1082,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         return config
 
 
-def _take_columns(values: Any, columns: Any, method: str | None = None) -> Any:
+def _take_columns(values: Any, columns: Any, method: str | None = None, out: Any = None) -> Any:
     """``values[b, h, i, columns[i, c]]``: (batch, heads, q_len, n) read at (q_len, m) columns.
 
     ``method`` (default `_compile.relative_gather("keys")`) only changes the speed:
@@ -1062,10 +1092,11 @@ def _take_columns(values: Any, columns: Any, method: str | None = None) -> Any:
     q_len * n). On PyTorch, with 8 heads at L = 1024 / 2048, "gather" took 0.29 /
     0.32 and "flat_2d" 0.45 / 0.54 of the 3-D read's time (its index_select on
     the last axis is slow; docs/benchmarks.md, "Building the relative logits").
+    ``out``: a tensor that "gather" writes into (a `_compile.Workspace` buffer).
     """
     method = method or _compile.relative_gather("keys")
     if method == "gather":
-        return _compile.take_along_last_axis(values, columns)
+        return _compile.take_along_last_axis(values, columns, out)
     batch, heads, query_length, width = (ops.shape(values)[axis] for axis in range(4))
     flat_index = ops.arange(query_length, dtype="int32")[:, None] * ops.cast(width, "int32")
     flat_index = flat_index + columns

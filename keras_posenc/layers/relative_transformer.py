@@ -324,8 +324,8 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
             ``rotary_max_wavelength``; passed to `MultiHeadRelativeAttention`.
         query_block_size: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
-            automatically when one example's logits exceed 32 MiB; an int forces
-            blocks of that many queries.
+            automatically when one example's logits exceed a size measured per
+            backend (16-64 MiB); an int forces blocks of that many queries.
         relative_logits: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
             ``"skew"`` (Music Transformer's memory-efficient shift; ``"clip"`` tables
@@ -522,8 +522,8 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             ``rotary_max_wavelength``; passed to `MultiHeadRelativeAttention`.
         query_block_size: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
-            automatically when one example's logits exceed 32 MiB; an int forces
-            blocks of that many queries.
+            automatically when one example's logits exceed a size measured per
+            backend (16-64 MiB); an int forces blocks of that many queries.
         relative_logits: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
             ``"skew"`` (Music Transformer's memory-efficient shift; ``"clip"`` tables

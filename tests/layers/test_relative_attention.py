@@ -8,6 +8,7 @@ import pytest
 from keras import ops
 
 import layer_checks
+from keras_posenc import _compile
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_position import RelativePositionEmbedding
 from reference.relative_attention import (
@@ -433,7 +434,9 @@ def test_query_blocks_mixed_precision_and_dropout(rng):
     assert not np.allclose(dropped, actual, atol=1e-3), "dropout inactive in the blocked path"
 
 
-def test_automatic_query_block_size():
+def test_automatic_query_block_size(monkeypatch):
+    # With 32 MiB blocks (the per-backend sizes: test_attention_workspace.py).
+    monkeypatch.setattr(_compile, "auto_block_bytes", lambda: 32 * 2**20)
     layer = MultiHeadRelativeAttention(8, 64)
     assert layer._query_block(1024, 1024, None, None) is None  # 32 MiB of logits: one block
     assert layer._query_block(2048, 2048, None, None) == 512

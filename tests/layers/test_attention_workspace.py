@@ -1,0 +1,202 @@
+"""Relative attention's per-backend speed paths, each against the numpy reference.
+
+- `_compile.cumulative_sum` (the value term's cumulative sums): blocks of matrix
+  products on TensorFlow, ``keras.ops.cumsum`` elsewhere, in place on PyTorch with
+  a workspace.
+- `_compile.Workspace` (PyTorch without gradients): block-sized buffers reused by
+  every block of queries in one call, the logits and softmax written into them
+  (`_compile.softmax_logits`), the keys and values transposed once for the fused
+  kernel (`_compile.fused_attention`).
+- `_compile.auto_block_bytes`: the automatic query block, per backend.
+
+The PyTorch-only tests say why in their skip reason; the decision functions are
+tested on every backend.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+from test_relative_attention import assert_close, built_layer, inputs, layer_weights, to_numpy
+from test_relative_gather import ON_TORCH, no_gradients
+
+from keras_posenc import _compile
+from keras_posenc.layers import _attention
+from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
+from reference.relative_attention import causal_mask, clip_index_matrix, relative_attention
+
+TORCH_ONLY = pytest.mark.skipif(
+    not ON_TORCH,
+    reason="the workspace exists only for eager PyTorch without gradients: PyTorch has no "
+    "caching CPU allocator (`_compile.Workspace`); `_compile.workspace` is None elsewhere "
+    "(test_workspace_only_for_eager_float32_torch_without_gradients)",
+)
+
+
+# Around `_compile._CUMSUM_BLOCK` (32): shorter, exact, one more, several with a padded end.
+@pytest.mark.parametrize("length", [1, 5, 32, 33, 64, 100])
+def test_cumulative_sum_matches_numpy(length, rng):
+    values = rng.random((2, 3, 4, length)).astype("float32")
+    actual = ops.convert_to_numpy(_compile.cumulative_sum(ops.convert_to_tensor(values)))
+    expected = np.cumsum(values.astype("float64"), axis=-1)
+    assert actual.shape == expected.shape and actual.dtype == np.float32
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_cumulative_sum_casts_to_float32(rng):
+    values = rng.random((1, 2, 3, 40)).astype("float16")
+    actual = _compile.cumulative_sum(ops.convert_to_tensor(values))
+    assert keras.backend.standardize_dtype(actual.dtype) == "float32"
+    expected = np.cumsum(values.astype("float64"), axis=-1)
+    np.testing.assert_allclose(ops.convert_to_numpy(actual), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_workspace_only_for_eager_float32_torch_without_gradients(rng):
+    q = ops.convert_to_tensor(inputs(rng, 1, 4, 8))
+    assert _compile.workspace(q) is None  # gradients are recorded (or not PyTorch)
+    with no_gradients():
+        assert (_compile.workspace(q) is not None) is ON_TORCH
+        assert _compile.workspace(ops.cast(q, "float16")) is None
+        assert _compile.softmax_logits(q, q, None, None) is None
+        assert _compile.fused_attention(q, q, q, None, None) is None
+
+
+def test_automatic_query_block_size_per_backend():
+    block_bytes = _compile.auto_block_bytes()
+    assert (
+        block_bytes == {"tensorflow": 64, "jax": 32, "torch": 16}[keras.backend.backend()] * 2**20
+    )
+    layer = MultiHeadRelativeAttention(8, 64)
+    for length in (512, 1024, 2048, 4096):
+        logits = 4 * 8 * length * length
+        block = layer._query_block(length, length, None, None)
+        if logits <= block_bytes:
+            assert block is None, length
+        else:  # blocks of at most block_bytes, split evenly
+            assert block is not None and 4 * 8 * length * block <= block_bytes, length
+            assert block >= _attention.MIN_AUTO_BLOCK
+            assert length % block == 0, (length, block)
+
+
+# --------------------------------------------------------------------------- PyTorch
+
+
+def _count(monkeypatch, name):
+    """Records, for each call of `_compile.<name>`, whether it computed the result."""
+    taken = []
+    original = getattr(_compile, name)
+
+    def counting(*args):
+        result = original(*args)
+        taken.append(result is not None)
+        return result
+
+    monkeypatch.setattr(_compile, name, counting)
+    return taken
+
+
+def _count_buffers(monkeypatch):
+    """The buffers `Workspace.buffer` allocates, as (name, shape)."""
+    allocated = []
+    original = _compile.Workspace.buffer
+
+    def counting(self, name, shape, like):
+        before = self._buffers.get(name)
+        result = original(self, name, shape, like)
+        if result is not before:
+            allocated.append((name, tuple(shape)))
+        return result
+
+    monkeypatch.setattr(_compile.Workspace, "buffer", counting)
+    return allocated
+
+
+@TORCH_ONLY
+@pytest.mark.parametrize("relative", ["keys", "keys_values"])
+@pytest.mark.parametrize("case", ["plain", "masks_and_causal", "attention_bias"])
+@pytest.mark.parametrize("block", [None, 16])
+def test_workspace_path_matches_reference(relative, case, block, rng, monkeypatch):
+    """70 queries (blocks of 16: 14 + 14 + 14 + 14 + 14) against 66 or 70 keys."""
+    query_length, key_length = 70, (70 if case == "masks_and_causal" else 66)
+    query, value = inputs(rng, 2, query_length, 6), inputs(rng, 2, key_length, 6)
+    layer = built_layer(query, value, relative=relative, query_block_size=block)
+    index = clip_index_matrix(query_length, key_length, 3)
+    kwargs, mask, bias = {}, None, None
+    if case == "masks_and_causal":
+        value_mask = np.ones((2, key_length), bool)
+        value_mask[1, 50:] = False
+        query_mask = np.ones((2, query_length), bool)
+        query_mask[0, 3] = False
+        kwargs = dict(value_mask=value_mask, query_mask=query_mask, use_causal_mask=True)
+        mask = value_mask[:, None, :] & query_mask[:, :, None]
+        mask = mask & causal_mask(query_length, key_length)
+    elif case == "attention_bias":
+        bias = rng.standard_normal((2, 2, query_length, key_length)).astype("float32")
+        kwargs = dict(attention_bias=bias)
+    expected, _ = relative_attention(
+        query, value, None, layer_weights(layer), relative, index, mask, attention_bias=bias
+    )
+    path = "fused_attention" if relative == "keys" else "softmax_logits"
+    taken = _count(monkeypatch, path)
+    allocated = _count_buffers(monkeypatch)
+    with no_gradients():
+        output = layer(query, value, **kwargs)
+    blocks = 1 if block is None else 5
+    assert taken == [True] * blocks, f"{path} computed every block"
+    assert_close(output, expected, what=f"{relative}, {case}, blocks of {block}")
+    # One buffer per name for all blocks (they are of equal size): each block reuses it.
+    names = [name for name, _ in allocated]
+    assert len(names) == len(set(names)), allocated
+    # Gradients recorded: the plain keras.ops path, the same numbers.
+    taken.clear()
+    assert_close(layer(query, value, **kwargs), expected, what="with gradients")
+    assert not any(taken)
+
+
+@TORCH_ONLY
+def test_workspace_reuse_keeps_each_blocks_result(rng, monkeypatch):
+    """Blocks of 14 + 14 + 14 + 14 + 14 queries: a block's output must not alias a buffer
+    that the next block overwrites, and an uneven last block gets its own buffer."""
+    query = inputs(rng, 1, 70, 6)
+    layer = built_layer(query, query, relative="keys_values", query_block_size=14)
+    uneven = built_layer(query, query, relative="keys_values", query_block_size=30)
+    weights, index = layer_weights(layer), clip_index_matrix(70, 70, 3)
+    expected, _ = relative_attention(query, query, None, weights, "keys_values", index)
+    allocated = _count_buffers(monkeypatch)
+    with no_gradients():
+        output = to_numpy(layer(query, query))
+        first = to_numpy(layer(query, query))  # a second call: a new workspace
+        other = to_numpy(uneven(query, query))  # 24 + 24 + 22 queries
+    assert_close(output, expected, what="blocks of 14")
+    np.testing.assert_array_equal(first, output)
+    expected, _ = relative_attention(
+        query, query, None, layer_weights(uneven), "keys_values", index
+    )
+    assert_close(other, expected, what="blocks of 24, 24, 22")
+    shapes = [shape for name, shape in allocated if name == "bias"]
+    assert shapes == [(1, 2, 14, 70), (1, 2, 14, 70), (1, 2, 24, 70), (1, 2, 22, 70)]
+
+
+@TORCH_ONLY
+def test_no_workspace_with_scores_or_half_precision(rng, monkeypatch):
+    query = inputs(rng, 2, 20, 6)
+    layer = built_layer(query, query, relative="keys_values", query_block_size=8)
+    expected, probabilities = relative_attention(
+        query, query, None, layer_weights(layer), "keys_values", clip_index_matrix(20, 20, 3)
+    )
+    workspaces = []
+    original = _compile.workspace
+    monkeypatch.setattr(
+        _compile, "workspace", lambda *a: workspaces.append(original(*a)) or workspaces[-1]
+    )
+    with no_gradients():
+        output, scores = layer(query, query, return_attention_scores=True)
+    assert workspaces == [], "scores are kept per block: no buffers reused"
+    assert_close(output, expected, what="output with scores")
+    assert_close(scores, probabilities, what="scores")
+    half = MultiHeadRelativeAttention(2, 4, relative="keys_values", max_distance=3, dtype="float16")
+    with no_gradients():
+        result = to_numpy(half(query, query))
+    assert workspaces == [None] and np.isfinite(result).all()
