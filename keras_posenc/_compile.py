@@ -591,10 +591,10 @@ class Workspace:
     returned to the operating system when freed (glibc's ``malloc`` maps
     allocations above its dynamic mmap threshold, at most 32 MiB, separately),
     so the next block's tensor of the same size is mapped again and every page
-    is zero-filled on first touch. On 2 CPU cores at L = 1024 with 8 heads,
-    filling one such tensor by ``torch.gather`` took as long as the whole fused
-    attention (1.0x), and 0.19x with the allocator told to keep the memory
-    (``MALLOC_MMAP_THRESHOLD_``; docs/benchmarks.md, "Where PyTorch's time went").
+    is zero-filled on first touch. On 2 CPU cores with 8 heads, filling a kept
+    (batch, heads, L, L) tensor by ``torch.gather`` took 0.20x (L = 1024) and
+    0.31x (L = 2048) of the time of filling a new one (docs/benchmarks.md,
+    "Building the relative logits", group "fill"; why: "Block-sized buffers").
     PyTorch has no caching allocator on CPU, so the relative layers keep their
     few block-sized tensors here, for the duration of one call only: each block
     of queries overwrites the previous block's (`buffer`), and everything is freed
@@ -726,13 +726,15 @@ def cumulative_sum(values: Any, workspace: Workspace | None = None) -> Any:
     - PyTorch: in place when ``values`` is a buffer of ``workspace`` (which its
       caller no longer reads): one block-sized tensor fewer (see `Workspace`).
     - TensorFlow: its ``Cumsum`` kernel scans the last axis element by element
-      (8 heads, L = 2048 on 2 cores: 197 ms, against 38 ms for the logits'
-      einsum), so the sums are built from blocks of `_CUMSUM_BLOCK` keys: the
+      (8 heads, L = 2048 on 2 cores: 187 ms, longer than the rest of the
+      attention), so the sums are built from blocks of `_CUMSUM_BLOCK` keys: the
       sums inside each block are one matrix product with a triangular matrix of
       ones, and the totals of the blocks before it (a cumsum over L / 32 values
-      per row) are added: 27 ms (docs/benchmarks.md, "The value term's
-      cumulative sums"). The sums differ from a sequential scan only by rounding.
-    - JAX: ``keras.ops.cumsum`` (the blocked form was not faster there).
+      per row) are added: 50 ms, 0.28x (docs/benchmarks.md, "Building the
+      relative logits", group "cumsum"). The sums differ from a sequential scan
+      only by rounding.
+    - JAX and PyTorch: ``keras.ops.cumsum`` (the blocked form took 1.2x and 1.8x
+      its time at L = 1024 and 2048 there).
     """
     if workspace is not None and workspace.owns(values):
         return values.cumsum_(-1)
