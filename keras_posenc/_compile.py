@@ -678,8 +678,8 @@ def workspace(*tensors: Any) -> Workspace | None:
     if torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing():
         return None  # a traced graph (torch.export, torch.compile, torch.onnx) has no out=
     for tensor in tensors:
-        if not isinstance(tensor, torch.Tensor) or type(tensor) is not torch.Tensor:
-            return None  # a symbolic or fake tensor (tracing)
+        if type(tensor) is not torch.Tensor:
+            return None  # a symbolic or fake tensor (tracing), or not a tensor
         if tensor.dtype != torch.float32:
             return None
     return Workspace()
@@ -733,8 +733,8 @@ def cumulative_sum(values: Any, workspace: Workspace | None = None) -> Any:
       per row) are added: 50 ms, 0.28x (docs/benchmarks.md, "Building the
       relative logits", group "cumsum"). The sums differ from a sequential scan
       only by rounding.
-    - JAX and PyTorch: ``keras.ops.cumsum`` (the blocked form took 1.2x and 1.8x
-      its time at L = 1024 and 2048 there).
+    - JAX and PyTorch: ``keras.ops.cumsum`` (at L = 1024 and 2048 the blocked
+      form took about 1.2x its time on JAX and 1.8x on PyTorch).
     """
     if workspace is not None and workspace.owns(values):
         return values.cumsum_(-1)
@@ -766,8 +766,10 @@ def blocked_cumulative_sum(values: Any) -> Any:
 
 
 # Automatic query blocking (`_attention.query_block`): the float32 logits of one
-# block for one example stay under this many bytes. Measured with
-# benchmarks/relative_attention.py (8 heads, L = 1024 and 2048, 2 CPU cores):
+# block for one example stay under this many bytes. Chosen from layer calls with
+# query_block_size = 128 ... 1024 at L = 1024 and 2048 (8 heads, 2 CPU cores, by
+# hand), then checked by benchmarks/relative_attention.py against the commit
+# before (docs/benchmarks.md, "Block-sized buffers"):
 # - TensorFlow: fewer, larger blocks (each block is a few dozen eager ops, and
 #   larger products run faster); 64 MiB is two blocks at L = 2048.
 # - PyTorch: 16 MiB. Larger tensors are mapped and zero-filled by the operating
