@@ -523,13 +523,16 @@ def training_jit_compile() -> bool | str:
 # logits": 8 heads, L = 512-2048, eager, 2 CPU cores).
 # - "bias" (a Toeplitz matrix, the same for every query): "rows" gathers rows of
 #   `heads` values and transposes them, "toeplitz" copies strips of its diagonals
-#   (`relative_index.toeplitz`), "gather" reads an (L, L) index into heads-first order.
+#   (`relative_index.toeplitz`), "windows" gathers runs of 16 keys of its diagonals
+#   (`relative_index.toeplitz(method="windows")`; TensorFlow, whose transposed copy of
+#   the rows cost more than the whole windowed build), "gather" reads an (L, L) index
+#   into heads-first order. Lengths not known when traced fall back to "rows" or "gather".
 # - "keys" (``q_i . w[idx(i, j)]``, per query): "rows" gathers rows of the transposed
 #   (q_len * rows, batch * heads) products, "gather" is PyTorch's ``gather`` with
 #   the index broadcast as a view (`take_along_last_axis`), "flat" / "flat_2d" read
 #   the flattened products from a 3-D / 2-D view.
 _RELATIVE_GATHER = {
-    "tensorflow": {"bias": "rows", "keys": "rows"},
+    "tensorflow": {"bias": "windows", "keys": "rows"},
     "jax": {"bias": "gather", "keys": "flat"},
     "torch": {"bias": "toeplitz", "keys": "gather"},
 }
@@ -538,7 +541,7 @@ _RELATIVE_GATHER = {
 def relative_gather(kind: str) -> str:
     """How relative logits of ``kind`` ("bias" or "keys") are gathered on this backend.
 
-    "bias": ``"rows"``, ``"toeplitz"`` or ``"gather"``; "keys": ``"rows"``,
+    "bias": ``"rows"``, ``"toeplitz"``, ``"windows"`` or ``"gather"``; "keys": ``"rows"``,
     ``"gather"`` (PyTorch only), ``"flat"`` or ``"flat_2d"``. Every method gives
     the same numbers; only speed differs.
     """

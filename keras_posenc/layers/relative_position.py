@@ -220,14 +220,14 @@ class RelativePositionBias(_SingleTableLayer):
     ) -> Any:
         """The bias as ``(num_heads, query_length, key_length)``, in ``dtype`` (default: compute).
 
-        Three ways with the same result, the fastest on the backend chosen by
+        Four ways with the same result, the fastest on the backend chosen by
         `_compile.relative_gather("bias")`: read straight into heads-first
         order from the transposed table (``"gather"``); gathered as rows of
-        ``heads`` values and transposed (``"rows"``, one more copy but faster
-        on TensorFlow); or, with static lengths, built as the Toeplitz matrix it
-        is (it depends on ``j - i`` only) from its ``q_len + k_len - 1``
-        diagonals (`relative_index.toeplitz`), without a (q_len, k_len) index
-        (``"toeplitz"``).
+        ``heads`` values and transposed (``"rows"``); or, with static lengths,
+        built as the Toeplitz matrix it is (it depends on ``j - i`` only) from
+        its ``q_len + k_len - 1`` diagonals (`relative_index.toeplitz`), without
+        a (q_len, k_len) index, by strips of rows (``"toeplitz"``) or by runs of
+        keys (``"windows"``).
 
         Examples:
 
@@ -247,13 +247,11 @@ class RelativePositionBias(_SingleTableLayer):
             positions = ops.arange(query_length, dtype="int32") + ops.cast(offset, "int32")
             return ops.cast(self._computed(r, positions[:, None]), dtype)
         static = isinstance(query_length, int) and isinstance(key_length, int)
-        if (
-            static
-            and min(query_length, key_length) > 0
-            and _compile.relative_gather("bias") == "toeplitz"
-        ):
+        method = _compile.relative_gather("bias")
+        if static and min(query_length, key_length) > 0 and method in ("toeplitz", "windows"):
             diagonals = self.diagonals(query_length, key_length, offset, dtype)
-            return relative_index.toeplitz(diagonals, query_length, key_length)
+            build = "strips" if method == "toeplitz" else "windows"
+            return relative_index.toeplitz(diagonals, query_length, key_length, build)
         if self.position.computed:
             # The bias of each of the q_len + k_len - 1 distances, read like a table
             # whose rows are the distances in order (cheaper than the formula per pair).
@@ -264,7 +262,7 @@ class RelativePositionBias(_SingleTableLayer):
         else:
             table = ops.cast(self.table(), dtype)  # (rows, heads)
             index = self.indices(query_length, key_length, offset)
-        if _compile.relative_gather("bias") == "rows":
+        if method in ("rows", "windows"):  # "windows" with lengths known only when run
             # Rows of `heads` values into (q_len, k_len, heads), then one transposed copy.
             return ops.transpose(ops.take(table, index, axis=0), (2, 0, 1))
         return ops.take(ops.transpose(table), index, axis=1)

@@ -75,7 +75,7 @@ def test_alibi_slopes_are_the_papers():
     np.testing.assert_allclose(layers.ALiBi.slopes(12)[8:], [2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5])
 
 
-@pytest.mark.parametrize("method", ["gather", "rows", "toeplitz"])
+@pytest.mark.parametrize("method", ["gather", "rows", "toeplitz", "windows"])
 @pytest.mark.parametrize("lengths", [(4, 4, 0), (3, 7, 2), (1, 9, 8)])
 @pytest.mark.parametrize("name", list(SCHEMES))
 def test_bias_matches_reference(name, lengths, method, rng, monkeypatch):

@@ -23,9 +23,22 @@ from reference import relative_index as reference_index
 from reference.relative_attention import causal_mask, clip_index_matrix, relative_attention
 from reference.relative_position import relative_position_bias
 
-# Lengths around the 64-row strips of `relative_index.toeplitz`: one strip, exactly
-# two, two with a padded last strip, fewer keys than queries, a single query or key.
-LENGTHS = [(1, 1), (1, 9), (9, 1), (3, 8), (64, 64), (65, 70), (130, 20), (20, 130)]
+# Lengths around the 64-row strips and the 16-key windows of `relative_index.toeplitz`:
+# one strip, exactly two, two with a padded last strip, fewer keys than queries, a single
+# query or key; one window exactly, one and one key, three exactly.
+LENGTHS = [
+    (1, 1),
+    (1, 9),
+    (9, 1),
+    (3, 8),
+    (64, 64),
+    (65, 70),
+    (130, 20),
+    (20, 130),
+    (5, 16),
+    (16, 17),
+    (2, 48),
+]
 ON_TORCH = keras.backend.backend() == "torch"
 
 
@@ -46,11 +59,12 @@ def no_gradients():
     return contextlib.nullcontext()
 
 
+@pytest.mark.parametrize("method", relative_index.TOEPLITZ_METHODS)
 @pytest.mark.parametrize("lengths", LENGTHS, ids=str)
-def test_toeplitz_matches_reference(lengths, rng):
+def test_toeplitz_matches_reference(lengths, method, rng):
     query_length, key_length = lengths
     diagonals = rng.standard_normal((2, 3, query_length + key_length - 1)).astype("float32")
-    actual = relative_index.toeplitz(diagonals, query_length, key_length)
+    actual = relative_index.toeplitz(diagonals, query_length, key_length, method)
     expected = reference_index.toeplitz(diagonals, query_length, key_length)
     assert tuple(actual.shape) == expected.shape
     np.testing.assert_array_equal(ops.convert_to_numpy(actual), expected)
@@ -65,7 +79,7 @@ def test_distances_in_order_are_the_diagonals(offset):
     np.testing.assert_array_equal(reference_index.toeplitz(distances, 5, 9), expected)
 
 
-@pytest.mark.parametrize("method", ["toeplitz", "gather", "rows"])
+@pytest.mark.parametrize("method", ["toeplitz", "windows", "gather", "rows"])
 @pytest.mark.parametrize(
     "position",
     [
@@ -102,7 +116,7 @@ def reference_bucket(position, r):
 
 
 # Each way to read "keys", with a way to read "bias" (each "bias" way appears once).
-GATHERS = {"rows": "rows", "flat": "gather", "flat_2d": "toeplitz", "gather": "toeplitz"}
+GATHERS = {"rows": "rows", "flat": "gather", "flat_2d": "windows", "gather": "toeplitz"}
 TORCH_ONLY = pytest.mark.skipif(
     not ON_TORCH,
     reason="torch.gather with a broadcast index view: `_compile.relative_gather` "
