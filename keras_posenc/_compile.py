@@ -50,6 +50,7 @@ model again (another seed) reuses it. Elsewhere it does nothing.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -717,6 +718,59 @@ def softmax_logits(q: Any, k: Any, bias: Any, workspace: Workspace | None) -> An
         if bias is not None:
             logits.add_(bias)
     return torch.softmax(logits, -1, out=logits)
+
+
+# Eager TensorFlow: a block of attention with at least this many float32 logits per
+# example runs as one XLA program (`compiled_block`).
+COMPILED_BLOCK_MIN_LOGITS = 2**20
+
+_COMPILED_BLOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def compiled_block(owner: Any, method: str, logits: int, training: Any, dropout: float) -> Any:
+    """``owner.<method>`` compiled by XLA, or None where the plain method runs.
+
+    Eager TensorFlow runs an attention block op by op: with relative logits that is
+    a few dozen operations, each writing a (heads, q_len, k_len) tensor (the index,
+    the gathered logits and their transposed copy, their sum with the content
+    logits, the probabilities). XLA fuses them into the products and the softmax.
+    With 8 heads on 2 CPU cores, a layer call at L = 2048 took 0.6x its eager time
+    (``relative="keys"``; MultiHeadAttention's 1.49x -> 0.98x), and XLA was faster
+    down to L = 128; but compiling a block shape took 0.4-0.9 s (and XLA's first
+    use in a process about 2 s more), which pays after about ten calls of that
+    shape: hence the threshold (docs/benchmarks.md, "Relative attention against
+    MultiHeadAttention", and docs/development.md, "Architecture").
+
+    Only eager calls (inside ``tf.function``, ``predict`` or an export the graph
+    is TensorFlow's own, unchanged), blocks of at least `COMPILED_BLOCK_MIN_LOGITS`
+    logits per example (8 heads: L >= 363; smaller calls stay eager) and no active
+    dropout (its random draws stay Keras'). Gradients flow through it (XLA compiles
+    the backward pass too). One ``tf.function(jit_compile=True)`` per owner and
+    method, kept while the owner lives; a caller passes every length-dependent
+    offset as a tensor, so the equal blocks of one call share one program.
+    """
+    if keras.backend.backend() != "tensorflow" or not isinstance(logits, int):
+        return None  # (lengths known only when run: a graph, which TensorFlow optimises itself)
+    if logits < COMPILED_BLOCK_MIN_LOGITS:
+        return None
+    if dropout and not (isinstance(training, bool | int | type(None)) and not training):
+        return None
+    import tensorflow as tf
+
+    if not tf.executing_eagerly():
+        return None
+    methods = _COMPILED_BLOCKS.setdefault(owner, {})
+    compiled = methods.get(method)
+    if compiled is None:
+        # A weak reference: the compiled function is kept by the owner's entry and
+        # must not keep the owner alive.
+        reference = weakref.ref(owner)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(reference(), method)(*args, **kwargs)
+
+        compiled = methods[method] = tf.function(call, jit_compile=True)
+    return compiled
 
 
 # Keys summed by one matrix product in `cumulative_sum` on TensorFlow.

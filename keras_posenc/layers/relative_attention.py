@@ -548,28 +548,28 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 block_bias = _attention.query_rows(attention_bias, first, last)
                 length = last - first
             block_offset = offset if first == 0 else offset + first
-            mask = self._attention_mask(
-                block_mask,
-                value_mask,
-                key_mask,
-                block_attention_mask,
-                use_causal_mask,
-                length,
-                key_length,
-                block_offset,
+            masks = (block_mask, value_mask, key_mask, block_attention_mask)
+            # One compiled program per block shape where that pays (eager TensorFlow:
+            # `_compile.compiled_block`); the offset is then a tensor, so every block of
+            # one size shares it.
+            attend_block = _compile.compiled_block(
+                self, "_attend_block", self.num_heads * length * key_length, training, self.dropout
             )
-            return self._attend(
+            if attend_block is None:
+                attend_block = self._attend_block
+            else:
+                block_offset = ops.convert_to_tensor(block_offset, "int32")
+            return attend_block(
                 rows,
                 k,
                 v,
-                mask,
+                masks,
                 block_bias,
-                length,
-                key_length,
                 block_offset,
-                training,
-                return_attention_scores,
-                workspace,
+                use_causal_mask=use_causal_mask,
+                training=training,
+                return_attention_scores=return_attention_scores,
+                workspace=workspace,
             )
 
         output = self._toeplitz_attend(
@@ -593,6 +593,40 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             )
         return self._finish(
             self.output_dense(output), probabilities, cache, return_attention_scores
+        )
+
+    def _attend_block(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        masks: tuple,
+        attention_bias: Any,
+        offset: Any,
+        use_causal_mask: bool,
+        training: Any,
+        return_attention_scores: bool,
+        workspace: Any = None,
+    ) -> tuple:
+        """Attention of one block of (scaled) queries ``q`` at ``offset`` to every key.
+
+        ``masks``: the block's query mask, the value and key masks and the block's
+        rows of ``attention_mask`` (each None or bool).
+        """
+        query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
+        mask = self._attention_mask(*masks, use_causal_mask, query_length, key_length, offset)
+        return self._attend(
+            q,
+            k,
+            v,
+            mask,
+            attention_bias,
+            query_length,
+            key_length,
+            offset,
+            training,
+            return_attention_scores,
+            workspace,
         )
 
     def _check_causal(self, use_causal_mask: bool) -> None:
