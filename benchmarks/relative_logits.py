@@ -13,6 +13,8 @@ mode (`_timing.inference`: on PyTorch under ``torch.no_grad``):
            rows          the same gathered as rows of 8 (heads) values, then transposed
            toeplitz      the same built from its diagonals in strips
                          (`relative_index.toeplitz`)
+           windows       the same built from its diagonals by runs of 16 keys
+                         (`relative_index.toeplitz(method="windows")`)
     keys   flat          ``q_i . w[idx(i, j)]``: one gather from the flattened
                          (batch, heads, L * rows) products (the baseline)
            flat_2d       the same from a (batch * heads, L * rows) view
@@ -92,7 +94,7 @@ def _ways(length: int) -> dict:
 
     bias_layer = layers["bias"].relative_bias
     ways = {}
-    for method in ("gather", "rows", "toeplitz"):
+    for method in ("gather", "rows", "toeplitz", "windows"):
         run = lambda: bias_layer.per_head(length, length, 0, "float32")  # noqa: E731
         ways["bias", method] = forced("bias", method, run)
     keys_layer = layers["keys"]
