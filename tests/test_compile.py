@@ -360,3 +360,89 @@ def test_initialize_together_refuses_to_assign_older_variables():
     with pytest.raises(RuntimeError, match="zoo.create\\('x'\\): 1 variable"):
         with _compile.initialize_together("zoo.create('x')"):
             older.assign(np.ones(2, "float32"))
+
+
+# --------------------------------------------------------------------------- host draws
+
+
+@jax_only
+@pytest.mark.parametrize("size", [1, 5, _compile._BITS_CHUNK, _compile._BITS_CHUNK + 3])
+def test_threefry_bits_are_jax_random_bits(size):
+    """The bits program's chunks, laid end to end, are JAX's own draw of that size."""
+    import jax
+
+    for seed in (0, 2**31 + 7):
+        key = np.array([seed, 0], "uint32")
+        expected = np.asarray(jax.random.bits(key, (size,), dtype="uint32"))
+        np.testing.assert_array_equal(_compile._threefry_bits(key, size), expected)
+
+
+@jax_only
+@pytest.mark.parametrize("family", ["coatnet", "convs2s_weight_norm", "muse"])
+def test_initialize_together_draws_on_the_host(family, monkeypatch):
+    """The zoo's initializers are evaluated with NumPy (no compiled draw program), and
+    the values are those of plain construction (test_initialize_together_keeps_the_weights
+    checks them; here: that this path ran and the compiled one did not)."""
+    import jax
+
+    evaluated, compiled = [], []
+    original = _compile._evaluate_on_host
+    monkeypatch.setattr(
+        _compile,
+        "_evaluate_on_host",
+        lambda *args: evaluated.append(1) or original(*args),
+    )
+    jit = jax.jit
+    monkeypatch.setattr(jax, "jit", lambda *a, **k: compiled.append(1) or jit(*a, **k))
+    monkeypatch.setattr(_compile, "_DRAW_PROGRAMS", {})
+    keras.utils.set_random_seed(3)
+    plain = _builders()[family]()
+    keras.utils.set_random_seed(3)
+    with _compile.initialize_together():
+        together = _builders()[family]()
+    assert evaluated and not compiled
+    for a, b in zip(plain.weights, together.weights, strict=True):
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(b), ops.convert_to_numpy(a), rtol=1e-5, atol=1e-6
+        )
+
+
+@jax_only
+def test_host_draw_falls_back_to_the_compiled_program(monkeypatch):
+    """An initializer NumPy does not mirror here (Orthogonal's QR) is drawn by the compiled
+    program, with the values of plain construction."""
+    import jax
+
+    programs = {}
+    monkeypatch.setattr(_compile, "_DRAW_PROGRAMS", programs)
+
+    def dense():
+        layer = keras.layers.Dense(5, kernel_initializer=keras.initializers.Orthogonal(seed=9))
+        layer.build((None, 7))
+        return layer
+
+    plain = dense()
+    with _compile.initialize_together():
+        together = dense()
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(together.kernel), ops.convert_to_numpy(plain.kernel), atol=1e-5
+    )
+    assert [type(p) for p in programs.values()] == [jax.stages.Compiled]
+
+
+@jax_only
+def test_host_evaluation_writes_in_place_only_into_dead_values():
+    """x * 2 + x: the product may not overwrite x, which the sum reads after it."""
+    import jax
+
+    def function(x):
+        doubled = x * 2.0
+        return [jax.numpy.sqrt(doubled) + x, x - 1.0]
+
+    x = np.random.default_rng(0).random((300, 4000)).astype("float32")  # above the thread limit
+    closed = jax.make_jaxpr(function)(x)
+    outputs = _compile._evaluate_on_host(
+        closed.jaxpr, closed.consts, [x.copy()], _compile._host_primitives()
+    )
+    np.testing.assert_allclose(outputs[0], np.sqrt(x * 2) + x, rtol=1e-6)
+    np.testing.assert_allclose(outputs[1], x - 1, rtol=1e-6)

@@ -270,11 +270,20 @@ class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
             self.kernel_v = self.add_weight(
                 name="kernel_v", shape=kernel_shape, initializer=initializer
             )
-            self.kernel_g = self.add_weight(
-                name="kernel_g", shape=(2 * self.filters,), initializer="ones"
-            )
             # g = ||v||, so the initial kernel g * v / ||v|| equals v.
-            self.kernel_g.assign(_column_norm(ops.convert_to_tensor(self.kernel_v)))
+            if _draws_repeatably(initializer):
+                # As an initializer that draws v again: no value is read while building,
+                # so on JAX both are drawn in the one program of `initialize_together`.
+                self.kernel_g = self.add_weight(
+                    name="kernel_g",
+                    shape=(2 * self.filters,),
+                    initializer=_ColumnNormOf(initializer, kernel_shape),
+                )
+            else:  # a SeedGenerator or a plain function: read what v drew
+                self.kernel_g = self.add_weight(
+                    name="kernel_g", shape=(2 * self.filters,), initializer="ones"
+                )
+                self.kernel_g.assign(_column_norm(ops.convert_to_tensor(self.kernel_v)))
         else:
             self._kernel = self.add_weight(
                 name="kernel", shape=kernel_shape, initializer=initializer
@@ -446,6 +455,49 @@ def folded_weight_norm(layers: Sequence[GLUConv1D], kernels: Sequence[Any]) -> I
 def _column_norm(v: Any) -> Any:
     """``||v||`` over the kernel width and input channels: one norm per output channel."""
     return ops.sqrt(ops.sum(ops.square(v), axis=(0, 1)))
+
+
+def _draws_repeatably(initializer: Any) -> bool:
+    """Whether ``initializer`` draws the same values at every call (an int seed, or none)."""
+    if not isinstance(initializer, keras.initializers.Initializer):
+        return False
+    seed = getattr(initializer, "seed", None)
+    return isinstance(seed, int) or "seed" not in initializer.get_config()
+
+
+class _ColumnNormOf(keras.initializers.Initializer):
+    """The column norms ``||v||`` of what ``initializer`` draws for the kernel ``v``.
+
+    Weight normalisation's ``g`` starts at ``||v||``. Its draw of ``v`` repeats the
+    kernel's: the same initializer with the same seed, held here as ``seed`` so that a
+    caller may draw it from a ``keras.random.SeedGenerator`` whose state is that seed
+    (`_compile.initialize_together` does), as it may for the kernel's own initializer.
+    """
+
+    def __init__(self, initializer: Any, kernel_shape: tuple) -> None:
+        self.initializer = initializer
+        self.kernel_shape = tuple(kernel_shape)
+        seed = getattr(initializer, "seed", None)
+        if isinstance(seed, int):
+            self.seed = seed
+
+    def __call__(self, shape: Any, dtype: Any = None) -> Any:
+        initializer = self.initializer
+        if hasattr(self, "seed"):
+            config = dict(initializer.get_config(), seed=self.seed)
+            initializer = type(initializer).from_config(config)
+        return _column_norm(initializer(self.kernel_shape, dtype=dtype))
+
+    def get_config(self) -> dict:
+        # Not keras.initializers.serialize: on JAX and PyTorch it imports TensorFlow (4 s).
+        inner = self.initializer
+        config = {
+            "initializer": {"class_name": type(inner).__name__, "config": inner.get_config()},
+            "kernel_shape": list(self.kernel_shape),
+        }
+        if hasattr(self, "seed"):
+            config["seed"] = self.seed
+        return config
 
 
 # --------------------------------------------------------------------------- attention
