@@ -6,9 +6,9 @@ already imported, as a user's first ``zoo.create`` after the imports) and then
 once more in the same process (``warm``: JAX's compiled programs are cached by
 then). Prints seconds per model; ``--json`` writes the rows.
 
-On JAX most of a cold build is XLA compiling the random draws of the
-initializers (``keras_posenc._compile.initialize_together`` makes that one
-program); TensorFlow and PyTorch draw eagerly.
+On JAX the initializers' draws are traced once and evaluated with NumPy, their
+random bits from one Threefry program compiled once per process
+(``keras_posenc._compile.initialize_together``); TensorFlow and PyTorch draw eagerly.
 
 Usage:
     KERAS_BACKEND=jax python benchmarks/zoo_create.py [--models coatnet_0,muse_tiny]

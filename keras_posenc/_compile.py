@@ -41,10 +41,10 @@ Creating a model (``initialize_together``): on JAX, each initializer draw is an 
 program compiled for its shape (Keras' JAX random functions are ``jax.jit``-ed with a
 static shape), and compiling dozens of them made ``zoo.create("coatnet_0")`` at 64 x 64
 take about 6 s against 0.5 s on TensorFlow. Inside ``initialize_together`` the
-variables are created uninitialised (a ``keras.StatelessScope``), and at its end one
-program, compiled without XLA's costly optimisations, draws them all. The program takes
-the initializers' seeds as inputs and is kept by what it draws, so building the same
-model again (another seed) reuses it. Elsewhere it does nothing.
+variables are created uninitialised (a ``keras.StatelessScope``), and at its end the
+draws of all of them are traced once and evaluated with NumPy, their random bits from one
+Threefry program compiled once per process (``_evaluate_on_host``; a draw NumPy does not
+mirror is compiled as one program instead). Elsewhere it does nothing.
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ def initialize_together(who: str = "initialize_together") -> Iterator[None]:
     """Variables created inside are initialised together when the block ends (JAX).
 
     On JAX the block is a ``keras.StatelessScope`` that leaves new variables
-    uninitialised; at its end one compiled program evaluates every initializer, and
-    assignments made while building (for example ``g = ||v||`` of a weight-normalised
-    kernel, computed from the initializer's values) are applied after. Keras'
+    uninitialised; at its end every initializer is evaluated together (traced once,
+    evaluated with NumPy, the random bits from one Threefry program: see the module's
+    docstring), and assignments made while building are applied after. Keras'
     initializers carry fixed integer seeds, so the values are those Keras would draw
     (to float rounding). On TensorFlow and PyTorch, and inside another stateless
     scope, it does nothing.
