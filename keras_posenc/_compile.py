@@ -168,8 +168,10 @@ def _program_key(initializer: Any) -> tuple | None:
 
 
 def _draw_together(variables: list) -> list:
-    """Every variable's initial value from one compiled program (JAX), cached by what
-    it draws; an int-seeded Keras initializer draws with its seed given as an input."""
+    """Every variable's initial value, drawn together (JAX): on the host (`_host_draw`),
+    or by one compiled program where the host does not mirror a primitive; either is
+    cached by what it draws. An int-seeded Keras initializer draws with its seed given
+    as an input."""
     import jax
     import numpy as np
 

@@ -203,7 +203,7 @@ def from_keras_hub_t5(
             f"{_OWNER}: `backbone` must be a keras_hub.models.T5Backbone (e.g. "
             f"T5Backbone.from_preset('t5_small_multi')), got {type(backbone).__name__}."
         )
-    # On JAX, one compiled program draws the initial weights (as zoo.create does).
+    # On JAX, the initial weights are drawn together (as zoo.create does: initialize_together).
     with initialize_together(_OWNER):
         model = _build(backbone, max_source_length, max_target_length, fused_attention, name)
     embedding = backbone.token_embedding

@@ -547,7 +547,7 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
     who = "load_preset"
     folder = preset_path(source, progress=progress)
     config = _read_json(os.path.join(folder, CONFIG_FILE), who)
-    with initialize_together(who):  # one compiled program on JAX, as zoo.create
+    with initialize_together(who):  # drawn together on JAX, as zoo.create
         model = keras.saving.deserialize_keras_object(config)
     if not isinstance(model, keras.Model):
         raise ValueError(
@@ -905,7 +905,7 @@ def _convert_timm_repo(repo: str, source: str, progress: bool) -> tuple:
     converter = getattr(importlib.import_module(module), function)
     if bar is not None:
         bar.update(1)
-    # On JAX one compiled program creates every variable (the values are then replaced).
+    # On JAX every variable is drawn together (the values are then replaced).
     with initialize_together(f"preset_path({source!r})"):
         model = converter(weights, config=build)
     if bar is not None:

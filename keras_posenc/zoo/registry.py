@@ -237,7 +237,7 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
         if classes is not None and (accepted is None or "num_classes" in accepted):
             # A preset's head decides (timm's ImageNet-12k checkpoints have 11821 classes).
             overrides.setdefault("num_classes", classes)
-    # On JAX, one compiled program draws every initial weight (see initialize_together).
+    # On JAX, every initial weight is drawn together (see initialize_together).
     with initialize_together(f"zoo.create({name!r})"):
         model = spec.builder(**{**spec.config, **overrides})
     if not isinstance(model, keras.Model):

@@ -120,7 +120,7 @@ def _activation(caller: str, activation: Any) -> Any:
 def _normal(stddev: float) -> keras.initializers.Initializer:
     # An unseeded instance fixes its own seed when created (reproducible under
     # keras.utils.set_random_seed), which `zoo.create` on JAX needs to draw it
-    # in one compiled program; every weight gets its own instance.
+    # together with the others; every weight gets its own instance.
     return keras.initializers.RandomNormal(stddev=stddev)
 
 
