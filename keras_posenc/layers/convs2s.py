@@ -458,11 +458,15 @@ def _column_norm(v: Any) -> Any:
 
 
 def _draws_repeatably(initializer: Any) -> bool:
-    """Whether ``initializer`` draws the same values at every call (an int seed, or none)."""
+    """Whether ``initializer`` draws the same values at every call: a Keras initializer
+    with an int seed that its config carries (so `_ColumnNormOf` can make it again with
+    that seed), or one with no seed at all (``Ones``, ``Constant``)."""
     if not isinstance(initializer, keras.initializers.Initializer):
         return False
     seed = getattr(initializer, "seed", None)
-    return isinstance(seed, int) or "seed" not in initializer.get_config()
+    if "seed" not in initializer.get_config():
+        return seed is None
+    return isinstance(seed, int)
 
 
 class _ColumnNormOf(keras.initializers.Initializer):

@@ -207,6 +207,26 @@ def test_glu_cache_reordered_like_beam_search(rng):
         assert_close(output, full[:, t : t + 1], what=f"step {t} after reordering")
 
 
+@pytest.mark.parametrize(
+    "make_initializer",
+    [
+        lambda: None,  # the layer's own RandomNormal (an int seed fixed when it is made)
+        lambda: keras.initializers.GlorotUniform(seed=3),
+        lambda: keras.initializers.RandomNormal(seed=keras.random.SeedGenerator(5)),
+        lambda: keras.initializers.Constant(0.5),
+    ],
+    ids=["default", "int_seed", "seed_generator", "constant"],
+)
+def test_glu_weight_norm_starts_at_the_kernel_norm(make_initializer, rng):
+    """g = ||v|| for every kind of kernel initializer: drawn by an initializer that repeats
+    v's draw where the initializer repeats its draws (an int seed, or none), read from v
+    where it does not (a SeedGenerator advances with every draw)."""
+    layer = GLUConv1D(3, 3, weight_norm=True, kernel_initializer=make_initializer())
+    layer(normal(rng, 2, 5, 4))
+    v = to_numpy(layer.kernel_v)
+    np.testing.assert_allclose(to_numpy(layer.kernel_g), np.sqrt((v**2).sum(axis=(0, 1))), 1e-6)
+
+
 def test_glu_weight_norm(rng):
     x = normal(rng, 2, 5, 4)
     layer = GLUConv1D(3, 3, weight_norm=True)
