@@ -416,8 +416,9 @@ _IN_PLACE = frozenset(
 
 
 def _random_bits(key: Any, bit_width: int, shape: tuple, **_: Any) -> Any:
-    if bit_width != 32 or np.shape(key) != (2,):
-        raise TypeError("only 32-bit draws from one threefry key")
+    if bit_width != 32 or np.shape(key) != (2,) or math.prod(shape) >= 2**32:
+        # (counters past 2**32 need Threefry's high word, which `_threefry_bits` keeps 0)
+        raise TypeError("only 32-bit draws of under 2**32 values from one threefry key")
     return _threefry_bits(key, math.prod(shape)).reshape(shape)
 
 
