@@ -108,13 +108,21 @@ def broken_links(site: str) -> list[str]:
     """Every internal link or anchor in the site's HTML that leads nowhere."""
     problems = []
     parsed: dict[str, _Links] = {}
+
+    def parse(path: str) -> _Links:
+        # Each file once: the API pages hold thousands of links into each other, and
+        # parsing a target again for every anchor made this check take minutes.
+        if path not in parsed:
+            parsed[path] = _parse(path)
+        return parsed[path]
+
     for root, _, files in os.walk(site):
         for name in files:
             if not name.endswith(".html"):
                 continue
             path = os.path.join(root, name)
             page_url = "/" + os.path.relpath(path, site).replace(os.sep, "/")
-            links = parsed.setdefault(path, _parse(path))
+            links = parse(path)
             for link in links.links:
                 target, fragment = _target_file(site, page_url, link)
                 if target is None:
@@ -122,7 +130,7 @@ def broken_links(site: str) -> list[str]:
                 if not os.path.exists(target):
                     problems.append(f"{page_url}: link {link!r} -> missing {target}")
                 elif fragment and target.endswith(".html"):
-                    ids = parsed.setdefault(target, _parse(target)).ids
+                    ids = parse(target).ids
                     if fragment not in ids:
                         problems.append(f"{page_url}: anchor {link!r} not found")
     return problems

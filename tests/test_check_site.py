@@ -94,3 +94,32 @@ def test_a_site_without_figures_fails_the_check(check_site, tmp_path):
     write_site(tmp_path, {"index.html": ["assets/logo.png"]})
     problems = check_site.check_figures(FakeDriver({}), "http://127.0.0.1:8000/", str(tmp_path))
     assert problems == ["no figures (images under /experiments/) found in the site"]
+
+
+def test_broken_links_finds_missing_pages_and_anchors_parsing_each_page_once(
+    check_site, tmp_path, monkeypatch
+):
+    (tmp_path / "api").mkdir()
+    (tmp_path / "api" / "index.html").write_text(
+        '<html><body><h2 id="one">1</h2><a name="two"></a>'
+        + '<a href="#one">a</a><a href="#two">b</a>' * 50
+        + "</body></html>"
+    )
+    (tmp_path / "index.html").write_text(
+        "<html><body>"
+        + '<a href="api/#one">ok</a><a href="api/#two">ok</a>' * 50
+        + '<a href="api/#three">gone</a><a href="guides/">missing</a>'
+        + '<a href="https://example.org/#x">external</a></body></html>'
+    )
+    parses = []
+    parse = check_site._parse
+    monkeypatch.setattr(check_site, "_parse", lambda path: parses.append(path) or parse(path))
+    problems = check_site.broken_links(str(tmp_path))
+    assert sorted(problems) == [
+        "/index.html: anchor 'api/#three' not found",
+        f"/index.html: link 'guides/' -> missing {tmp_path / 'guides' / 'index.html'}",
+    ]
+    # Each page once, however many links lead into it (the API pages have thousands).
+    assert sorted(parses) == sorted(
+        [str(tmp_path / "index.html"), str(tmp_path / "api" / "index.html")]
+    )
