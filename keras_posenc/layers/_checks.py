@@ -161,6 +161,10 @@ class KerasMask(keras.layers.Layer):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.supports_masking = True
+        # Nothing to build. A block given its masks as arguments never calls this layer,
+        # and a model holding an unbuilt layer is called again eagerly by every
+        # `predict_on_batch` on JAX (Keras builds first when any layer is unbuilt).
+        self.built = True
 
     def call(self, inputs: Any, mask: Any = None) -> Any:
         return mask

@@ -116,3 +116,28 @@ def test_builder_must_return_a_model(registered):
 def test_unregister_unknown_name():
     with pytest.raises(ValueError, match="unknown model"):
         zoo.unregister_model("never_registered")
+
+
+# Small variants of the families whose blocks hold a weightless sublayer (KerasMask, which
+# reads a Keras mask) that a model giving its masks as arguments never calls.
+MODELS_WITH_UNCALLED_SUBLAYERS = {
+    "shaw_transformer_base": {"vocabulary_size": 20, "hidden_dim": 16, "intermediate_dim": 32,
+                              "num_heads": 2, "num_layers": 1, "max_distance": 4},
+    "music_transformer_base": {"num_events": 20, "hidden_dim": 16, "intermediate_dim": 32,
+                               "num_heads": 2, "num_layers": 1, "max_distance": 4},
+    "muse_tiny": {"src_vocab_size": 20, "tgt_vocab_size": 20, "hidden_dim": 16,
+                  "intermediate_dim": 32, "num_heads": 2, "num_encoder_layers": 1,
+                  "num_decoder_layers": 1},
+    "muse_encoder_small": {"vocab_size": 20, "hidden_dim": 16, "intermediate_dim": 32,
+                           "num_heads": 2, "num_layers": 1},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(MODELS_WITH_UNCALLED_SUBLAYERS))
+def test_created_models_have_every_layer_built(name):
+    # Keras' JAX `predict_on_batch` (and each `predict`) first calls the model eagerly when
+    # any layer is unbuilt: a sublayer left unbuilt made `predict_on_batch` of a small Shaw
+    # Transformer 10x slower there (docs/benchmarks.md, "Building a zoo model").
+    model = zoo.create(name, **MODELS_WITH_UNCALLED_SUBLAYERS[name])
+    unbuilt = sorted({type(layer).__name__ for layer in model._flatten_layers() if not layer.built})
+    assert not unbuilt, f"{name}: unbuilt layers {unbuilt}"
