@@ -243,9 +243,10 @@ BENCHMARKS = {
                 Column("model", "model", "text"),
                 Column("cold s", "cold_seconds", "num"),
                 Column("warm s", "warm_seconds", "num"),
+                Column("predict ms", "predict_seconds", "ms"),
                 Column("parameters", "parameters", "num"),
             ),
-            compare=("cold_seconds",),
+            compare=("cold_seconds", "predict_seconds"),
             across=("cold_seconds", "warm_seconds"),
         ),
         Benchmark(

@@ -4,7 +4,9 @@ For the backend chosen by KERAS_BACKEND and each small variant, builds the model
 in a fresh Python process (``cold``: nothing compiled yet, keras and keras_posenc
 already imported, as a user's first ``zoo.create`` after the imports) and then
 once more in the same process (``warm``: JAX's compiled programs are cached by
-then). Prints seconds per model; ``--json`` writes the rows.
+then). Then times ``predict_on_batch`` on one batch of the model's inputs (batch 2,
+16 tokens for a free sequence axis): the median of 5 calls after a first one, which
+compiles. Prints seconds per model; ``--json`` writes the rows.
 
 On JAX the initializers' draws are traced once and evaluated with NumPy, their
 random bits from one Threefry program compiled once per process
@@ -23,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from _timing import finish  # benchmarks/_timing.py, next to this script
+from _timing import finish, median_seconds  # benchmarks/_timing.py, next to this script
 
 # Small variants, with the arguments that make them small (the issue's 64 x 64 CoAtNets).
 MODELS = {
@@ -34,6 +36,7 @@ MODELS = {
     "convs2s_iwslt_de_en": {"src_vocab_size": 8000, "tgt_vocab_size": 8000},
     "muse_tiny": {"src_vocab_size": 1000, "tgt_vocab_size": 1000},
     "muse_encoder_small": {"vocab_size": 1000},
+    "shaw_transformer_base": {"vocabulary_size": 1000, "num_layers": 2},
 }
 DEFAULT_MODELS = ",".join(MODELS)
 
@@ -51,14 +54,34 @@ def build_twice(name: str) -> dict:
         begin = time.perf_counter()
         model = zoo.create(name, **MODELS[name])
         times.append(time.perf_counter() - begin)
+    batch = example_batch(model)
     return {
         "backend": keras.backend.backend(),
         "model": name,
         "import_seconds": imported - start,
         "cold_seconds": times[0],
         "warm_seconds": times[1],
+        "predict_seconds": median_seconds(lambda: model.predict_on_batch(batch), repeats=5),
         "parameters": int(model.count_params()),
     }
+
+
+def example_batch(model) -> object:
+    """One batch for the model's inputs, in their structure (a dict for seq2seq models):
+    2 examples, 16 steps on a free axis; ones for ids (a real token everywhere), uniform
+    noise for images."""
+    import keras
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def make(spec):
+        shape = (2, *(16 if size is None else size for size in spec.shape[1:]))
+        if "int" in str(spec.dtype):
+            return np.ones(shape, dtype=str(spec.dtype))
+        return rng.uniform(size=shape).astype(str(spec.dtype))
+
+    return keras.tree.map_structure(make, model.input)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(
             f"{row['backend']:<10} {name:<22} cold {row['cold_seconds']:6.2f} s  "
-            f"warm {row['warm_seconds']:6.2f} s  ({row['parameters']:,} parameters; "
+            f"warm {row['warm_seconds']:6.2f} s  "
+            f"predict_on_batch {row['predict_seconds'] * 1000:7.1f} ms  "
+            f"({row['parameters']:,} parameters; "
             f"imports {row['import_seconds']:.1f} s)",
             flush=True,
         )
