@@ -26,6 +26,14 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The `long` cases (minutes each) run first. Collected last, in tests/zoo/, they started
+    # when the other pytest-xdist worker had almost nothing left: CI's large stage ended
+    # with one worker running the training examples and the other idle for about 12 minutes.
+    # Started first, they run beside the other cases (worksteal balances the rest).
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(autouse=True)
 def _reset_state():
     """Every test starts with fixed seeds and the float32 policy, whatever ran before."""

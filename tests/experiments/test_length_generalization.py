@@ -317,6 +317,7 @@ def test_cli_reports_a_bad_selection(capsys):
 
 
 @pytest.mark.large
+@pytest.mark.long
 def test_quick_cli_run(tmp_path, capsys):
     """`posenc experiment length --quick`: every encoding on the relative task, one seed."""
     assert cli.main(["experiment", "length", "--quick", "--out", str(tmp_path)]) == 0

@@ -411,6 +411,7 @@ def test_training_lowers_the_loss():
 
 
 @pytest.mark.large
+@pytest.mark.long
 def test_training_example_reaches_95_percent_exact_match():
     # The documented example (zoo/convs2s/train_reverse.py, docs/guides/convs2s.md).
     model = zoo.create("convs2s_small", src_vocab_size=20, tgt_vocab_size=20)

@@ -247,6 +247,7 @@ def test_generation_runs_every_search():
 
 
 @pytest.mark.large
+@pytest.mark.long
 def test_shaw_training_example_learns_to_reverse():
     # The documented example (zoo/shaw_transformer/train_reverse.py).
     from keras_posenc.experiments.seq2seq_tasks import train_reverse
@@ -266,6 +267,7 @@ def test_shaw_training_example_learns_to_reverse():
 
 
 @pytest.mark.large
+@pytest.mark.long
 def test_music_training_example_learns_to_continue_patterns():
     # The documented example (zoo/music_transformer/train_periodic.py).
     from keras_posenc.experiments.seq2seq_tasks import train_periodic
