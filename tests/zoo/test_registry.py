@@ -136,8 +136,9 @@ MODELS_WITH_UNCALLED_SUBLAYERS = {
 @pytest.mark.parametrize("name", sorted(MODELS_WITH_UNCALLED_SUBLAYERS))
 def test_created_models_have_every_layer_built(name):
     # Keras' JAX `predict_on_batch` (and each `predict`) first calls the model eagerly when
-    # any layer is unbuilt: a sublayer left unbuilt made `predict_on_batch` of a small Shaw
-    # Transformer 10x slower there (docs/benchmarks.md, "Building a zoo model").
+    # any layer is unbuilt: an unbuilt mask reader made `predict_on_batch` of
+    # shaw_transformer_base and muse_tiny 6x and 29x slower there (docs/benchmarks.md,
+    # "`predict_on_batch` of models with an uncalled sublayer").
     model = zoo.create(name, **MODELS_WITH_UNCALLED_SUBLAYERS[name])
     unbuilt = sorted({type(layer).__name__ for layer in model._flatten_layers() if not layer.built})
     assert not unbuilt, f"{name}: unbuilt layers {unbuilt}"
