@@ -147,7 +147,9 @@ def test_small_presets_equal_keras_hub(name):
 @pytest.mark.large
 @pytest.mark.parametrize("name", ["t5_base", "t5_1.1_base"])
 def test_base_presets_equal_keras_hub(name):
-    compare(name, 32128)
+    # Full depth and width; 1,000 ids as in the small case (the released 32,128 only add rows
+    # the same lookup reads, and took a third of the case's time in the logits).
+    compare(name, 1000)
 
 
 def test_query_kernel_carries_the_scale():
