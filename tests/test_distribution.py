@@ -48,7 +48,9 @@ import sys
 CHECK = sys.argv[1]
 if CHECK.startswith("jax"):
     os.environ["KERAS_BACKEND"] = "jax"
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    # Added to the flags the suite set (tests/conftest.py: faster compiles), not instead.
+    flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=2".strip()
 else:
     os.environ["KERAS_BACKEND"] = "tensorflow"
 
