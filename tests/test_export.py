@@ -113,17 +113,21 @@ def test_every_layer_model_holds_every_public_layer():
 
 
 # On JAX and PyTorch every format goes the same way: the model is saved as .keras and a
-# TensorFlow subprocess loads and exports it (20-60 s each on 2 cores). The ONNX case
-# covers that route for every public layer there; the SavedModel case, whose TensorFlow
-# part is the same, runs once, in the TensorFlow suite (CI's JAX suite was over its time).
-SAVED_MODEL_ON_TENSORFLOW = pytest.param(
-    "tf_saved_model",
-    marks=pytest.mark.skipif(
-        keras.backend.backend() != "tensorflow",
-        reason="on JAX and PyTorch the export is a TensorFlow subprocess on the saved .keras "
-        "file, the route the ONNX case covers; the SavedModel case runs in the TensorFlow suite",
-    ),
-)
+# TensorFlow subprocess loads and exports it (20-60 s each on 2 cores). The ONNX cases
+# cover that route there; the SavedModel and LiteRT cases, whose TensorFlow part is the
+# same, run once, in the TensorFlow suite (CI's JAX suite was over its time).
+def on_tensorflow_only(format: str, label: str):
+    return pytest.param(
+        format,
+        marks=pytest.mark.skipif(
+            keras.backend.backend() != "tensorflow",
+            reason="on JAX and PyTorch the export is a TensorFlow subprocess on the saved .keras "
+            f"file, the route the ONNX case covers; the {label} case runs in the TensorFlow suite",
+        ),
+    )
+
+
+SAVED_MODEL_ON_TENSORFLOW = on_tensorflow_only("tf_saved_model", "SavedModel")
 
 
 @pytest.mark.parametrize("format", ["onnx", SAVED_MODEL_ON_TENSORFLOW])
@@ -138,19 +142,9 @@ def test_every_public_layer_exports(tmp_path, format):
     assert names(report.outputs) == ["sequence_features", "image_features"]
 
 
-# LiteRT likewise: from JAX and PyTorch its case was the ONNX case's route with TensorFlow's
-# converter at the end, which the TensorFlow suite runs directly.
-LITERT_ON_TENSORFLOW = pytest.param(
-    "litert",
-    marks=pytest.mark.skipif(
-        keras.backend.backend() != "tensorflow",
-        reason="on JAX and PyTorch the export is a TensorFlow subprocess on the saved .keras "
-        "file, the route the ONNX case covers; the LiteRT case runs in the TensorFlow suite",
-    ),
+@pytest.mark.parametrize(
+    "format", ["onnx", SAVED_MODEL_ON_TENSORFLOW, on_tensorflow_only("litert", "LiteRT")]
 )
-
-
-@pytest.mark.parametrize("format", ["onnx", SAVED_MODEL_ON_TENSORFLOW, LITERT_ON_TENSORFLOW])
 def test_export_and_verify_at_two_lengths(tmp_path, format):
     # Outputs returned in a dict are named after its keys.
     model = relative_model()

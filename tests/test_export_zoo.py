@@ -355,8 +355,11 @@ def exported_models(family_names: list[str]) -> list[str]:
     builders' options. Every distinct model in one format was still 41 cases, about 1,400 s of
     worker time at the 34 s a case measured above; all are exported by
     benchmarks/export_zoo.py."""
-    kinds = {kind(name): name for name in reversed(family_names)}  # the first of each kind
-    firsts = [name for name in family_names if kinds[kind(name)] == name]
+    firsts, seen = [], set()
+    for name in family_names:
+        if kind(name) not in seen:
+            seen.add(kind(name))
+            firsts.append(name)
     rest = [name for name in family_names if name not in firsts]
     return (firsts + rest)[: len(FORMATS)]
 

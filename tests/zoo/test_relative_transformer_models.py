@@ -264,7 +264,7 @@ def test_shaw_training_example_learns_to_reverse():
     )
     # The first 2 of the example's 4 epochs: 95.7% exact match measured on TensorFlow after 2
     # (99.4% after 4, the card), so 85% leaves room for another machine's rounding. Two keep
-    # CI's large stage within its time (the 4 took over 11 minutes of a worker there).
+    # CI's large stage within its time (the 4 took 697 s of a worker in a loaded large run).
     result = train_reverse(model, epochs=2, verbose=0)
     assert result["exact_match"] >= 0.85, result
 
@@ -287,7 +287,7 @@ def test_music_training_example_learns_to_continue_patterns():
     )
     # The first 4 of the example's 10 epochs: the card measured 79.3% after 4 and 90.4% after
     # 10 on TensorFlow; chance is 1 in 16. Four keep CI's large stage within its time (the 10
-    # took about 12 minutes of a worker there).
+    # took 724 s of a worker in a loaded large run).
     result = train_periodic(model, epochs=4, verbose=0)
     assert result["continuation_accuracy"] >= 0.6, result
 
