@@ -23,8 +23,25 @@ if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
 import keras  # noqa: E402  (after the TensorFlow log level is set)
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import tiers  # noqa: E402
 
 import keras_posenc  # noqa: E402
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tiers",
+        default="neutral,contract",
+        help="comma-separated test tiers to run on this backend (tests/tiers.py): "
+        f"{', '.join(tiers.TIERS)}; default neutral,contract",
+    )
+    parser.addoption(
+        "--tier-listing",
+        default=None,
+        metavar="FILE",
+        help="write each collected test's id and its tier on this backend ('-' where it never "
+        "runs here) to FILE, tab-separated (tests/tier_ids.py reads it)",
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -36,12 +53,44 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Every test in exactly one tier (tests/tiers.py); the collection fails otherwise.
+    wanted = {name.strip() for name in config.getoption("--tiers").split(",") if name.strip()}
+    unknown = sorted(wanted - set(tiers.TIERS))
+    if unknown:
+        raise pytest.UsageError(f"--tiers: unknown {unknown}; expected some of {tiers.TIERS}")
+    problems, cases, keep, drop, listing = [], {}, [], [], []
+    for item in items:
+        chain = [[m.name for m in node.own_markers] for node in reversed(item.listchain())]
+        try:
+            tier = tiers.tier_of(item.nodeid, chain)
+            matrix = item.get_closest_marker("matrix") is not None
+            here = tiers.effective_tier(tier, matrix, keras.backend.backend())
+        except tiers.TierError as error:
+            problems.append(str(error))
+            continue
+        if tier == "contract":
+            cases.setdefault(item.nodeid.split("[")[0], []).append(matrix)
+        (keep if here in wanted else drop).append(item)
+        listing.append(f"{item.nodeid}\t{here or '-'}\n")
+    try:
+        tiers.check_representatives(cases)
+    except tiers.TierError as error:
+        problems.append(str(error))
+    if problems:
+        raise pytest.UsageError("test tiers:\n  " + "\n  ".join(problems))
+    if config.getoption("--tier-listing"):
+        with open(config.getoption("--tier-listing"), "w") as file:
+            file.writelines(listing)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
     # The `long` cases (minutes each) run first. Collected last, in tests/zoo/, they started
     # when the other pytest-xdist worker had almost nothing left: CI's large stage ended
     # with one worker running the training examples and the other idle for about 12 minutes.
     # Started first, they run beside the other cases (worksteal balances the rest).
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    keep.sort(key=lambda item: item.get_closest_marker("long") is None)
+    items[:] = keep
 
 
 @pytest.fixture(autouse=True)

@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
-"""Run the whole pytest suite once per Keras backend, each in its own process.
+"""Run a tier of the pytest suite once per Keras backend, each in its own process.
 
 Usage:
-    python tests/run_backends.py                       # tensorflow, jax, torch
-    python tests/run_backends.py --backends jax,torch  # a subset
+    python tests/run_backends.py                       # default tier: CI's and the README's
+    python tests/run_backends.py --tier large          # the large CI stage (TensorFlow)
+    python tests/run_backends.py --tier full           # everything, on every backend it needs
+    python tests/run_backends.py --backends jax,torch  # a subset of backends
     python tests/run_backends.py -- -k zoo -x          # after --: arguments for pytest
-    python tests/run_backends.py --backends tensorflow -- -m large
     python tests/run_backends.py --workers 1           # one pytest process per backend
 
-Keras fixes its backend at first import, so every backend needs a fresh
-interpreter with KERAS_BACKEND set. pytest runs with this folder as its working
-directory, so `keras_posenc` is imported from the installed package, never from
-a source tree next to it. Prints one line per backend and a closing total;
-exits non-zero if any backend fails.
+Tiers (tests/tiers.py, docs/development.md "Test tiers"): `default` runs the backend-neutral
+tests once, on the first backend, and the per-backend contract tests on every backend;
+`large` runs the budgeted heavy cases on TensorFlow; `full` runs all of these, the heavy
+cases beyond the budget, and every case of the shape matrices on every backend.
 
-Each backend's tests are spread over --workers processes (pytest-xdist, from the
-`test` extra; default: the usable CPUs, at most 4). Most of a backend's time is
-one CPU compiling (XLA on JAX) or in Python, so two workers on two cores took
-the JAX suite from about 590 s to 335 s. Tests share no files or ports.
+Keras fixes its backend at first import, so every backend needs a fresh interpreter with
+KERAS_BACKEND set. pytest runs with this folder as its working directory, so `keras_posenc`
+is imported from the installed package, never from a source tree next to it. Each backend's
+tests are spread over --workers processes (pytest-xdist, from the `test` extra); cases
+marked `memory` then run in one process, so two of them never share the machine's memory.
+Prints each backend's line, the slowest cases of each step, and a closing total; exits
+non-zero if any backend fails.
 """
 
 from __future__ import annotations
@@ -29,11 +32,16 @@ import subprocess
 import sys
 import time
 
+from tiers import LARGE_BACKEND, SELECTIONS, selected_tiers
+
 BACKENDS = ("tensorflow", "jax", "torch")
 HERE = os.path.dirname(os.path.abspath(__file__))
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
 # pytest's closing line, with or without its "=" frame (-q drops it): "3 passed in 1.2s".
 CLOSING = re.compile(r"^=*\s*((?:\d+ \w+,? ?)+.*|no tests ran) in [\d.]+s")
+# How many of each step's slowest cases pytest lists (--durations), so the next change to a
+# stage's time starts from them.
+SLOWEST = 25
 
 
 def default_workers() -> int:
@@ -41,13 +49,16 @@ def default_workers() -> int:
     return max(1, min(4, usable or 1))
 
 
-def run_backend(
-    backend: str, pytest_args: list[str], workers: int = 1
+def run_pytest(
+    backend: str, tiers: tuple[str, ...], pytest_args: list[str], workers: int, env: dict
 ) -> tuple[int, str, dict[str, int]]:
-    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONUNBUFFERED="1")
+    env = dict(env, KERAS_BACKEND=backend, PYTHONUNBUFFERED="1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     spread = ["-n", str(workers), "--dist", "worksteal"] if workers > 1 else []
-    command = [sys.executable, "-m", "pytest", HERE, *spread, *pytest_args]
+    command = [
+        sys.executable, "-m", "pytest", HERE, "--tiers", ",".join(tiers),
+        f"--durations={SLOWEST}", *spread, *pytest_args,
+    ]  # fmt: skip
     print(f"==== {backend}: {' '.join(command)}", flush=True)
     process = subprocess.Popen(
         command, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -65,6 +76,32 @@ def run_backend(
     return process.wait(), summary or "no summary line", counts
 
 
+def run_backend(
+    backend: str, tiers: tuple[str, ...], pytest_args: list[str], workers: int, env: dict
+) -> tuple[int, str, dict[str, int]]:
+    """One backend's tiers; in the heavy tiers, the cases marked `memory` after, in one process."""
+    if not tiers:
+        return 0, "nothing in this tier", {}
+    steps = [([], workers)]
+    if {"large", "full"} & set(tiers) and "-m" not in pytest_args:
+        steps = [(["-m", "not memory"], workers), (["-m", "memory"], 1)]
+    code, summaries, counts = 0, [], {}
+    for marks, step_workers in steps:
+        step_code, summary, step_counts = run_pytest(
+            backend, tiers, [*marks, *pytest_args], step_workers, env
+        )
+        if step_code == 5:  # pytest's "no tests collected": a step may be empty
+            continue
+        code = code or step_code
+        summaries.append(summary)
+        for kind, number in step_counts.items():
+            if kind != "deselected":
+                counts[kind] = counts.get(kind, 0) + number
+    if not summaries:
+        return 5, "no tests ran", counts
+    return code, " + ".join(summaries), counts
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     pytest_args: list[str] = []
@@ -72,7 +109,19 @@ def main(argv: list[str] | None = None) -> int:
         split = argv.index("--")
         argv, pytest_args = argv[:split], argv[split + 1 :]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated backends")
+    parser.add_argument(
+        "--tier",
+        default="default",
+        choices=sorted(SELECTIONS),
+        help="default: neutral tests once and contract tests on every backend; large: the CI "
+        "stage of heavy cases (TensorFlow); full: everything (default: default)",
+    )
+    parser.add_argument(
+        "--backends",
+        default=None,
+        help="comma-separated backends; the first also runs the backend-neutral tests "
+        f"(default: {','.join(BACKENDS)}; {LARGE_BACKEND} for --tier large)",
+    )
     parser.add_argument(
         "--allow-no-tests",
         action="store_true",
@@ -89,23 +138,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers: expected a number >= 1, got {args.workers}")
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    chosen = args.backends or (LARGE_BACKEND if args.tier == "large" else ",".join(BACKENDS))
+    backends = [b.strip() for b in chosen.split(",") if b.strip()]
     unknown = [b for b in backends if b not in BACKENDS]
-    if unknown:
+    if unknown or not backends:
         parser.error(f"--backends: unknown {unknown}; expected some of {', '.join(BACKENDS)}")
 
     results = []
     totals: dict[str, int] = {}
-    for backend in backends:
+    for index, backend in enumerate(backends):
         start = time.monotonic()
-        code, summary, counts = run_backend(backend, pytest_args, args.workers)
+        tiers = selected_tiers(args.tier, first=index == 0)
+        code, summary, counts = run_backend(backend, tiers, pytest_args, args.workers, os.environ)
         if code == 5 and args.allow_no_tests:
             code = 0
         for kind, number in counts.items():
             totals[kind] = totals.get(kind, 0) + number
         results.append((backend, code, summary, time.monotonic() - start))
 
-    print("\n==== results per backend")
+    print(f"\n==== results per backend (tier {args.tier})")
     for backend, code, summary, seconds in results:
         status = "PASS" if code == 0 else f"FAIL (exit {code})"
         print(f"{backend:<11} {status:<14} {summary} [{seconds:.0f}s]")

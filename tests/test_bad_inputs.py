@@ -45,6 +45,8 @@ from keras_posenc.generation import beam_search, greedy_search
 from keras_posenc.zoo.convs2s import ConvS2S
 from reference.fairseq_checkpoint import fconv_checkpoint
 
+pytestmark = pytest.mark.contract
+
 ONLY_ON_TENSORFLOW = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow",
     reason="export runs on TensorFlow from every backend (a TensorFlow subprocess from JAX "
@@ -136,6 +138,7 @@ def test_verification_fails_when_only_the_artifact_is_not_finite(tmp_path, monke
         (1e-4, "0.1", "rtol"),
     ],
 )
+@pytest.mark.neutral
 def test_tolerances_must_be_finite_and_not_negative(tmp_path, atol, rtol, argument):
     with pytest.raises(ValueError, match=rf"export_model: `{argument}` must be a finite number"):
         export_model(rescaling_model(), tmp_path / "m.onnx", atol=atol, rtol=rtol)
@@ -225,6 +228,7 @@ def test_cli_export_refuses_an_existing_target_unless_overwrite(tmp_path, capsys
     ],
     ids=["repeat-repeat", "repeat-repeat-2", "sum-of-repeats", "deep-sum", "long-literal"],
 )
+@pytest.mark.neutral
 def test_layer_spec_total_is_capped_before_expanding(spec):
     with pytest.raises(ValueError, match="parse_fairseq_layers") as error:
         parse_fairseq_layers(spec)
@@ -232,6 +236,7 @@ def test_layer_spec_total_is_capped_before_expanding(spec):
     assert "1000 layers" in str(error.value) or "nested too deeply" in str(error.value)
 
 
+@pytest.mark.neutral
 def test_converter_errors_quote_an_excerpt_of_huge_checkpoints():
     checkpoint = fconv_checkpoint()
     state = dict(checkpoint["model"])
@@ -301,6 +306,7 @@ def test_fairseq_zero_weight_norm_vectors_are_refused(key):
         from_fairseq_fconv(state, args=checkpoint["args"])
 
 
+@pytest.mark.neutral
 def test_fairseq_shape_errors_name_the_file(tmp_path):
     torch = pytest.importorskip("torch", reason="the case is a PyTorch checkpoint file")
     checkpoint = fconv_checkpoint()
@@ -361,6 +367,7 @@ def test_weights_at_another_input_size_still_load(bigger_coatnet_weights):
 # --------------------------------------------------------------------------- 7. beam search
 
 
+@pytest.mark.neutral
 @pytest.mark.parametrize("penalty", [np.nan, np.inf, -np.inf, -1.0], ids=str)
 def test_length_penalty_must_be_finite(penalty):
     model = tiny_convs2s()
@@ -447,6 +454,7 @@ def truncated_keras_file(folder) -> str:
     return truncated
 
 
+@pytest.mark.neutral
 def test_truncated_keras_weights_are_named(tmp_path):
     path = truncated_keras_file(tmp_path)
     with pytest.raises(ValueError, match=f"not a valid .keras file: '{path}'"):
@@ -520,6 +528,7 @@ CLI_CASES = {
 }
 
 
+@pytest.mark.neutral
 @pytest.mark.parametrize("case", list(CLI_CASES))
 def test_cli_errors_are_one_line(cli_runs, case):
     code, _, err = cli_runs[case]
@@ -530,6 +539,7 @@ def test_cli_errors_are_one_line(cli_runs, case):
     assert len(lines) == 1 and re.search(CLI_CASES[case], lines[0]), err
 
 
+@pytest.mark.neutral
 def test_cli_names_a_truncated_keras_file(tmp_path, capsys):
     # One line before too, but "File not found" (cli.main is what the command runs).
     path = truncated_keras_file(tmp_path)
@@ -546,6 +556,7 @@ def test_cli_names_a_truncated_keras_file(tmp_path, capsys):
     ],
     ids=["broken", "no-depths"],  # the second was a KeyError and a traceback
 )
+@pytest.mark.neutral
 def test_cli_names_a_bad_json_file(tmp_path, capsys, text, message):
     path = tmp_path / "config.json"
     path.write_text(text)
@@ -558,6 +569,7 @@ def test_cli_names_a_bad_json_file(tmp_path, capsys, text, message):
 # --------------------------------------------------------------------------- 9. downloads
 
 
+@pytest.mark.neutral
 def test_imagenet_backbone_offline_failure_is_explained(tmp_path, monkeypatch):
     # Offline as a machine without network is: the cache is empty and fetching the URL fails
     # the way urllib fails without a name server. Nothing here reaches the network.

@@ -20,6 +20,8 @@ import sys
 import pytest
 from repository import benchmarks_path, docs_path
 
+pytestmark = pytest.mark.neutral
+
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "benchmarks"
 needs_git = pytest.mark.skipif(
     shutil.which("git") is None, reason="git is needed to make the throwaway repository"

@@ -13,6 +13,8 @@ import urllib.parse
 import pytest
 from repository import repository_path
 
+pytestmark = pytest.mark.neutral
+
 
 @pytest.fixture(scope="module")
 def check_site():

@@ -18,6 +18,8 @@ from repository import docs_path
 
 from keras_posenc import cli, zoo
 
+pytestmark = pytest.mark.contract
+
 HEAVY = ("tensorflow", "jax", "torch", "keras", "keras_hub")
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "position_schemes" / "relative_layers.keras"
 
@@ -34,6 +36,7 @@ def _python(code: str, *, drop: tuple[str, ...] = (), timeout: int = 300):
     )
 
 
+@pytest.mark.neutral
 def test_help_and_argument_errors_import_no_backend():
     # One process: --help, a subcommand's --help, a missing argument and an unknown option;
     # then the heavy packages found in sys.modules.
@@ -128,6 +131,7 @@ def test_importing_a_submodule_first_still_registers_the_zoo():
     assert "keras_posenc>PosENet" in names  # a zoo class: registered without importing the zoo
 
 
+@pytest.mark.neutral
 def test_registered_classes_are_the_same_in_this_process():
     from keras_posenc import _registration
 
@@ -137,6 +141,7 @@ def test_registered_classes_are_the_same_in_this_process():
     assert {"keras_posenc>ClipPositions", "keras_posenc>PosENet"} <= registered
 
 
+@pytest.mark.neutral
 def test_output_names_follow_one_scheme():
     assert cli.output_path("out", "m", "keras") == os.path.join("out", "m.keras")
     assert cli.output_path("out", "m", "onnx") == os.path.join("out", "m.onnx")
@@ -176,6 +181,7 @@ def test_demo_saves_the_keras_file_and_names_outputs_by_the_scheme(tmp_path, cap
     assert loaded.output_shape == (None, None, 3)
 
 
+@pytest.mark.neutral
 def test_quiet_runtime_restores_what_it_changed(monkeypatch):
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
     logger = logging.getLogger("tensorflow")
@@ -195,6 +201,7 @@ def _timings() -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.neutral
 def test_help_quotes_the_recorded_timings():
     """Every time --help states is a row of docs/data/cli_timings.csv (benchmarks/cli_quick.py)."""
     rows = {(r["command"], r["backend"]): r for r in _timings()}
@@ -210,6 +217,7 @@ def test_help_quotes_the_recorded_timings():
     assert "minute" not in parser_text  # no unmeasured claim in the top-level help
 
 
+@pytest.mark.neutral
 def test_quick_runs_print_no_progress_bar_estimates(capsys):
     """The experiments' fit runs without Keras' progress bar unless --verbose (verbose=2)."""
     calls = []

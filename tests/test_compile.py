@@ -15,6 +15,8 @@ from keras import ops
 from keras_posenc import _compile, generation
 from keras_posenc.zoo.convs2s import ConvS2S
 
+pytestmark = pytest.mark.contract
+
 ON_TORCH = keras.backend.backend() == "torch"
 torch_only = pytest.mark.skipif(
     not ON_TORCH,

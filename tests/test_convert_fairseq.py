@@ -35,6 +35,8 @@ from reference.fairseq_checkpoint import (
     write_fconv_checkpoint,
 )
 
+pytestmark = pytest.mark.contract
+
 # fairseq ids: sources left-padded (fairseq's default) and right-padded, ending in </s>.
 SOURCE = np.array([[PAD, PAD, 5, 6, 7, EOS], [4, 9, 12, 7, 8, EOS], [10, 4, EOS, PAD, PAD, PAD]])
 # Targets as fairseq feeds them: </s> first, then the words (right-padded).
@@ -156,6 +158,7 @@ def state_and_args():
     return dict(checkpoint["model"]), checkpoint["args"]
 
 
+@pytest.mark.neutral
 def test_missing_and_unexpected_keys_are_listed():
     state, args = state_and_args()
     del state["decoder.attention.1.in_projection.weight_g"]
@@ -167,6 +170,7 @@ def test_missing_and_unexpected_keys_are_listed():
     assert "unexpected keys: ['decoder.layer_norm.weight']" in message
 
 
+@pytest.mark.neutral
 def test_shape_mismatch_names_the_key():
     state, args = state_and_args()
     state["encoder.convolutions.1.weight_v"] = state["encoder.convolutions.1.weight_v"][:2]
@@ -185,6 +189,7 @@ def test_shape_mismatch_names_the_key():
         ({"decoder_embed_dim": 16}, "args.decoder_embed_dim is 16"),
     ],
 )
+@pytest.mark.neutral
 def test_bad_arguments(change, message):
     state, args = state_and_args()
     args = argparse.Namespace(**{**vars(args), **change})
@@ -192,6 +197,7 @@ def test_bad_arguments(change, message):
         from_fairseq_fconv(state, args=args)
 
 
+@pytest.mark.neutral
 def test_bare_state_dict_needs_args_and_vocab_sizes_are_checked():
     state, args = state_and_args()
     with pytest.raises(ValueError, match="pass `args=`"):
@@ -200,6 +206,7 @@ def test_bare_state_dict_needs_args_and_vocab_sizes_are_checked():
         from_fairseq_fconv({"args": args, "model": state}, src_vocab_size=12)
 
 
+@pytest.mark.neutral
 def test_layer_spec_parser():
     assert parse_fairseq_layers("[(512, 3)] * 2 + [(768, 3, 0)] * 1") == [
         (512, 3),
@@ -226,6 +233,7 @@ class _Payload:
         return (_mark_executed, ())
 
 
+@pytest.mark.neutral
 def test_checkpoints_with_other_pickled_objects_are_rejected(tmp_path):
     import torch
 
@@ -238,12 +246,14 @@ def test_checkpoints_with_other_pickled_objects_are_rejected(tmp_path):
     assert not _EXECUTED
 
 
+@pytest.mark.neutral
 def test_missing_torch_gives_the_install_hint(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
     with pytest.raises(ImportError, match=r'pip install "keras-posenc\[torch\]"'):
         from_fairseq_fconv(tmp_path / "model.pt")
 
 
+@pytest.mark.neutral
 def test_token_ids_and_dictionary():
     ids = fairseq_to_posenc_ids(np.array([[0, 1, 2, 3, 4]]))
     np.testing.assert_array_equal(ids, [[1, 0, 2, 3, 4]])

@@ -21,6 +21,8 @@ from keras_posenc.convert import from_keras_hub_t5
 from keras_posenc.layers import relative_index
 from keras_posenc.zoo.t5 import T5, query_kernel_scale
 
+pytestmark = pytest.mark.contract
+
 # Lengths with distances well into the log-spaced buckets (exact below 8 / 16).
 SOURCE_LENGTH, TARGET_LENGTH = 40, 24
 
@@ -144,7 +146,7 @@ def test_small_presets_equal_keras_hub(name):
     assert model.tie_embeddings is config["tie_embeddings"]
 
 
-@pytest.mark.large
+@pytest.mark.full
 @pytest.mark.parametrize("name", ["t5_base", "t5_1.1_base"])
 def test_base_presets_equal_keras_hub(name):
     # Full depth and width; 1,000 ids as in the small case (the released 32,128 only add rows

@@ -20,6 +20,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from tiers import matrix
 
 from keras_posenc import cli, zoo
 from keras_posenc.convert import (
@@ -30,6 +31,8 @@ from keras_posenc.convert import (
 )
 from keras_posenc.convert.timm import _infer_name
 from keras_posenc.zoo.coatnet import RW_CONFIGS, rw_config
+
+pytestmark = pytest.mark.contract
 
 FIXTURES = Path(__file__).parent / "fixtures" / "timm_coatnet"
 NAMES = ("coatnet_0_rw_tiny", "coatnet_2_rw_tiny", "coatnet_nano_rw_tiny")
@@ -79,7 +82,8 @@ def write_safetensors(path, tensors, dtype="F32"):
 # --------------------------------------------------------------------------- timm's outputs
 
 
-@pytest.mark.parametrize("name", NAMES)
+# One converter down one path: the other variants (sizes, nano's options) on the matrix backend.
+@pytest.mark.parametrize(*matrix("name", NAMES))
 def test_logits_match_timm(name):
     model, images, logits = convert(name)
     assert model.output_shape == (None, 10)
@@ -98,12 +102,14 @@ def test_back_to_timm_gives_the_checkpoint(name):
         np.testing.assert_array_equal(back[key], value, err_msg=key)
 
 
+@pytest.mark.neutral
 def test_back_to_timm_needs_a_coatnet():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="predictions")])
     with pytest.raises(ValueError, match="to_timm_state_dict: expected a CoAtNet"):
         to_timm_state_dict(model)
 
 
+@pytest.mark.neutral
 def test_fixtures_cover_the_rw_options():
     """What each fixture exercises, so a regenerated fixture cannot silently lose it."""
     configs = {}
@@ -179,6 +185,7 @@ def test_bfloat16_safetensors_are_widened(tmp_path):
     np.testing.assert_allclose(loaded, values, rtol=2**-7)  # bfloat16 keeps 8 bits
 
 
+@pytest.mark.neutral
 def test_malformed_safetensors_are_rejected(tmp_path):
     path = tmp_path / "broken.safetensors"
     path.write_bytes(struct.pack("<Q", 1000) + b"{}")
@@ -196,6 +203,7 @@ class _Payload:
         return (print, ("pickled code ran",))
 
 
+@pytest.mark.neutral
 def test_pickled_objects_are_rejected(tmp_path):
     torch = pytest.importorskip("torch", reason="writing .pth files needs PyTorch")
     torch.save({"state_dict": {"w": torch.zeros(2)}, "extra": _Payload()}, tmp_path / "x.pth")
@@ -203,6 +211,7 @@ def test_pickled_objects_are_rejected(tmp_path):
         load_timm_state_dict(tmp_path / "x.pth")
 
 
+@pytest.mark.neutral
 def test_missing_torch_gives_the_install_hint(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
     with pytest.raises(ImportError, match=r'pip install "keras-posenc\[torch\]"'):
@@ -252,6 +261,7 @@ def test_missing_unexpected_and_misshaped_keys():
         ({"window_size": [7, 7]}, r"window_size=\(7, 7\)"),
     ],
 )
+@pytest.mark.neutral
 def test_unsupported_timm_options_are_named(change, message):
     _, described, _, _ = fixture("coatnet_0_rw_tiny")
     cfg = json.loads(json.dumps(described["cfg"]))
@@ -289,6 +299,7 @@ def test_variants_are_inferred_from_their_tensors():
         assert _infer_name(keys) == expected
 
 
+@pytest.mark.neutral
 def test_registered_variants_follow_timm():
     """The options of timm's _rw_coat_cfg / _rw_max_cfg per variant, as in timm's maxxvit.py."""
     conv = {name: rw_config(name)["conv_options"] for name in RW_CONFIGS}

@@ -31,6 +31,8 @@ from keras_posenc.convert import (
 from keras_posenc.convert.timm import _MAXVIT_CONFIGS, _infer_name
 from keras_posenc.layers import ContinuousPositionBias2D
 
+pytestmark = pytest.mark.contract
+
 FIXTURES = Path(__file__).parent / "fixtures" / "timm_maxxvit"
 NAMES = ("coatnet_rmlp_tiny", "coatnet_bn_tiny", "maxvit_tf_tiny", "maxvit_rw_tiny")
 ATOL = 1e-4

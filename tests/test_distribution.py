@@ -26,6 +26,8 @@ from repository import docs_path
 from keras_posenc import zoo
 from keras_posenc.layers import RelativeTransformerBlock2D, RelativeTransformerEncoder
 
+pytestmark = pytest.mark.contract
+
 # Observed: losses and weights after training within 3e-7, ModelParallel forward passes
 # within 1e-6 (float32 sums in another order: per-replica gradients are all-reduced,
 # sharded matmuls are summed across devices).
@@ -239,7 +241,7 @@ def assert_matches_one_device(result: dict) -> None:
 # --------------------------------------------------------------------------- data parallel
 
 
-@pytest.mark.large
+@pytest.mark.full
 @ONCE_FROM_TENSORFLOW
 def test_jax_data_parallel_matches_one_device(tmp_path):
     """DataParallel on 2 virtual JAX devices trains as one device on the same global batch.
@@ -254,7 +256,7 @@ def test_jax_data_parallel_matches_one_device(tmp_path):
         assert_matches_one_device(results[family])
 
 
-@pytest.mark.large
+@pytest.mark.full
 @ONCE_FROM_TENSORFLOW
 def test_tf_mirrored_strategy_matches_one_device(tmp_path):
     """MirroredStrategy over 2 logical CPUs; CoAtNet with synchronized BatchNorm."""
@@ -270,7 +272,7 @@ def test_tf_mirrored_strategy_matches_one_device(tmp_path):
 # --------------------------------------------------------------------------- model parallel
 
 
-@pytest.mark.large
+@pytest.mark.full
 @ONCE_FROM_TENSORFLOW
 def test_jax_model_parallel_shards_the_named_kernels(tmp_path):
     results = run_worker("jax_model_parallel", tmp_path)
@@ -319,7 +321,7 @@ def guide() -> pathlib.Path:
     return docs_path("guides", "scaling-out.md")
 
 
-@pytest.mark.large
+@pytest.mark.full
 @ONCE_FROM_TENSORFLOW
 def test_scaling_out_guide_scripts_run(tmp_path):
     """The guide's JAX examples need virtual devices set before JAX starts or two processes,

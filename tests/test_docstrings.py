@@ -7,8 +7,11 @@ import importlib
 import pkgutil
 
 import pytest
+from tiers import matrix
 
 import keras_posenc
+
+pytestmark = pytest.mark.contract
 
 
 def _modules() -> list[str]:
@@ -24,7 +27,14 @@ def test_every_module_is_found():
     )
 
 
-@pytest.mark.parametrize("module_name", _modules())
+# Examples of use, checked where they run: on the matrix backend (tests/tiers.py) by default,
+# one module of them (the attention layer's) on every backend, all on every backend in `full`.
+# What each backend computes is the contract tests' part.
+@pytest.mark.parametrize(
+    *matrix(
+        "module_name", _modules(), keep=[_modules().index("keras_posenc.layers.relative_attention")]
+    )
+)
 def test_docstring_examples(module_name):
     module = importlib.import_module(module_name)
     finder = doctest.DocTestFinder(exclude_empty=True)

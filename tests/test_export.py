@@ -11,6 +11,8 @@ import pytest
 from keras_posenc import export, layers
 from keras_posenc.export import export_model, export_names
 
+pytestmark = pytest.mark.contract
+
 
 def relative_model() -> keras.Model:
     """A small sequence model with every relative attention mode (and their index functions)."""
@@ -386,8 +388,16 @@ def test_native_torch_route_dynamic_length(tmp_path):
     assert report.verified_shapes == [[(2, 7, 8)], [(2, 11, 8)]]
 
 
-@pytest.mark.large
+# Per-backend (PyTorch). Marked large before, and the large stage ran on TensorFlow only, so
+# this case never ran; run on PyTorch (torch 2.13, onnxruntime 1.32) it fails: onnxruntime
+# refuses the graph (a Concat node of int64 and int32 inputs). Strict: a fix makes it fail
+# until the mark is removed. The default route (a TensorFlow subprocess) is tested above.
 @ONLY_ON_TORCH
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect: torch.onnx.export of every public layer gives a graph onnxruntime "
+    "refuses (Concat of int64 and int32)",
+)
 def test_native_torch_route_every_public_layer(tmp_path):
     # Traced at batch 3, length 5; verified at batch 2, lengths 7 and 11, so a size the
     # tracer froze into the graph fails here.
@@ -398,7 +408,7 @@ def test_native_torch_route_every_public_layer(tmp_path):
     assert [list(shape) for _, shape, _ in report.inputs] == [[None, None, 16], [None, 16, 16, 3]]
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_demo_command_creates_runs_exports_and_verifies(tmp_path, capsys):
     from keras_posenc.cli import main
 
@@ -426,7 +436,7 @@ def test_demo_command_creates_runs_exports_and_verifies(tmp_path, capsys):
     assert "saved it as " + os.path.join(out, "convs2s_small.keras") in text
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_demo_command_on_an_image_model(tmp_path, capsys):
     from keras_posenc.cli import main
 

@@ -17,6 +17,8 @@ from keras import ops
 from keras_posenc.export import export_model
 from keras_posenc.layers import LogBuckets, RelativeTransformerDecoder
 
+pytestmark = pytest.mark.contract
+
 MAX_LENGTH, HEADS, HEAD_DIM, HIDDEN = 6, 2, 4, 8
 
 

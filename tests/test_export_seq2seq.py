@@ -14,6 +14,8 @@ from keras_posenc.generation import greedy_search
 from keras_posenc.zoo.convs2s import ConvS2S, ConvS2SLanguageModel
 from keras_posenc.zoo.seq2seq import Seq2SeqModel, decoding_names
 
+pytestmark = pytest.mark.contract
+
 # The graphs' names for small_convs2s (two decoder convolutions), as the export guide lists
 # them for ConvS2S.
 STATE = ["encoder_keys", "encoder_values", "source_mask"]
@@ -81,7 +83,7 @@ def test_onnx_greedy_decoding_gives_the_keras_tokens(tmp_path):
     np.testing.assert_array_equal(onnx_greedy(reports, model, source, 12), expected)
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_seq2seq_saved_model_graphs_verify(tmp_path):
     reports = export_seq2seq(small_convs2s(), tmp_path, format="tf_saved_model")
     assert set(reports) == {"encoder", "decoder_step"}

@@ -28,6 +28,8 @@ from keras_posenc.zoo import language_model
 from keras_posenc.zoo.language_model import LanguageModel
 from keras_posenc.zoo.seq2seq import Seq2SeqModel, decoding_names, decoding_signatures
 
+pytestmark = pytest.mark.contract
+
 SMALL_COATNET = {
     "blocks": (1, 1, 1, 1, 1),
     "channels": (16, 16, 32, 64, 64),
@@ -369,19 +371,37 @@ def export_cases() -> list:
     another of its distinct small models (a model that several names build, differing only in
     its name, counts once: see same_small_model; exported_models picks them). Only tf2onnx on
     the fixed backbones needs several GB (about 8 for posenet_resnet50): those are `memory`,
-    run in one process in CI; the rest run with the other large cases on two workers."""
+    run in one process after the others.
+
+    One case of each family is in the `large` tier (CI's large stage), the rest in `full`
+    (tests/tiers.py): see large_export_case."""
     exported = set(same_small_model().values())
     families: dict[str, list[str]] = {}
     for name in (n for n in EXPORT_ORDER if n in exported):
         families.setdefault(family(name), []).append(name)
     cases = []
-    for names in families.values():
-        for name, formats in export_formats(exported_models(names)).items():
-            for format in formats:
-                heavy = format == "onnx" and name in FIXED_BACKBONES
-                marks = [pytest.mark.memory] if heavy else []
-                cases.append(pytest.param(name, format, marks=marks, id=f"{name}-{format}"))
+    for index, names in enumerate(families.values()):
+        pairs = [
+            (name, format)
+            for name, formats in export_formats(exported_models(names)).items()
+            for format in formats
+        ]
+        in_ci = large_export_case(pairs, FORMATS[index % len(FORMATS)])
+        for name, format in pairs:
+            heavy = format == "onnx" and name in FIXED_BACKBONES
+            marks = [pytest.mark.large if (name, format) == in_ci else pytest.mark.full]
+            marks += [pytest.mark.memory] if heavy else []
+            cases.append(pytest.param(name, format, marks=marks, id=f"{name}-{format}"))
     return cases
+
+
+def large_export_case(pairs: list[tuple[str, str]], preferred: str) -> tuple[str, str]:
+    """The one (name, format) of a family's export cases that CI's large stage runs: in the
+    format ``preferred`` (which goes round the families, so CI exports to every format),
+    never a `memory` case. Every case in every format took about 600 s of the stage's worker
+    time (30 cases of about 20 s, docs/development.md "Test tiers"); the others run in `full`."""
+    light = [(n, f) for n, f in pairs if not (f == "onnx" and n in FIXED_BACKBONES)]
+    return next(((n, f) for n, f in light if f == preferred), light[0])
 
 
 def test_export_cases_cover_each_family_in_every_format_on_different_models():
@@ -402,9 +422,15 @@ def test_export_cases_cover_each_family_in_every_format_on_different_models():
     # Each family once per format (every model in every format was 102 cases, then 42).
     families = {family(name) for name in distinct}
     assert len(cases) == len(families) * len(FORMATS)
+    # CI's large stage: one case of each family, never a memory case, every format.
+    marked = [(tuple(case.values), {mark.name for mark in case.marks}) for case in export_cases()]
+    large = [case for case, marks in marked if "large" in marks]
+    assert sorted(family(name) for name, _ in large) == sorted(families)
+    assert {format for _, format in large} == set(FORMATS)
+    assert not [case for case, marks in marked if {"large", "memory"} <= marks]
+    assert all(("large" in marks) != ("full" in marks) for _, marks in marked)
 
 
-@pytest.mark.large
 @pytest.mark.parametrize(("name", "format"), export_cases())
 def test_small_variant_exports(name, format, tmp_path):
     # Each export starts from a clean Keras state, so earlier cases' graphs can be freed.

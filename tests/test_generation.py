@@ -15,6 +15,8 @@ from keras_posenc import generation
 from keras_posenc.zoo.convs2s import ConvS2SLanguageModel
 from reference import search
 
+pytestmark = pytest.mark.contract
+
 PAD, BOS, EOS = 0, 1, 2
 
 

@@ -16,6 +16,8 @@ from keras import ops
 
 import layer_checks
 
+pytestmark = pytest.mark.contract
+
 TEST_PACKAGE = "keras_posenc_checks"
 
 

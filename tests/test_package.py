@@ -14,6 +14,8 @@ import pytest
 import keras_posenc
 from keras_posenc import cli, export, layers, probe, zoo
 
+pytestmark = pytest.mark.neutral
+
 
 def test_public_modules_import():
     assert keras_posenc.layers is layers and keras_posenc.zoo is zoo and keras_posenc.probe is probe
@@ -76,6 +78,7 @@ def _build_tiny(units: int = 3) -> keras.Model:
     return keras.Model(inputs, keras.layers.Dense(units)(inputs))
 
 
+@pytest.mark.contract
 def test_cli_export_zoo_name_with_overrides(tmp_path, capsys):
     zoo.register_model("test_cli_tiny", _build_tiny, family="test_cli")
     try:
@@ -99,6 +102,7 @@ def test_cli_export_zoo_name_with_overrides(tmp_path, capsys):
     assert "max |difference|" in out and "[None, None, 5]" in out
 
 
+@pytest.mark.contract
 def test_cli_export_keras_file_every_format(tmp_path, capsys):
     path = tmp_path / "tiny.keras"
     _build_tiny().save(path)

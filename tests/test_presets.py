@@ -28,6 +28,8 @@ from keras_posenc.convert import config_from_timm
 from keras_posenc.zoo.coatnet import build_coatnet
 from keras_posenc.zoo.presets import ImagePreprocessor, load_preset, preset_path, save_preset
 
+pytestmark = pytest.mark.contract
+
 PIL = pytest.importorskip("PIL.Image", reason="images are decoded by Pillow")
 pytest.importorskip("huggingface_hub", reason="hf:// sources download with huggingface_hub")
 
@@ -141,6 +143,7 @@ def test_download_convert_then_cache_hit(hub, tmp_path):
     assert hub.requests == []
 
 
+@pytest.mark.neutral
 def test_truncated_download_is_rejected_and_not_cached(hub, tmp_path):
     hub.truncated.add((REPO, "model.safetensors"))
     with pytest.raises(OSError, match="downloading model.safetensors of .* nothing was cached"):
@@ -152,6 +155,7 @@ def test_truncated_download_is_rejected_and_not_cached(hub, tmp_path):
     assert os.path.isdir(preset_path(SOURCE, progress=False))
 
 
+@pytest.mark.neutral
 def test_offline_with_an_empty_cache_says_so(hub, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ConnectionError, match=r"not in the cache .* HF_HUB_OFFLINE is set"):
@@ -204,7 +208,7 @@ def test_the_same_top5_after_onnx_export(hub, tmp_path):
     assert (np.argsort(-exported, -1)[:, :5] == keras_top).all()
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_a_preset_loads_on_every_backend(hub, tmp_path):
     """The preset converted here is read by the other backends, in their own processes."""
     preset = load_preset(SOURCE, progress=False)
@@ -227,7 +231,7 @@ def test_a_preset_loads_on_every_backend(hub, tmp_path):
         assert json.loads(result.stdout.strip().splitlines()[-1]) == expected, other
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_a_registered_timm_name_at_full_size(tmp_path, monkeypatch):
     """hf://timm/coatnet_nano_rw_224.sw_in1k as the hub holds it (timm's config, 1000
     classes at 224 x 224), with random weights written from a zoo model: ImageNet's class
@@ -304,6 +308,7 @@ def test_preprocessing_follows_timms_eval_transform(tmp_path):
 # --------------------------------------------------------------------------- errors
 
 
+@pytest.mark.neutral
 def test_bad_sources_are_named(tmp_path, hub):
     with pytest.raises(ValueError, match="not a preset folder: it lacks config.json"):
         preset_path(tmp_path)

@@ -7,6 +7,8 @@ import pytest
 
 from keras_posenc import probe
 
+pytestmark = pytest.mark.neutral
+
 
 def _normalised(values):
     values = np.asarray(values, dtype=np.float64)

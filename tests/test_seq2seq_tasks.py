@@ -7,6 +7,8 @@ import pytest
 
 from keras_posenc.experiments.seq2seq_tasks import exact_match, reverse_task
 
+pytestmark = pytest.mark.contract
+
 
 def test_reverse_task_examples():
     inputs, targets = reverse_task(50, min_length=2, max_length=7, vocab_size=9, seed=3)

@@ -37,6 +37,8 @@ from keras_posenc.zoo.translation import TranslationPreprocessor
 from reference import search
 from reference.fairseq_checkpoint import fconv_forward
 
+pytestmark = pytest.mark.contract
+
 URL_PATH = f"/fairseq/models/{NAME}.tar.bz2"
 MAX_LENGTH = 12  # short: float32 and float64 beams then agree on a random tiny model
 
@@ -91,6 +93,7 @@ def by_hand(archive, sentences, beam_size, max_length=MAX_LENGTH):
     return results
 
 
+@pytest.mark.neutral
 def test_the_pipeline_follows_fairseqs_on_real_sentences(archive):
     _, files, _ = archive
     codes = files["bpecodes"].decode()
@@ -182,6 +185,7 @@ def test_a_local_archive_file_converts_once(archive, tmp_path, monkeypatch):
     assert os.listdir(os.path.dirname(folder)) == [os.path.basename(folder)]  # no scratch left
 
 
+@pytest.mark.neutral
 def test_a_download_cut_short_is_refused_and_nothing_is_kept(server, tmp_path):
     server.cut_short.add(URL_PATH)
     with pytest.raises(OSError, match="truncated: .* of the .* bytes"):
@@ -190,6 +194,7 @@ def test_a_download_cut_short_is_refused_and_nothing_is_kept(server, tmp_path):
     assert os.listdir(cache) == []
 
 
+@pytest.mark.neutral
 def test_a_damaged_archive_is_refused(archive, tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_POSENC_HOME", str(tmp_path / "posenc"))
     with open(archive[0], "rb") as handle:
@@ -201,6 +206,7 @@ def test_a_damaged_archive_is_refused(archive, tmp_path, monkeypatch):
     assert os.listdir(tmp_path / "posenc" / "archives") == []
 
 
+@pytest.mark.neutral
 @pytest.mark.parametrize("kind", ["absolute", "parent", "symlink"])
 def test_a_malicious_archive_is_refused_before_anything_is_written(kind, tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_POSENC_HOME", str(tmp_path / "posenc"))

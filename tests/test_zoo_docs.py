@@ -22,6 +22,8 @@ from repository import repository_path
 
 from keras_posenc import zoo
 
+pytestmark = pytest.mark.neutral
+
 # Shape-only builds well under a second on every backend (measured 0.05-0.2 s each).
 CHEAP = ("coatnet_0", "muse_tiny", "posenet_coatnet_0")
 

@@ -21,6 +21,8 @@ from keras_posenc.experiments.coatnet_layouts import (
     train_and_evaluate,
 )
 
+pytestmark = pytest.mark.contract
+
 SIZE, PATCH = 32, 6
 
 
@@ -142,7 +144,7 @@ def test_cli_reports_a_bad_selection(capsys):
 TINY_MODEL = {"blocks": (1, 1, 1, 1, 1), "channels": (8, 16, 16, 32, 32)}
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_tiny_run_writes_its_outputs(tmp_path, capsys):
     """End to end on a tiny setting: two layouts, two seeds, two steps each."""
     settings = {**TINY_MODEL, "train_images": 64, "test_images": 32}
@@ -170,7 +172,7 @@ def test_tiny_run_writes_its_outputs(tmp_path, capsys):
     assert (width, height) == (1000, 500)  # matplotlib, 10 x 5 inches at 100 dpi
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_seeds_sharing_a_compiled_model_train_as_from_scratch():
     """The second seed on the first seed's compiled model (weights set to a fresh build's,
     optimizer zeroed) trains exactly as that seed alone on a new model."""

@@ -19,6 +19,8 @@ from repository import docs_path
 from keras_posenc.experiments import coatnet_layouts, length_generalization, padding
 from keras_posenc.probe import position_patterns
 
+pytestmark = pytest.mark.neutral
+
 INSTALL = 'pip install "keras-posenc[experiments]"'
 
 

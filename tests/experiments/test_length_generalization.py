@@ -26,6 +26,8 @@ from keras_posenc.experiments.length_generalization import (
     task_data,
 )
 
+pytestmark = pytest.mark.contract
+
 
 def source_position(sequence, i, task, shift, position, marked):
     """Where the answer at position ``i`` lies, from the task's definition; None if nowhere."""
@@ -198,7 +200,7 @@ def test_scaled_rope_rows_reuse_the_trained_rope_weights():
 
 # Large: two spawned workers each import TensorFlow and train (28 s on JAX, about 5 % of its
 # default suite); what the workers run does not depend on the backend.
-@pytest.mark.large
+@pytest.mark.full
 def test_parallel_workers_give_the_numbers_of_one_process(capfd):
     """Two spawned worker processes reproduce the one-process run (every job seeds itself).
 
@@ -232,6 +234,7 @@ def test_parallel_workers_give_the_numbers_of_one_process(capfd):
         assert (two["params"], two["seeds"]) == (one["params"], 1)
 
 
+@pytest.mark.large
 def test_tiny_run_learns_the_relative_task_and_writes_its_outputs(tmp_path):
     """The suite's size of the run: two encodings, one seed, a short training.
 
@@ -316,7 +319,7 @@ def test_cli_reports_a_bad_selection(capsys):
     assert "posenc experiment: error: length_generalization_experiment: `encodings`" in error
 
 
-@pytest.mark.large
+@pytest.mark.full
 @pytest.mark.long
 def test_quick_cli_run(tmp_path, capsys):
     """`posenc experiment length --quick`: every encoding on the relative task, one seed."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import pytest
 from scipy.special import erf
 
 from keras_posenc.layers.activations import exact_gelu, get_activation, tanh_gelu
+
+pytestmark = pytest.mark.contract
 
 
 def test_exact_gelu_matches_its_formula_and_keras():

@@ -22,6 +22,8 @@ from keras_posenc.layers.relative_transformer import (
     RelativeTransformerEncoder,
 )
 
+pytestmark = pytest.mark.contract
+
 ATOL = 1e-5
 PADDING = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)  # (batch 2, length 5)
 

@@ -27,6 +27,8 @@ from keras_posenc.layers import _attention
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from reference.relative_attention import causal_mask, clip_index_matrix, relative_attention
 
+pytestmark = pytest.mark.contract
+
 TORCH_ONLY = pytest.mark.skipif(
     not ON_TORCH,
     reason="the workspace exists only for eager PyTorch without gradients: PyTorch has no "

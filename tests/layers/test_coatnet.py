@@ -10,11 +10,14 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from tiers import matrix
 
 import layer_checks
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, SqueezeExcite
 from reference import coatnet as ref
 from reference.relative_position_2d import resize_table_for_grid
+
+pytestmark = pytest.mark.contract
 
 ATOL = 1e-5
 
@@ -130,7 +133,7 @@ MBCONV_CASES = [
 ]
 
 
-@pytest.mark.parametrize("shape, filters, strides, stride_on, se_ratio", MBCONV_CASES)
+@pytest.mark.parametrize(*matrix("shape, filters, strides, stride_on, se_ratio", MBCONV_CASES))
 def test_mbconv_matches_reference(rng, shape, filters, strides, stride_on, se_ratio):
     x = images(rng, shape)
     layer = MBConv(filters, strides=strides, stride_on=stride_on, se_ratio=se_ratio)
@@ -266,7 +269,7 @@ TRANSFORMER_CASES = [
 ]
 
 
-@pytest.mark.parametrize("shape, filters, head_dim, strides", TRANSFORMER_CASES)
+@pytest.mark.parametrize(*matrix("shape, filters, head_dim, strides", TRANSFORMER_CASES))
 def test_transformer_matches_reference(rng, shape, filters, head_dim, strides):
     x = images(rng, shape)
     layer = RelativeTransformerBlock2D(filters, head_dim=head_dim, strides=strides)

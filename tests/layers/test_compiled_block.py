@@ -18,6 +18,8 @@ from test_relative_attention import MODES, assert_close, built_layer, inputs, la
 from keras_posenc import _compile
 from reference.relative_attention import causal_mask, clip_index_matrix, relative_attention
 
+pytestmark = pytest.mark.contract
+
 ON_TENSORFLOW = keras.backend.backend() == "tensorflow"
 TENSORFLOW_ONLY = pytest.mark.skipif(
     not ON_TENSORFLOW,

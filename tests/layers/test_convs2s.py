@@ -18,6 +18,8 @@ from keras_posenc.layers.convs2s import (
 )
 from reference.convs2s import conv_padding, convs2s_attention, glu_conv1d, weight_norm
 
+pytestmark = pytest.mark.contract
+
 ATOL = 1e-5
 # bfloat16 keeps 8 bits of mantissa (relative step 2^-8 ~ 4e-3); after a
 # convolution or two projections and a softmax, errors stay below 2e-2 of the

@@ -20,6 +20,8 @@ import layer_checks
 from keras_posenc import layers
 from keras_posenc.layers._initializers import sublayer_initializer
 
+pytestmark = pytest.mark.contract
+
 
 def _sequence(width: int = 8, length: int = 5) -> np.ndarray:
     return np.random.default_rng(0).standard_normal((2, length, width)).astype("float32")

@@ -11,6 +11,8 @@ import layer_checks
 from keras_posenc.layers.muse import MUSEAttention
 from reference.muse import muse_attention
 
+pytestmark = pytest.mark.contract
+
 ATOL = 1e-5
 # bfloat16 keeps 8 bits of mantissa (relative step 2^-8 ~ 4e-3); after the
 # projections, a softmax, the convolutions and the output projection, errors

@@ -12,6 +12,8 @@ import layer_checks
 from keras_posenc.layers.muse import MUSEAttention, MUSEDecoderLayer, MUSEEncoderLayer
 from reference.muse import muse_attention, muse_decoder_layer, muse_encoder_layer
 
+pytestmark = pytest.mark.contract
+
 ATOL = 1e-5
 HEADS, HEAD_DIM = 2, 2
 CHANNELS = HEADS * HEAD_DIM

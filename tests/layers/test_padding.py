@@ -14,6 +14,8 @@ from keras import ops
 import layer_checks
 from keras_posenc.layers.padding import PADDING_MODES, SpatialPadding2D, normalize_padding
 
+pytestmark = pytest.mark.contract
+
 NUMPY_MODE = {"zeros": "constant", "circular": "wrap", "reflect": "reflect", "replicate": "edge"}
 
 

@@ -9,11 +9,14 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from tiers import matrix
 
 from keras_posenc import _compile, layers
 from layer_checks import decode_step_by_step, relative_attention_weights
 from reference import position_biases as reference
 from reference.relative_attention import causal_mask, relative_attention
+
+pytestmark = pytest.mark.contract
 
 ATOL = 1e-5
 HEADS = 3
@@ -76,7 +79,7 @@ def test_alibi_slopes_are_the_papers():
 
 
 @pytest.mark.parametrize("method", ["gather", "rows", "toeplitz", "windows"])
-@pytest.mark.parametrize("lengths", [(4, 4, 0), (3, 7, 2), (1, 9, 8)])
+@pytest.mark.parametrize(*matrix("lengths", [(4, 4, 0), (3, 7, 2), (1, 9, 8)], keep=[0, 2]))
 @pytest.mark.parametrize("name", list(SCHEMES))
 def test_bias_matches_reference(name, lengths, method, rng, monkeypatch):
     # Every way of reading a bias (`_compile.relative_gather`), forced on every backend.

@@ -18,6 +18,8 @@ from reference import relative_index as reference
 from reference.relative_attention import causal_mask, relative_attention
 from reference.relative_position_2d import relative_position_bias_2d
 
+pytestmark = pytest.mark.contract
+
 ATOL = 1e-5
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "position_schemes")
 MODES = ("keys_values", "keys", "bias")

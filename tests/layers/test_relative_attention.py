@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from tiers import matrix
 
 import layer_checks
 from keras_posenc import _compile
@@ -21,6 +22,8 @@ from reference.relative_index import (
     relative_positions,
     t5_relative_position_bucket,
 )
+
+pytestmark = pytest.mark.contract
 
 MODES = ("keys_values", "keys", "bias")
 ATOL = 1e-5
@@ -199,7 +202,7 @@ def _skew_layer(query, value, key=None, relative="keys", path="skew", **kwargs):
 
 
 @pytest.mark.parametrize("relative", ["keys", "keys_values"])
-@pytest.mark.parametrize("lengths", [(6, 6), (3, 8), (9, 4), (1, 5)], ids=str)
+@pytest.mark.parametrize(*matrix("lengths", [(6, 6), (3, 8), (9, 4), (1, 5)], keep=[0, 3]), ids=str)
 def test_skew_matches_reference_and_gather(relative, lengths, rng, monkeypatch):
     query_length, key_length = lengths
     query, value = inputs(rng, 2, query_length, 5), inputs(rng, 2, key_length, 5)
@@ -278,12 +281,18 @@ def test_skew_falls_back_to_gather_when_the_table_is_short(rng, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "bucketing, extra, index",
-    [
-        ("log", {"bidirectional": True}, lambda r: t5_relative_position_bucket(r, True, 8, 20)),
-        ("log", {"bidirectional": False}, lambda r: t5_relative_position_bucket(r, False, 8, 20)),
-        ("piecewise", {}, lambda r: piecewise_index(r, 8)),
-    ],
+    *matrix(
+        "bucketing, extra, index",
+        [
+            ("log", {"bidirectional": True}, lambda r: t5_relative_position_bucket(r, True, 8, 20)),
+            (
+                "log",
+                {"bidirectional": False},
+                lambda r: t5_relative_position_bucket(r, False, 8, 20),
+            ),
+            ("piecewise", {}, lambda r: piecewise_index(r, 8)),
+        ],
+    ),
     ids=["log_bidirectional", "log_causal", "piecewise"],
 )
 def test_value_term_with_other_bucketings_matches_reference(bucketing, extra, index, rng):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from keras import ops
 from test_relative_attention import assert_close, built_layer, inputs, layer_weights, to_numpy
+from tiers import matrix
 
 from keras_posenc import _compile
 from keras_posenc.layers import position_schemes, relative_index
@@ -22,6 +23,8 @@ from keras_posenc.layers.relative_position import RelativePositionBias
 from reference import relative_index as reference_index
 from reference.relative_attention import causal_mask, clip_index_matrix, relative_attention
 from reference.relative_position import relative_position_bias
+
+pytestmark = pytest.mark.contract
 
 # Lengths around the 64-row strips and the 16-key windows of `relative_index.toeplitz`:
 # one strip, exactly two, two with a padded last strip, fewer keys than queries, a single
@@ -60,7 +63,7 @@ def no_gradients():
 
 
 @pytest.mark.parametrize("method", relative_index.TOEPLITZ_METHODS)
-@pytest.mark.parametrize("lengths", LENGTHS, ids=str)
+@pytest.mark.parametrize(*matrix("lengths", LENGTHS, keep=[0, 1, 2]), ids=str)
 def test_toeplitz_matches_reference(lengths, method, rng):
     query_length, key_length = lengths
     diagonals = rng.standard_normal((2, 3, query_length + key_length - 1)).astype("float32")
@@ -81,13 +84,16 @@ def test_distances_in_order_are_the_diagonals(offset):
 
 @pytest.mark.parametrize("method", ["toeplitz", "windows", "gather", "rows"])
 @pytest.mark.parametrize(
-    "position",
-    [
-        position_schemes.ClipPositions(5),
-        position_schemes.LogBuckets(8, 40, bidirectional=True),
-        position_schemes.LogBuckets(8, 40, bidirectional=False),
-        position_schemes.PiecewiseBuckets(9),
-    ],
+    # Every method on every backend; the other index tables go down the same paths.
+    *matrix(
+        "position",
+        [
+            position_schemes.ClipPositions(5),
+            position_schemes.LogBuckets(8, 40, bidirectional=True),
+            position_schemes.LogBuckets(8, 40, bidirectional=False),
+            position_schemes.PiecewiseBuckets(9),
+        ],
+    ),
     ids=["clip", "log", "log_causal", "piecewise"],
 )
 def test_bias_methods_match_reference(method, position, rng, monkeypatch):

@@ -10,6 +10,8 @@ from keras import ops
 from keras_posenc.layers import relative_index as ri
 from reference import relative_index as ref
 
+pytestmark = pytest.mark.contract
+
 # Every distance the issue asks for, once: r in [-10000, 10000].
 R = np.arange(-10_000, 10_001, dtype=np.int32)
 

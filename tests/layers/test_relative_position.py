@@ -19,6 +19,8 @@ from keras_posenc.layers import (
 from reference import relative_index as ref_index
 from reference import relative_position as ref
 
+pytestmark = pytest.mark.contract
+
 ATOL = 1e-5
 BF16_ATOL = 2e-2  # bfloat16 keeps 8 bits of mantissa; the tables are ~0.05 in size
 

@@ -18,6 +18,8 @@ from reference.relative_position_2d import (
     resize_table_for_grid,
 )
 
+pytestmark = pytest.mark.contract
+
 TEST_PACKAGE = "keras_posenc_tests"
 
 

@@ -16,6 +16,8 @@ from reference.relative_attention import causal_mask, clip_index_matrix
 from reference.relative_index import relative_positions, t5_relative_position_bucket
 from reference.relative_transformer import decoder_block, encoder_block
 
+pytestmark = pytest.mark.contract
+
 ATOL = 1e-5
 HIDDEN, HEADS, HEAD_DIM = 8, 2, 4
 

@@ -17,6 +17,8 @@ from keras_posenc import _compile
 from keras_posenc.layers.rotary import RotaryPositions
 from reference import rotary as reference
 
+pytestmark = pytest.mark.contract
+
 ATOL = 1e-5
 BATCH, SEQUENCE, HEADS, HEAD_DIM = 2, 7, 3, 8
 START = 5

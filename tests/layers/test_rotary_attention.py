@@ -17,6 +17,8 @@ from reference import position_biases as bias_reference
 from reference import rotary as rotary_reference
 from reference.relative_attention import causal_mask, relative_attention
 
+pytestmark = pytest.mark.contract
+
 ATOL = 1e-5
 
 # Each rotary variant with the reference's arguments (None: the attention has no rotary).

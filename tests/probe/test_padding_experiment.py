@@ -12,6 +12,8 @@ import pytest
 from keras_posenc.experiments import padding_experiment
 from keras_posenc.experiments.padding import COLUMNS, LinearReadout, _cell, read_figure_data
 
+pytestmark = pytest.mark.contract
+
 
 def png_size(path):
     """(width, height) from a PNG's IHDR chunk."""
@@ -258,7 +260,7 @@ def test_bad_study_arguments_raise(kwargs, message):
         padding_experiment(**kwargs)
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_applications_encode_position_through_zero_padding():
     """Large: VGG16 and ResNet50 (weights=None) at 32 px, one seed, trained readouts."""
     rows = padding_experiment(

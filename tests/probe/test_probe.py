@@ -14,6 +14,8 @@ from scipy import stats
 from keras_posenc import probe
 from keras_posenc.layers.padding import SpatialPadding2D
 
+pytestmark = pytest.mark.contract
+
 # --------------------------------------------------------------------------- metrics
 
 
@@ -221,7 +223,7 @@ def test_posenet_on_the_probe_backbone():
         assert -1.0 <= scores["spc"] <= 1.0 and 0.0 <= scores["mae"] <= 1.0, name
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_posenet_on_vgg16():
     """Large: JAX compiles VGG16's forward pass for ~20 s on 2 cores (posenet_vgg16 is built
     at a small size in the default suite by tests/zoo/test_posenet_models.py)."""
@@ -235,7 +237,7 @@ def test_posenet_on_vgg16():
     assert_standardised_from(posenet, images)
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_posenet_on_resnet50():
     """Large: building ResNet50 and compiling its step takes 10-20 s on JAX on 2 cores."""
     resnet = keras.applications.ResNet50(weights=None, include_top=False, input_shape=(64, 64, 3))

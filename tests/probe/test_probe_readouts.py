@@ -11,6 +11,8 @@ from keras import ops
 from keras_posenc import probe
 from keras_posenc.probe.readout import LinearReadout, TrainedReadout
 
+pytestmark = pytest.mark.contract
+
 
 def conv_valid(features, kernel, bias=0.0):
     """A 'valid' k x k convolution with one output channel, written out with numpy."""

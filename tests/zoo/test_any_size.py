@@ -13,6 +13,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+from tiers import matrix
 
 from keras_posenc import zoo
 from keras_posenc.layers import ContinuousPositionBias2D, RelativePositionBias2D
@@ -22,6 +23,8 @@ from keras_posenc.layers.relative_position_2d import (
     relative_index_2d,
     relative_index_2d_tensor,
 )
+
+pytestmark = pytest.mark.contract
 
 # Built through zoo.create (on JAX it initialises all weights in one compiled program).
 TINY_COATNET = {"blocks": (1, 1, 1, 1, 1), "channels": (8, 8, 16, 32, 32), "head_dim": 16,
@@ -131,7 +134,7 @@ def test_any_size_bad_arguments():
         block.build((None, None, None, 8))
 
 
-@pytest.mark.parametrize("height, width", [(1, 1), (3, 5), (6, 4)])
+@pytest.mark.parametrize(*matrix("height, width", [(1, 1), (3, 5), (6, 4)], keep=[0, 1]))
 def test_tensor_sizes_compute_what_int_sizes_do(height, width):
     """The in-graph path of sizes known at run time only, against the int-size path."""
     h, w = (keras.ops.convert_to_tensor(v, "int32") for v in (height, width))
@@ -152,7 +155,7 @@ def test_tensor_sizes_compute_what_int_sizes_do(height, width):
         )
 
 
-@pytest.mark.large
+@pytest.mark.full
 @pytest.mark.parametrize("format", ["tf_saved_model", "onnx", "litert"])
 def test_any_size_models_export_with_dynamic_height_and_width(tmp_path, format):
     """Exported with unknown height and width, the artifact computes the relative bias in

@@ -18,6 +18,8 @@ from keras_posenc.zoo import coatnet
 from keras_posenc.zoo.coatnet import build_coatnet
 from reference.relative_position_2d import resize_table_for_grid
 
+pytestmark = pytest.mark.contract
+
 # Small enough for every backend in the default suite: two stem convs, a stride-1
 # Transformer block in S3, heads of 16 channels.
 TINY = {"blocks": (2, 1, 1, 2, 1), "channels": (8, 8, 16, 32, 32), "head_dim": 16}
@@ -333,7 +335,7 @@ def test_flags_must_be_bools():
         tiny(features="yes")
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_coatnet_0_weights_saved_at_224_load_at_384_and_run(tmp_path):
     """The issue's full-size case: coatnet_0's weights from 224 x 224 into 384 x 384.
 

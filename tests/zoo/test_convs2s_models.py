@@ -19,6 +19,8 @@ from keras_posenc.zoo.convs2s import ConvS2S, ConvS2SLanguageModel
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
 from reference import search
 
+pytestmark = pytest.mark.contract
+
 NAMES = [
     "convs2s_small",
     "convs2s_iwslt_de_en",

@@ -12,6 +12,8 @@ from keras_posenc import zoo
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.zoo.maxvit import build_maxvit
 
+pytestmark = pytest.mark.contract
+
 # The paper's counts (Tu et al. 2022, Table 1) and timm's, sum(p.numel() for p in
 # timm.create_model(name).parameters()) with 1000 classes, timm 1.0.31.
 PAPER = {"maxvit_t": 31e6, "maxvit_s": 69e6, "maxvit_b": 120e6, "maxvit_l": 212e6}

@@ -18,6 +18,8 @@ from keras_posenc.zoo import muse
 from keras_posenc.zoo.muse import MUSE, MUSEEmbedding, build_muse_encoder, sinusoidal_positions
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
 
+pytestmark = pytest.mark.contract
+
 SEQ2SEQ = ["muse_iwslt_de_en", "muse_small", "muse_tiny", "muse_wmt_large"]
 ENCODERS = ["muse_encoder_base", "muse_encoder_small"]
 SRC_VOCAB, TGT_VOCAB = 23, 29

@@ -13,6 +13,8 @@ from keras import ops
 from keras_posenc import probe, zoo
 from keras_posenc.zoo.posenet import FeatureStandardization, PosENet, build_posenet
 
+pytestmark = pytest.mark.contract
+
 NAMES = ["posenet_coatnet_0", "posenet_resnet50", "posenet_vgg16"]
 
 # Channels of the tapped stages, from the architectures (not from the models):
@@ -59,7 +61,7 @@ def test_readout_parameters_by_hand():
         "posenet_coatnet_0",
         # Large: on JAX, initialising ResNet50's 23M weights takes seconds on 2 cores, and
         # test_probe.py already builds PosENet on keras.applications' ResNet50 (large too).
-        pytest.param("posenet_resnet50", marks=pytest.mark.large),
+        pytest.param("posenet_resnet50", marks=pytest.mark.full),
         "posenet_vgg16",
     ],
 )
@@ -131,7 +133,7 @@ def test_forward_pass_and_save_load(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.large
+@pytest.mark.full
 @pytest.mark.parametrize("name", ["posenet_resnet50", "posenet_coatnet_0"])
 def test_save_load_round_trip_large(name, tmp_path):
     """Large: ResNet50 and CoAtNet-0 hold 24-25M weights; writing and compiling them is slow."""
@@ -147,7 +149,7 @@ def test_save_load_round_trip_large(name, tmp_path):
     )
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_probe_train_decodes_position_from_a_random_vgg16():
     """probe.train on posenet_vgg16 (weights=None) learns the maps instead of saturating.
 
@@ -164,7 +166,7 @@ def test_probe_train_decodes_position_from_a_random_vgg16():
     assert not scores["constant"] and scores["spc"] > 0.5, scores
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_backbone_weights_are_loaded(tmp_path):
     """Large: writes VGG16's 14.7M weights. A user's backbone weights go in by path."""
     source = keras.applications.VGG16(include_top=False, weights=None, input_shape=(32, 32, 3))

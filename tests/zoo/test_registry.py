@@ -8,6 +8,8 @@ import pytest
 
 from keras_posenc import zoo
 
+pytestmark = pytest.mark.neutral
+
 
 def build_mlp(hidden: int = 8, num_classes: int = 3, activation: str = "relu") -> keras.Model:
     inputs = keras.Input((4,))
@@ -51,6 +53,7 @@ def test_create_uses_the_named_config_and_overrides(registered):
     assert (spec.family, spec.paper_parameters, spec.description) == ("test_mlp", 291, "a wide MLP")
 
 
+@pytest.mark.contract
 @pytest.mark.parametrize("suffix", [".weights.h5", ".keras"])
 def test_create_loads_weights(registered, tmp_path, suffix):
     trained = zoo.create("test_mlp_small")
@@ -133,6 +136,7 @@ MODELS_WITH_UNCALLED_SUBLAYERS = {
 }  # fmt: skip
 
 
+@pytest.mark.contract
 @pytest.mark.parametrize("name", sorted(MODELS_WITH_UNCALLED_SUBLAYERS))
 def test_created_models_have_every_layer_built(name):
     # Keras' JAX `predict_on_batch` (and each `predict`) first calls the model eagerly when

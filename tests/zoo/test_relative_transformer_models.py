@@ -18,6 +18,8 @@ from keras.src.backend.common import global_state  # see shape_only
 from keras_posenc import zoo
 from keras_posenc.zoo.relative_transformers import MusicTransformer, ShawTransformer
 
+pytestmark = pytest.mark.contract
+
 VOCAB = 31
 
 
@@ -246,7 +248,7 @@ def test_generation_runs_every_search():
 # --------------------------------------------------------------------------- training
 
 
-@pytest.mark.large
+@pytest.mark.full
 @pytest.mark.long
 def test_shaw_training_example_learns_to_reverse():
     # The documented example (zoo/shaw_transformer/train_reverse.py).
@@ -269,7 +271,7 @@ def test_shaw_training_example_learns_to_reverse():
     assert result["exact_match"] >= 0.85, result
 
 
-@pytest.mark.large
+@pytest.mark.full
 @pytest.mark.long
 def test_music_training_example_learns_to_continue_patterns():
     # The documented example (zoo/music_transformer/train_periodic.py).
@@ -344,7 +346,7 @@ def test_shaw_onnx_greedy_decoding_gives_the_keras_tokens(tmp_path):
     np.testing.assert_array_equal(output, greedy_search(model, source, max_length=max_length))
 
 
-@pytest.mark.large
+@pytest.mark.full
 def test_music_onnx_generation_gives_the_keras_tokens(tmp_path):
     from keras_posenc.export import export_language_model
     from keras_posenc.generation import greedy_search

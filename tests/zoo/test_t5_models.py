@@ -18,6 +18,8 @@ from keras_posenc import generation, zoo
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
 from keras_posenc.zoo.t5 import T5, T5TargetMask
 
+pytestmark = pytest.mark.contract
+
 NAMES = ["t5_1.1_base", "t5_1.1_small", "t5_base", "t5_small"]
 VOCAB = 31
 RELEASED = {
