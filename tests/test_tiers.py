@@ -54,6 +54,19 @@ def test_a_contract_test_keeps_a_representative_on_every_backend():
         tiers.check_representatives({"a.py::only": [True, True], "a.py::t": [False]})
 
 
+def test_matrix_marks_all_but_the_representatives():
+    names, cases = tiers.matrix("shape, units", [((2, 5), 8), ((1, 9), 4), ((3, 3), 2)], keep=[1])
+    assert names == "shape, units"
+    assert cases[1] == ((1, 9), 4)
+    assert [case.values for case in (cases[0], cases[2])] == [((2, 5), 8), ((3, 3), 2)]
+    assert all([m.name for m in case.marks] == ["matrix"] for case in (cases[0], cases[2]))
+    _, cases = tiers.matrix("n", [1, pytest.param(2, marks=pytest.mark.long, id="two")])
+    assert cases[0] == 1 and cases[1].id == "two" and cases[1].values == (2,)
+    assert [m.name for m in cases[1].marks] == ["long", "matrix"]
+    with pytest.raises(TierError, match=r"matrix\('n'\): keep \[5\] names no case"):
+        tiers.matrix("n", [1, 2], keep=[5])
+
+
 def test_selections():
     assert selected_tiers("default", first=True) == ("neutral", "contract")
     assert selected_tiers("default", first=False) == ("contract",)

@@ -10,10 +10,11 @@ Every collected test belongs to exactly one tier (docs/development.md, "Test tie
   ``matrix`` as well is one of several shapes or settings down the same code path: it runs
   on ``MATRIX_BACKEND`` by default and on the other backends in ``full`` only; the test
   keeps at least one case without the mark (its representative) on every backend.
-- ``large``: full-size models, exports of the zoo, the guides' code, within the CI stage's
-  budget; run on ``LARGE_BACKEND``.
-- ``full``: the rest of the heavy cases (training examples, distribution, studies), run on
-  ``LARGE_BACKEND`` by ``python tests/run_backends.py --tier full`` with everything else.
+- ``large``: full-size models, one zoo export per family, the landing page's examples,
+  within the CI stage's budget; run on ``LARGE_BACKEND``.
+- ``full``: the rest of the heavy cases (training examples, the guides' code, distribution,
+  studies, the other zoo exports), run on ``LARGE_BACKEND`` by
+  ``python tests/run_backends.py --tier full`` with everything else.
 
 A module names its tier with ``pytestmark``; a test of another tier names its own, which
 wins (the closest node that names a tier decides). A node that names two tiers, or a test
