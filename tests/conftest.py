@@ -53,6 +53,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+def parametrizations(item: pytest.Item) -> list[list[bool]]:
+    """For each parametrize of ``item``'s test, whether each value is marked matrix, as the
+    test defines them (a run that selects one case still sees them all)."""
+    if any(mark.name == "matrix" for mark in getattr(item.function, "pytestmark", [])):
+        return [[True]]
+    return [
+        [any(m.name == "matrix" for m in getattr(value, "marks", ())) for value in mark.args[1]]
+        for mark in item.iter_markers("parametrize")
+    ]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Every test in exactly one tier (tests/tiers.py); the collection fails otherwise.
@@ -71,7 +82,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             problems.append(str(error))
             continue
         if tier == "contract":
-            cases.setdefault(item.nodeid.split("[")[0], []).append(matrix)
+            cases[item.nodeid.split("[")[0]] = parametrizations(item)
         (keep if here in wanted else drop).append(item)
         listing.append(f"{item.nodeid}\t{here or '-'}\n")
     try:

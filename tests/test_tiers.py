@@ -49,9 +49,10 @@ def test_heavy_tiers_run_on_the_large_backend_only():
 
 
 def test_a_contract_test_keeps_a_representative_on_every_backend():
-    tiers.check_representatives({"a.py::t": [False, True, True]})
+    tiers.check_representatives({"a.py::t": [[False, True, True], [False]], "a.py::u": []})
     with pytest.raises(TierError, match="a.py::only"):
-        tiers.check_representatives({"a.py::only": [True, True], "a.py::t": [False]})
+        # Stacked parametrizations: the second has no unmarked value, so every case is matrix.
+        tiers.check_representatives({"a.py::only": [[False, True], [True]], "a.py::t": []})
 
 
 def test_matrix_marks_all_but_the_representatives():
@@ -122,6 +123,12 @@ def test_a_collection_selects_by_tier_and_lists_each_tier(tmp_path):
         "test_made.py::test_big\tlarge",
     ]
     assert "1/4 tests collected (3 deselected)" in result.stdout
+    # One matrix case chosen by its id: its test still has a representative.
+    result, _ = collect_folder(
+        tmp_path, {"test_made.py": FOLDER_TESTS}, "--tiers", "full", "test_made.py::test_shapes[2]"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 test collected" in result.stdout
 
 
 BROKEN = {

@@ -76,12 +76,18 @@ def effective_tier(tier: str, matrix: bool, backend: str) -> str | None:
     return tier
 
 
-def check_representatives(cases: dict[str, list[bool]]) -> None:
+def check_representatives(tests: dict[str, list[list[bool]]]) -> None:
     """Fails where every case of a contract test is a matrix case (run in `full` only).
 
-    ``cases`` maps a test (its node id without the parameters) to each case's matrix mark.
+    ``tests`` maps a test (its node id without the parameters) to its parametrizations as
+    defined, whatever a run selects: for each ``parametrize``, whether each value is marked
+    ``matrix``. A case is a matrix case if any of its values is, so the test keeps a
+    representative only if every parametrization keeps an unmarked value (a test marked
+    ``matrix`` as a whole gives one list ``[True]``).
     """
-    only = sorted(test for test, marks in cases.items() if marks and all(marks))
+    only = sorted(
+        test for test, values in tests.items() if any(all(marks) for marks in values if marks)
+    )
     if only:
         raise TierError(
             "every case of these contract tests is marked matrix, so on every backend but "
