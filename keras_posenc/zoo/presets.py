@@ -39,7 +39,6 @@ import math
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -743,15 +742,14 @@ def _archive_target(source: str) -> str:
 
 def _archive_preset(source: str, progress: bool) -> str:
     """The cached preset of a fairseq archive (URL or file): downloaded, extracted and
-    converted on first use, in a scratch folder beside the cache that is removed after."""
+    converted on first use, in a scratch folder beside the cache that is removed after (and
+    by the next run, if this one is killed: archives.scratch_folder)."""
     from keras_posenc.convert.fairseq import from_fairseq_archive
 
     target = _archive_target(source)
     if _is_preset(target):
         return target
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix=".convert-", dir=os.path.dirname(target))
-    try:
+    with archives.scratch_folder(os.path.dirname(target)) as scratch:
         archive = source
         if archives.is_url(source):
             archive = os.path.join(scratch, os.path.basename(target) + ".archive")
@@ -767,8 +765,6 @@ def _archive_preset(source: str, progress: bool) -> str:
             "fairseq": details,
         }
         _save_converted(model, target, preprocessor, None, metadata)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return target
 
 
