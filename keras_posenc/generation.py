@@ -92,7 +92,12 @@ import numpy as np
 from keras import ops
 
 from keras_posenc._compile import compile_inference, compiled_while_loop
-from keras_posenc.layers._checks import check_bool, check_int, check_non_negative_number
+from keras_posenc.layers._checks import (
+    check_bool,
+    check_int,
+    check_non_negative_number,
+    is_finite_number,
+)
 
 __all__ = ["beam_search", "generate", "greedy_search", "sample"]
 
@@ -428,6 +433,33 @@ def _sampler(function: str, sampler: Any) -> Any:
     return sampler
 
 
+def _check_sampler_settings(function: str, sampler: Any, vocab: int | None) -> None:
+    """The one check of a sampler's settings, for every sampler our generation receives.
+
+    keras_hub's samplers take any value: a temperature of 0 divides by zero (argmax on
+    TensorFlow came back as id = vocabulary size, JAX returned tokens), a negative one samples
+    the inverted distribution, ``top_p`` above 1 or at 0 and ``k`` of 0 or above the
+    vocabulary fail deep in each backend or sample wrongly. Greedy search is the way to ask
+    for the argmax.
+    """
+    name = type(sampler).__name__
+    temperature = getattr(sampler, "temperature", 1.0)
+    if not (is_finite_number(temperature) and temperature > 0):
+        raise ValueError(
+            f"{function}: {name}: `temperature` must be a finite number > 0 (for the most "
+            f"likely token, use greedy_search or the 'greedy' sampler), got {temperature!r}."
+        )
+    p = getattr(sampler, "p", None)
+    if p is not None and not (is_finite_number(p) and 0 < p <= 1):
+        raise ValueError(f"{function}: {name}: `p` must be in (0, 1], got {p!r}.")
+    k = getattr(sampler, "k", None)
+    if k is None:
+        return
+    most = f" and at most the vocabulary size {vocab}" if vocab else ""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1 or (vocab and k > vocab):
+        raise ValueError(f"{function}: {name}: `k` must be an int >= 1{most}, got {k!r}.")
+
+
 def _sampler_key(sampler: Any) -> Any:
     """What a compiled loop depends on in ``sampler``: its type and settings, not its seed
     (the random state is a loop input), so samplers that differ only there share it."""
@@ -714,8 +746,11 @@ def sample(
 
     Raises:
         TypeError: for a ``sampler`` that is neither a name nor a keras_hub sampler.
-        ValueError: as :func:`greedy_search`; an unknown sampler name or a
-            sampler that runs its own loop.
+        ValueError: as :func:`greedy_search`; an unknown sampler name, a
+            sampler that runs its own loop, or sampler settings out of range: a
+            ``temperature`` that is not a finite number > 0 (greedy search is the way
+            to ask for the most likely token), ``p`` outside (0, 1], ``k`` below 1
+            or above the vocabulary size.
 
     Examples:
 
@@ -733,6 +768,8 @@ def sample(
     """
     function = "sample"
     sampler = _sampler(function, sampler)
+    vocab = getattr(model, "vocab_size" if _decoder_only(model) else "target_vocab_size", None)
+    _check_sampler_settings(function, sampler, vocab if isinstance(vocab, int) else None)
     task = _task(model, function, inputs, max_length, min_length, prefix_tokens)
     task.configure(no_repeat_ngram_size, use_cache)
     output, seeds = _run_loop(task, sampler, _seed_states(function, sampler, seed))

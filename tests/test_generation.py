@@ -315,3 +315,37 @@ def test_search_argument_errors(call, error, message):
     model, _ = markov(0)
     with pytest.raises(error, match=message):
         call(model, np.full((1, 3), 3, "int32"))
+
+
+# Bad sampler settings are refused where generation receives the sampler, before any search
+# runs (keras_posenc/generation.py, _check_sampler_settings): pure Python, so once.
+@pytest.mark.neutral
+@pytest.mark.parametrize(
+    "sampler, message",
+    [
+        (keras_hub.samplers.RandomSampler(temperature=0.0), r"`temperature` must be .* got 0.0"),
+        (keras_hub.samplers.TopKSampler(k=3, temperature=-1.0), "`temperature` must be"),
+        (keras_hub.samplers.GreedySampler(temperature=float("nan")), "`temperature` must be"),
+        (keras_hub.samplers.RandomSampler(temperature=float("inf")), "`temperature` must be"),
+        (keras_hub.samplers.TopPSampler(p=0.0), r"TopPSampler: `p` must be in \(0, 1\], got 0.0"),
+        (keras_hub.samplers.TopPSampler(p=1.5), r"`p` must be in \(0, 1\], got 1.5"),
+        (keras_hub.samplers.TopPSampler(p=0.5, k=0), "`k` must be an int >= 1"),
+        (keras_hub.samplers.TopKSampler(k=0), r"TopKSampler: `k` must be an int >= 1 and at most"),
+        (keras_hub.samplers.TopKSampler(k=8), "at most the vocabulary size 7, got 8"),
+    ],
+    ids=["t0", "t-neg", "t-nan", "t-inf", "p0", "p-above-1", "p-k0", "k0", "k-above-vocab"],
+)
+def test_sampler_settings_out_of_range_are_refused(sampler, message):
+    language_model, _ = markov_lm(0)
+    translator, _ = markov(0)
+    with pytest.raises(ValueError, match=message) as error:
+        generation.sample(language_model, np.array([[1, 4]]), sampler, max_length=6)
+    assert str(error.value).startswith(f"sample: {type(sampler).__name__}: `")
+    with pytest.raises(ValueError, match=message):
+        generation.sample(translator, np.full((1, 3), 3, "int32"), sampler, max_length=6)
+    # The limits themselves are accepted.
+    for good in (
+        keras_hub.samplers.TopKSampler(k=7, temperature=1e-3),
+        keras_hub.samplers.TopPSampler(p=1.0),
+    ):
+        generation.sample(language_model, np.array([[1, 4]]), good, seed=0, max_length=6)

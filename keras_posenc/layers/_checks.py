@@ -113,7 +113,7 @@ def check_activation(caller: str, activation: Any, name: str = "activation") -> 
         ) from error
 
 
-def _is_finite_number(value: Any) -> bool:
+def is_finite_number(value: Any) -> bool:
     """An int or float (numpy scalars too, e.g. np.float32(0.5)), not a bool, NaN or Inf."""
     number = int | float | np.integer | np.floating
     return (
@@ -125,14 +125,14 @@ def _is_finite_number(value: Any) -> bool:
 
 def check_positive_number(caller: str, name: str, value: Any) -> float:
     """A finite positive int or float (e.g. ``layer_norm_epsilon``) as a float."""
-    if not _is_finite_number(value) or value <= 0:
+    if not is_finite_number(value) or value <= 0:
         raise ValueError(f"{caller}: `{name}` must be a positive number, got {value!r}.")
     return float(value)
 
 
 def check_number_at_least(caller: str, name: str, value: Any, minimum: float) -> float:
     """A finite int or float ``>= minimum`` (a scaling factor) as a float."""
-    if not _is_finite_number(value) or value < minimum:
+    if not is_finite_number(value) or value < minimum:
         raise ValueError(
             f"{caller}: `{name}` must be a finite number >= {minimum:g}, got {value!r}."
         )
@@ -146,7 +146,7 @@ def check_non_negative_number(caller: str, name: str, value: Any) -> float:
     written as ``value < 0`` would let it through and every later comparison
     with it would pass or fail silently.
     """
-    if not _is_finite_number(value) or value < 0:
+    if not is_finite_number(value) or value < 0:
         raise ValueError(f"{caller}: `{name}` must be a finite number >= 0, got {value!r}.")
     return float(value)
 
