@@ -185,7 +185,9 @@ class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         inputs: ``(batch, time, input_channels)``.
         mask: optional ``(batch, time)`` boolean or integer 0/1, True for real tokens; by default
             the input's Keras mask (e.g. from ``Embedding(mask_zero=True)``).
-            The output carries the same mask.
+            The output carries the same mask. A float mask is refused (an additive
+            0 / -1e9 mask would be misread); padded positions are selected away, so
+            whatever they hold, NaN included, never reaches a real output.
         training: whether dropout is active.
         cache: ``(batch, kernel_size, input_channels)``, the buffer of the last
             inputs (``causal=True`` only). With a cache the call returns
@@ -322,14 +324,14 @@ class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
     ) -> Any:
         self._check_input_shape(shape_of(inputs))
         x = inputs
+        # The one mask check (boolean or integer 0/1; a float mask, perhaps additive, is
+        # refused), then a select: multiplying by the mask kept NaN in padding and scaled
+        # the input by an int mask of 2s.
+        mask = _attention.check_mask(
+            self._describe(), "mask", mask, tuple(shape_of(inputs)[:2]), ("batch", "time")
+        )
         if mask is not None:
-            mask_shape = shape_of(mask)
-            if len(mask_shape) != 2:
-                raise ValueError(
-                    f"{self._describe()}: `mask` must have shape (batch, time), got shape "
-                    f"{mask_shape} for inputs of shape {shape_of(inputs)}."
-                )
-            x = x * ops.cast(ops.expand_dims(mask, -1), x.dtype)
+            x = _attention.zero_invalid(x, mask)
         x = self.dropout_layer(x, training=training)
         kernel = ops.cast(self.kernel, x.dtype)
         bias = ops.cast(self.bias, x.dtype)

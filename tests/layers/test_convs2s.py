@@ -143,6 +143,33 @@ def test_glu_padding_invariance(rng):
     layer_checks.check_padding_invariance(layer, x, mask)
 
 
+@pytest.mark.parametrize("kernel_size", [3, 4])
+def test_glu_nan_in_padding_never_reaches_real_outputs(kernel_size, rng):
+    x = normal(rng, 2, 6, 4)
+    layer = glu_layer(x, kernel_size=kernel_size)
+    poisoned = np.where(RIGHT_PADDING[..., None], x, np.nan).astype("float32")
+    output = to_numpy(layer(poisoned, mask=RIGHT_PADDING))
+    expected = glu_reference(layer, x, RIGHT_PADDING)
+    assert np.isfinite(output[RIGHT_PADDING]).all(), "NaN in padding reached real positions"
+    assert_close(output[RIGHT_PADDING], expected[RIGHT_PADDING], what="NaN padding")
+
+
+def test_glu_masks_go_through_the_one_mask_check(rng):
+    x = normal(rng, 2, 6, 4)
+    layer = glu_layer(x, kernel_size=3)
+    expected = to_numpy(layer(x, mask=RIGHT_PADDING))
+    # An int mask is 0/1 as a boolean: 2s mean real tokens, not twice the input.
+    assert_close(layer(x, mask=RIGHT_PADDING.astype("int32") * 2), expected, what="int mask")
+    # An additive float mask (0 real, -1e9 padding) was multiplied in: refused now.
+    additive = np.where(RIGHT_PADDING, 0.0, -1e9).astype("float32")
+    with pytest.raises(TypeError, match=r"GLUConv1D.*`mask` must be boolean or integer 0/1"):
+        layer(x, mask=additive)
+    with pytest.raises(ValueError, match=r"GLUConv1D.*`mask` must have shape \(batch, time\)"):
+        layer(x, mask=np.ones((2, 5), bool))
+    with pytest.raises(ValueError, match=r"`mask` must have shape \(batch, time\) = \(2, 6\)"):
+        layer(x, mask=np.ones((2, 6, 1), bool))
+
+
 def test_glu_keras_mask_propagation(rng):
     tokens = np.array([[3, 4, 5, 0, 0], [1, 2, 3, 4, 0]])
     embedding = keras.layers.Embedding(10, 4, mask_zero=True)
