@@ -207,15 +207,39 @@ def write_rows(cache: Any, rows: Any, index: Any) -> Any:
     return ops.where(inside, ops.cast(spread, cache.dtype), cache)
 
 
-def write_key_value_cache(cache: Any, key: Any, value: Any, index: Any) -> tuple:
+def write_key_value_cache(
+    cache: Any, key: Any, value: Any, index: Any, caller: str = "write_key_value_cache"
+) -> tuple:
     """Writes projected ``key``/``value`` (batch, n, heads, head_dim) at ``index`` of ``cache``.
 
     Returns ``(keys, values, new_cache)``: the full cached keys and values
-    (batch, max_len, heads, head_dim) and the cache stacked back.
+    (batch, max_len, heads, head_dim) and the cache stacked back. An ``index`` known before
+    running (a Python or NumPy int) must leave the ``n`` rows inside the cache: the select
+    writes nothing outside it, so a step at 9 of a cache of 5 returned an output from a
+    cache it had not written (``caller`` names the layer in the error). A tensor index
+    (compiled decoding loops) is the loop's own and not checked.
     """
+    check_cache_index(caller, index, cache.shape[2], key.shape[1])
     keys = write_rows(cache[:, 0], key, index)
     values = write_rows(cache[:, 1], value, index)
     return keys, values, ops.stack((keys, values), axis=1)
+
+
+def check_cache_index(caller: str, index: Any, cache_length: Any, rows: Any) -> None:
+    """Refuses a ``cache_update_index`` known before running whose ``rows`` fall outside a
+    cache of ``cache_length`` positions (either may be None, unknown: then nothing is said
+    about that bound)."""
+    if isinstance(index, bool) or not isinstance(index, int | np.integer):
+        return
+    if index < 0 or (
+        isinstance(cache_length, int) and isinstance(rows, int) and index + rows > cache_length
+    ):
+        length = "?" if cache_length is None else cache_length
+        raise ValueError(
+            f"{caller}: `cache_update_index` must be in [0, cache length - rows] = [0, "
+            f"{length} - {rows}] for the {rows} new row(s) to be written inside the cache of "
+            f"{length} positions, got {int(index)}."
+        )
 
 
 # --------------------------------------------------------------------------- attention

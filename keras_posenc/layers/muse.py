@@ -489,7 +489,7 @@ class MUSEAttention(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         _attention.check_cache(name, "cache", cache, self.num_heads, self.key_dim)
         q = self.query_dense(x)
         key_cache, value_cache, cache = _attention.write_key_value_cache(
-            cache, self.key_dense(x), self.value_dense(x), cache_update_index
+            cache, self.key_dense(x), self.value_dense(x), cache_update_index, caller=name
         )
         k = ops.cast(key_cache, q.dtype)
         v = ops.cast(value_cache, q.dtype)

@@ -841,7 +841,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             # length, so its cache holds the keys before rotation.
             new_key = self.rotary.rotate(new_key, cache_update_index, "key")
         return _attention.write_key_value_cache(
-            cache, new_key, self.value_dense(value), cache_update_index
+            cache, new_key, self.value_dense(value), cache_update_index, caller=name
         )
 
     # ------------------------------------------------------------------ relative terms

@@ -881,3 +881,21 @@ def test_bad_call_inputs(rng):
         layer(np.zeros((2, 3, 5), "float32"), x)
     with pytest.raises(ValueError, match=r"`cache` must have shape.*got shape \(2, 2, 5, 3, 4\)"):
         layer(x[:, :1], x[:, :1], cache=np.zeros((2, 2, 5, 3, 4), "float32"), cache_update_index=0)
+
+
+def test_a_cache_update_index_outside_the_cache_is_refused(rng):
+    # A step at 9 of a cache of 5 wrote nothing and returned an output; -1 gave zeros.
+    layer = MultiHeadRelativeAttention(2, 4, max_distance=4)
+    cache = np.zeros((1, 2, 5, 2, 4), "float32")
+    step, two = rng.standard_normal((1, 1, 8)), rng.standard_normal((1, 2, 8))
+    for index, rows, name in ((9, step, "9"), (-1, step, "-1"), (4, two, "4")):
+        with pytest.raises(
+            ValueError, match=r"MultiHeadRelativeAttention\(.*`cache_update_index`"
+        ) as e:
+            layer(rows, rows, cache=cache, cache_update_index=index)
+        assert f"inside the cache of 5 positions, got {name}." in str(e.value)
+    # The last positions that fit, as Python and NumPy ints.
+    output, _ = layer(two, two, cache=cache, cache_update_index=3)
+    assert output.shape == (1, 2, 8)
+    output, _ = layer(step, step, cache=cache, cache_update_index=np.int64(4))
+    assert output.shape == (1, 1, 8)
