@@ -301,7 +301,9 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         cache_update_index: position of the first query; the projected
             ``key``/``value`` are written into the cache there, and relative
             positions (and rotary angles) are offset by it, so decoding one
-            step at a time equals the full causal computation.
+            step at a time equals the full causal computation. An int must
+            leave the new rows inside the cache (``0 <= index`` and
+            ``index + length <= max_len``), else a ``ValueError``.
 
     Returns:
         ``output`` of shape ``(batch, q_len, output_shape or query_dim)``;
