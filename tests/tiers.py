@@ -35,11 +35,13 @@ TIERS = ("neutral", "contract", "large", "full")
 MATRIX_BACKEND = "torch"
 LARGE_BACKEND = "tensorflow"
 # What `python tests/run_backends.py --tier NAME` selects with `--tiers` on each backend: the
-# first backend of the run, and the others. Tier `large` runs on LARGE_BACKEND alone.
+# first backend of the run, and the others (neutral tests run once, on the first). The large
+# and full tiers select nothing but matrix cases off LARGE_BACKEND (effective_tier), wherever
+# it stands in the list of backends.
 SELECTIONS = {
     "default": (("neutral", "contract"), ("contract",)),
-    "large": (("large",), ()),
-    "full": (("neutral", "contract", "large", "full"), ("contract", "full")),
+    "large": (("large",), ("large",)),
+    "full": (("neutral", "contract", "large", "full"), ("contract", "large", "full")),
 }
 
 
