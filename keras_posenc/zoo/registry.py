@@ -74,6 +74,18 @@ class ModelSpec:
             if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         )
 
+    def required_arguments(self) -> tuple[str, ...]:
+        """The builder's arguments without a default that the named configuration does not
+        set: each ``zoo.create`` call must give them (a translation model's vocabularies)."""
+        parameters = inspect.signature(self.builder).parameters.values()
+        return tuple(
+            p.name
+            for p in parameters
+            if p.default is inspect.Parameter.empty
+            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            and p.name not in self.config
+        )
+
 
 _REGISTRY: dict[str, ModelSpec] = {}
 
@@ -230,6 +242,15 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
     """
     spec = get_spec(name)
     _check_arguments(spec, overrides, what="override")
+    missing = [argument for argument in spec.required_arguments() if argument not in overrides]
+    if missing:
+        # Called without them, the builder failed with Python's "missing 1 required
+        # positional argument", naming a private function.
+        example = ", ".join(f"{argument}=..." for argument in missing)
+        raise TypeError(
+            f"zoo.create({name!r}): the model needs {', '.join(map(repr, missing))}, which "
+            f"its named configuration does not set: zoo.create({name!r}, {example})."
+        )
     if weights is not None:  # before building: a bad file fails fast
         weights, classes = _preset_weights(weights)
         _check_weights_file(name, weights)

@@ -146,3 +146,19 @@ def test_created_models_have_every_layer_built(name):
     model = zoo.create(name, **MODELS_WITH_UNCALLED_SUBLAYERS[name])
     unbuilt = sorted({type(layer).__name__ for layer in model._flatten_layers() if not layer.built})
     assert not unbuilt, f"{name}: unbuilt layers {unbuilt}"
+
+
+def test_required_overrides_are_named_before_building():
+    # Called without them, the builder failed with Python's "missing 1 required positional
+    # argument" naming a private builder.
+    expected = (
+        r"zoo.create\('convs2s_small'\): the model needs 'src_vocab_size', 'tgt_vocab_size', "
+        r"which its named configuration does not set: "
+        r"zoo.create\('convs2s_small', src_vocab_size=\.\.\., tgt_vocab_size=\.\.\.\)"
+    )
+    with pytest.raises(TypeError, match=expected):
+        zoo.create("convs2s_small")
+    with pytest.raises(TypeError, match=r"needs 'tgt_vocab_size', which"):
+        zoo.create("convs2s_small", src_vocab_size=20)
+    assert zoo.get_spec("convs2s_lm").required_arguments() == ("vocab_size",)
+    assert zoo.get_spec("coatnet_0").required_arguments() == ()
