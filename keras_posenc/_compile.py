@@ -1281,3 +1281,42 @@ def pointwise_as_matmul() -> bool:
     (CoAtNet-0, one run).
     """
     return keras.backend.backend() != "tensorflow"
+
+
+# --------------------------------------------------------------------------- concrete values
+
+
+def concrete_values(x: Any) -> np.ndarray | None:
+    """``x``'s values as a NumPy array where they exist now, else None.
+
+    None for a symbolic tensor (a functional graph being built) and inside a traced
+    function (``tf.function``, ``jax.jit``, ``torch.export`` or ``torch.jit.trace``),
+    where values are not known: checks of values (token ids in their vocabulary, see
+    ``keras_posenc.zoo.seq2seq.GeneratingModel``) run on eager calls only. Out-of-range
+    ids were an error inside TensorFlow's and PyTorch's gathers and silently clipped
+    by JAX's. Anything unexpected answers None: the check is skipped, never the call.
+    """
+    if isinstance(x, np.ndarray):
+        return x
+    if x is None or keras.backend.is_keras_tensor(x):
+        return None
+    backend = keras.backend.backend()
+    try:
+        if backend == "tensorflow":
+            import tensorflow as tf
+
+            if not tf.executing_eagerly():
+                return None
+        elif backend == "jax":
+            import jax
+
+            if isinstance(x, jax.core.Tracer):
+                return None
+        elif backend == "torch":
+            import torch
+
+            if torch.jit.is_tracing() or torch.compiler.is_compiling():
+                return None
+        return np.asarray(ops.convert_to_numpy(x))
+    except Exception:  # noqa: BLE001  (fake tensors of torch.export, an API that moved)
+        return None

@@ -249,17 +249,14 @@ def _export_formats(
 def _export(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.set)
     _output_folder(args.out)
-    import keras
-
     from keras_posenc import zoo
     from keras_posenc.export import FORMATS
-    from keras_posenc.zoo.registry import check_keras_file
+    from keras_posenc.zoo.registry import load_keras_file
 
     if args.model.endswith(".keras"):
         if overrides:
             raise ValueError("posenc export: --set applies to zoo names, not to .keras files.")
-        check_keras_file(args.model)
-        model = keras.saving.load_model(args.model)
+        model = load_keras_file(args.model)
         name = os.path.basename(args.model)[: -len(".keras")]
     else:
         model = zoo.create(args.model, **overrides)

@@ -44,7 +44,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from keras_posenc.layers._checks import check_non_negative_number, excerpt
+from keras_posenc.layers._checks import check_non_negative_number, excerpt, innermost_error
 
 FORMATS = ("onnx", "tf_saved_model", "litert")
 ROUTES = ("tensorflow", "native")
@@ -1418,9 +1418,7 @@ def _worker(request_path: str) -> None:
     except Exception as error:
         # Keras wraps the cause (e.g. "Could not locate class ...") in a longer message:
         # the innermost error is the one to show first.
-        cause = error
-        while cause.__cause__ or cause.__context__:
-            cause = cause.__cause__ or cause.__context__
+        cause = innermost_error(error)
         text = f"{type(cause).__name__}: {excerpt(cause, 25)}"
         with open(request_path + ".error", "w") as handle:
             json.dump({"stage": stage, "error": text}, handle)

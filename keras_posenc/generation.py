@@ -324,7 +324,7 @@ def _language_model_task(
             f"{function}: `max_length` = {max_length} is more than {_owner(model)}'s "
             f"max_length = {limit}."
         )
-    longest = int((prompt != model.pad_id).sum(axis=1).max())
+    longest = int((prompt != model.pad_id).sum(axis=1).max(initial=0))  # 0 rows: empty result
     if longest >= max_length:
         raise ValueError(
             f"{function}: `max_length` = {max_length} leaves no room to generate after a "

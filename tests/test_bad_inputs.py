@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import urllib.error
+import zipfile
 
 import keras
 import numpy as np
@@ -42,7 +43,7 @@ from keras_posenc.convert import (
 )
 from keras_posenc.export import export_model
 from keras_posenc.generation import beam_search, greedy_search
-from keras_posenc.zoo.convs2s import ConvS2S
+from keras_posenc.zoo.convs2s import ConvS2S, ConvS2SLanguageModel
 from reference.fairseq_checkpoint import fconv_checkpoint
 
 pytestmark = pytest.mark.contract
@@ -408,6 +409,10 @@ def glu():
     return layers.GLUConv1D(6, 3)
 
 
+def muse(block):
+    return lambda: block(16, 2)
+
+
 # The layer, its input shapes and the output shape it must give.
 EMPTY_CALLS = {
     "attention-kv-no-queries": (attention("keys_values"), [(2, 0, 8), (2, 3, 8)], (2, 0, 8)),
@@ -419,6 +424,9 @@ EMPTY_CALLS = {
     "encoder-batch-0": (encoder, [(0, 3, 8)], (0, 3, 8)),
     "glu-conv-no-tokens": (glu, [(2, 0, 8)], (2, 0, 6)),
     "glu-conv-batch-0": (glu, [(0, 4, 8)], (0, 4, 6)),
+    # A reshape with -1 beside an axis of 0 failed on PyTorch and JAX (dynamic convolutions).
+    "muse-encoder-batch-0": (muse(layers.MUSEEncoderLayer), [(0, 5, 8)], (0, 5, 8)),
+    "muse-decoder-batch-0": (muse(layers.MUSEDecoderLayer), [(0, 5, 8), (0, 4, 8)], (0, 5, 8)),
 }  # fmt: skip
 
 
@@ -434,6 +442,12 @@ def test_generation_of_an_empty_batch_is_empty():
     assert greedy_search(model, np.zeros((0, 4), "int32")).shape == (0, 18)
     tokens, scores = beam_search(model, np.zeros((0, 4), "int32"), beam_size=2)
     assert tokens.shape == (0, 18) and scores.shape == (0,)
+    # A language model's empty batch gave NumPy's "zero-size array to reduction".
+    keras.utils.set_random_seed(0)
+    lm = ConvS2SLanguageModel(13, embed_dim=8, decoder_layers=[(8, 3)], decoder_out_embed_dim=8)
+    assert greedy_search(lm, np.zeros((0, 3), "int32"), max_length=6).shape == (0, 6)
+    tokens, scores = beam_search(lm, np.zeros((0, 3), "int32"), beam_size=2, max_length=6)
+    assert tokens.shape == (0, 6) and scores.shape == (0,)
 
 
 @pytest.mark.parametrize("search", [greedy_search, beam_search], ids=lambda f: f.__name__)
@@ -546,6 +560,51 @@ def test_cli_names_a_truncated_keras_file(tmp_path, capsys):
     assert cli.main(["export", path, "--out", str(tmp_path / "out")]) == 1
     expected = f"posenc export: error: not a valid .keras file: '{path}'"
     assert capsys.readouterr().err.startswith(expected)
+
+
+def attention_model() -> keras.Model:
+    inputs = keras.Input((5, 8))
+    attention = layers.MultiHeadRelativeAttention(2, 4, name="attention")
+    return keras.Model(inputs, attention(inputs, inputs))
+
+
+def edit_config(text: str) -> str:
+    """A hand edit: a value the layer refuses (num_heads = -3)."""
+    assert '"num_heads": 2' in text
+    return text.replace('"num_heads": 2', '"num_heads": -3')
+
+
+@pytest.mark.neutral
+def test_a_refused_value_in_a_saved_config_is_named_first(tmp_path, capsys):
+    # Keras wrapped the layer's message under three "could not be deserialized properly"
+    # paragraphs, each quoting the whole config; it now comes first, in one line.
+    path = str(tmp_path / "model.keras")
+    attention_model().save(path)
+    with zipfile.ZipFile(path) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    files["config.json"] = edit_config(files["config.json"].decode()).encode()
+    edited = str(tmp_path / "edited.keras")
+    with zipfile.ZipFile(edited, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    refused = "ValueError: MultiHeadRelativeAttention: `num_heads` must be an integer >= 1, got -3."
+    with pytest.raises(ValueError, match=re.escape(f"cannot be loaded: {refused}")):
+        zoo.registry.load_keras_file(edited)
+    assert cli.main(["export", edited, "--out", str(tmp_path / "out")]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"posenc export: error: the configuration in '{edited}'")
+    assert refused in error and "could not be deserialized" not in error
+    # A preset folder's config.json: the same.
+    folder = zoo.save_preset(attention_model(), str(tmp_path / "preset"))
+    config = os.path.join(folder, "config.json")
+    with open(config) as handle:
+        text = handle.read()
+    with open(config, "w") as handle:
+        handle.write(edit_config(text))
+    with pytest.raises(
+        ValueError, match=r"load_preset: the configuration in .*" + re.escape(refused)
+    ):
+        zoo.load_preset(folder)
 
 
 @pytest.mark.parametrize(

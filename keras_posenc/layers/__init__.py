@@ -10,6 +10,7 @@ The relative index functions are public too, both here and in
 """
 
 from keras_posenc.layers import relative_index
+from keras_posenc.layers._memory import EstimateTooLarge, memory_limit, set_memory_limit
 from keras_posenc.layers.activations import exact_gelu, tanh_gelu
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, SqueezeExcite
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
@@ -60,6 +61,7 @@ __all__ = [
     "ContinuousBias",
     "ContinuousPositionBias2D",
     "ConvS2SAttention",
+    "EstimateTooLarge",
     "FIRE",
     "GLUConv1D",
     "GradMultiply",
@@ -89,11 +91,13 @@ __all__ = [
     "clip_index",
     "exact_gelu",
     "log_bucket_index",
+    "memory_limit",
     "multiscale_index",
     "multiscale_table_size",
     "piecewise_index",
     "relative_index",
     "relative_positions",
+    "set_memory_limit",
     "table_size",
     "tanh_gelu",
 ]

@@ -36,6 +36,7 @@ from keras import ops
 from keras_posenc import _compile
 from keras_posenc.layers import relative_index
 from keras_posenc.layers._initializers import sublayer_initializer
+from keras_posenc.layers._memory import check_allocation
 
 # Logits of masked pairs. Finite, so a fully masked row never produces NaN
 # (softmax of a constant row is uniform; the row is then zeroed), and far below
@@ -94,21 +95,54 @@ def check_mask(caller: str, argument: str, mask: Any, expected: tuple, names: tu
             "mask (0 / -1e9) would be inverted: pass additive masks as `attention_bias` "
             "(MultiHeadRelativeAttention), or convert with `mask = bias == 0`."
         )
-    shape = tuple(getattr(mask, "shape", np.shape(mask)))
+    _check_broadcast(caller, argument, mask, expected, names, exact_rank=True)
+    return ops.cast(mask, "bool")
+
+
+def check_bias(caller: str, argument: str, bias: Any, expected: tuple, names: tuple) -> Any:
+    """``bias`` as a tensor after checking that it is additive and broadcasts to ``expected``.
+
+    An additive bias (``attention_bias``) is numeric, not boolean: a boolean given here
+    is a mask, which belongs in ``attention_mask``. Its shape follows NumPy's broadcasting
+    (the trailing axes align, each of the expected size or 1), so a wrong size is named
+    here instead of failing inside each backend's addition.
+    """
+    if bias is None:
+        return None
+    dtype = _dtype_name(bias)
+    if dtype == "bool" or not ("float" in dtype or "int" in dtype):
+        raise TypeError(
+            f"{caller}: `{argument}` must be an additive float bias (0 where attention is "
+            f"allowed, a large negative number where not), got dtype {dtype}; boolean masks "
+            "go in `attention_mask`."
+        )
+    _check_broadcast(caller, argument, bias, expected, names, exact_rank=False)
+    return ops.convert_to_tensor(bias)
+
+
+def _check_broadcast(
+    caller: str, argument: str, value: Any, expected: tuple, names: tuple, exact_rank: bool
+) -> None:
+    """Raises if ``value``'s shape does not broadcast to ``expected`` (None = any size).
+
+    With ``exact_rank`` the ranks must be equal; else the shape may have fewer axes,
+    aligned on the last ones as in NumPy's broadcasting.
+    """
+    shape = tuple(getattr(value, "shape", np.shape(value)))
     wanted = "(" + ", ".join(names) + ")"
     shown = "(" + ", ".join(n if w is None else str(w) for n, w in zip(names, expected)) + ")"
-    if len(shape) != len(expected):
+    if len(shape) != len(expected) if exact_rank else len(shape) > len(expected):
+        rank = f"rank {len(expected)}" if exact_rank else f"rank at most {len(expected)}"
         raise ValueError(
-            f"{caller}: `{argument}` must have shape {wanted} = {shown} (rank "
-            f"{len(expected)}), got shape {shape}."
+            f"{caller}: `{argument}` must have shape {wanted} = {shown} ({rank}), "
+            f"got shape {shape}."
         )
-    for size, want in zip(shape, expected, strict=True):
+    for size, want in zip(shape, expected[len(expected) - len(shape) :], strict=True):
         if None not in (size, want) and size not in (want, 1):
             raise ValueError(
                 f"{caller}: `{argument}` must have shape {wanted} = {shown} (or 1 on an axis, "
                 f"to broadcast), got shape {shape}."
             )
-    return ops.cast(mask, "bool")
 
 
 def causal_mask(query_length: Any, key_length: Any, offset: Any = 0) -> Any:
@@ -347,6 +381,9 @@ def attend(
     masked row (a finite but meaningless softmax) is zeroed on the small output.
     The peak is the bias, the content logits and their sum (3 S).
     """
+    if not fused:  # the peak, estimated before anything of its size is allocated
+        logits = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+        check_allocation("attention", "logits, bias and their sum", [logits] * 3)
     if bias_diagonals is not None:
         bias_diagonals = ops.convert_to_tensor(bias_diagonals, "float32")
         if fused and mask is None and bias is None:

@@ -113,6 +113,27 @@ def check_activation(caller: str, activation: Any, name: str = "activation") -> 
         ) from error
 
 
+def check_features(caller: str, argument: str, value: Any) -> Any:
+    """``value`` unchanged after checking that it holds floating-point features.
+
+    Integer features (token ids passed where embeddings are due) went through some
+    layers on some backends and failed inside a projection or an addition on others
+    (PyTorch's ``EinsumDense``, TensorFlow's ``AddV2``); one `TypeError` everywhere.
+    """
+    dtype = getattr(value, "dtype", None)
+    try:
+        dtype = keras.backend.standardize_dtype(dtype)
+    except (ValueError, TypeError):
+        dtype = str(dtype)
+    if "float" not in dtype:
+        raise TypeError(
+            f"{caller}: `{argument}` must hold floating-point features, got dtype {dtype}; "
+            "embed token ids first (e.g. keras.layers.Embedding) or cast with "
+            "keras.ops.cast(x, 'float32')."
+        )
+    return value
+
+
 def is_finite_number(value: Any) -> bool:
     """An int or float (numpy scalars too, e.g. np.float32(0.5)), not a bool, NaN or Inf."""
     number = int | float | np.integer | np.floating
@@ -185,8 +206,14 @@ class SequenceChecks:
     def _describe(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
-    def _check_sequence(self, argument: str, shape: Any) -> tuple:
-        shape = tuple(shape)
+    def _check_sequence(self, argument: str, value: Any) -> tuple:
+        """The shape of ``value`` (a tensor, or a shape at build time) after checking it;
+        a tensor's dtype is checked too (`check_features`)."""
+        if hasattr(value, "dtype"):
+            check_features(self._describe(), argument, value)
+            shape = shape_of(value)
+        else:
+            shape = tuple(value)
         if len(shape) != 3:
             raise ValueError(
                 f"{self._describe()}: `{argument}` must have rank 3 (batch, length, "
@@ -262,3 +289,19 @@ def excerpt(value: Any, limit: int = 10) -> str:
     if len(text) <= width:
         return text
     return f"{text[:width]}... ({len(text)} characters)"
+
+
+def innermost_error(error: BaseException) -> BaseException:
+    """The first error of ``error``'s chain (its ``__cause__`` or ``__context__``, down).
+
+    Keras wraps an error raised while deserializing (e.g. a layer refusing a value of a
+    hand-edited config) in "could not be deserialized properly" messages, one a level,
+    each quoting the whole configuration; the error that explains is the innermost.
+    """
+    seen = {id(error)}
+    while True:
+        inner = error.__cause__ or error.__context__
+        if inner is None or id(inner) in seen:
+            return error
+        seen.add(id(inner))
+        error = inner

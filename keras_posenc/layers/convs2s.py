@@ -256,8 +256,9 @@ class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
 
     # ------------------------------------------------------------------ build
 
-    def _check_input_shape(self, shape: tuple) -> None:
-        self._check_sequence("inputs", shape)
+    def _check_input_shape(self, value: Any) -> None:
+        # A shape (build) or the inputs themselves (call: their dtype is checked too).
+        self._check_sequence("inputs", value)
 
     def build(self, input_shape: Any) -> None:
         input_shape = tuple(input_shape)
@@ -322,7 +323,7 @@ class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         cache: Any = None,
         cache_update_index: Any = None,
     ) -> Any:
-        self._check_input_shape(shape_of(inputs))
+        self._check_input_shape(inputs)
         x = inputs
         # The one mask check (boolean or integer 0/1; a float mask, perhaps additive, is
         # refused), then a select: multiplying by the mask kept NaN in padding and scaled

@@ -269,8 +269,9 @@ class MUSEAttention(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
 
     # ------------------------------------------------------------------ build
 
-    def _check_input_shape(self, shape: tuple) -> None:
-        self._check_sequence("inputs", shape)
+    def _check_input_shape(self, value: Any) -> None:
+        # A shape (build) or the inputs themselves (call: their dtype is checked too).
+        shape = self._check_sequence("inputs", value)
         if shape[-1] != self.channels:
             raise ValueError(
                 f"{self._describe()}: the last axis of `inputs` must be num_heads * key_dim = "
@@ -345,7 +346,7 @@ class MUSEAttention(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         cache_update_index: Any = None,
     ) -> Any:
         input_shape = shape_of(inputs)
-        self._check_input_shape(input_shape)
+        self._check_input_shape(inputs)
         x = inputs
         mask = _attention.check_mask(
             self._describe(), "mask", mask, input_shape[:2], ("batch", "time")
@@ -457,7 +458,8 @@ class MUSEAttention(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         taps = self._dynamic_taps(values, gate, training)
         shape = ops.shape(values)
         batch, length = shape[0], shape[1]
-        window = ops.reshape(padded, (batch, -1, self.num_heads, self.key_dim))
+        # Every size explicit: a -1 cannot be inferred from a batch of 0 rows (PyTorch, JAX).
+        window = ops.reshape(padded, (batch, ops.shape(padded)[1], self.num_heads, self.key_dim))
         largest = max(self.kernel_sizes)
         output = None
         for j in range(largest):
@@ -507,7 +509,7 @@ class MUSEAttention(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         window = ops.take(v, ops.maximum(positions, 0), axis=1)
         window = window * valid[None, :, None, None]
         batch = ops.shape(window)[0]
-        window = ops.reshape(window, (batch, -1, self.channels))
+        window = ops.reshape(window, (batch, ops.shape(window)[1], self.channels))
         values = window[:, largest - 1 :]
         convolved = self._convolve(window, values, training)
         output = self.output_dense(ops.concatenate([attended, convolved], axis=-1))
@@ -828,7 +830,7 @@ class MUSEEncoderLayer(_MUSEBlock):
         self.built = True
 
     def call(self, inputs: Any, padding_mask: Any = None, training: Any = None) -> Any:
-        self._check_sequence("inputs", shape_of(inputs))
+        self._check_sequence("inputs", inputs)
         padding_mask = self._check_mask("padding_mask", padding_mask, like=shape_of(inputs)[:2])
         if padding_mask is None:
             padding_mask = self._mask_reader(inputs)
@@ -1000,7 +1002,7 @@ class MUSEDecoderLayer(_MUSEBlock):
                 "encoder sequence, or `build(decoder_shape, encoder_shape)`) before computing "
                 "a cross-attention cache."
             )
-        self._check_sequence("encoder_sequence", shape_of(encoder_sequence))
+        self._check_sequence("encoder_sequence", encoder_sequence)
         return self.cross_attention.key_values(self._unmasked(encoder_sequence))
 
     def _check_cache(
@@ -1049,7 +1051,7 @@ class MUSEDecoderLayer(_MUSEBlock):
         cache_update_index: Any = None,
         training: Any = None,
     ) -> Any:
-        self._check_sequence("decoder_sequence", shape_of(decoder_sequence))
+        self._check_sequence("decoder_sequence", decoder_sequence)
         decoder_padding_mask = self._check_mask(
             "decoder_padding_mask", decoder_padding_mask, like=shape_of(decoder_sequence)[:2]
         )
@@ -1068,7 +1070,7 @@ class MUSEDecoderLayer(_MUSEBlock):
                 raise ValueError(
                     f"{self._describe()}: `cache_update_index` needs a `cache`; got cache=None."
                 )
-            encoder_shape = self._check_sequence("encoder_sequence", shape_of(encoder_sequence))
+            encoder_shape = self._check_sequence("encoder_sequence", encoder_sequence)
             encoder_padding_mask = self._check_mask(
                 "encoder_padding_mask", encoder_padding_mask, like=encoder_shape[:2]
             )

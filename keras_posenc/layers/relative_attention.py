@@ -18,10 +18,12 @@ from keras_posenc.layers import _attention, position_schemes, relative_index
 from keras_posenc.layers._checks import (
     check_bool,
     check_bool_or_auto,
+    check_features,
     check_int,
     check_rate,
     has_empty_axis,
 )
+from keras_posenc.layers._memory import check_allocation
 from keras_posenc.layers.relative_position import RelativePositionBias, RelativePositionEmbedding
 from keras_posenc.layers.rotary import RotaryPositions
 
@@ -432,13 +434,24 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         query_shape, value_shape = tuple(query_shape), tuple(value_shape)
         key_shape = value_shape if key_shape is None else tuple(key_shape)
         self._check_shapes(query_shape, value_shape, key_shape)
+        output_dim = self.output_shape or query_shape[-1]
+        heads = self.num_heads
+        kernels = [
+            (query_shape[-1], heads, self.key_dim),
+            (key_shape[-1], heads, self.key_dim),
+            (value_shape[-1], heads, self.value_dim),
+            (heads, self.value_dim, output_dim),
+        ]
+        check_allocation(
+            f"{type(self).__name__}({self.name!r})", "projection kernels", kernels,
+            self.variable_dtype,
+        )  # fmt: skip
         self.query_dense = _attention.head_projection(self, self.key_dim, "query")
         self.query_dense.build(query_shape)
         self.key_dense = _attention.head_projection(self, self.key_dim, "key")
         self.key_dense.build(key_shape)
         self.value_dense = _attention.head_projection(self, self.value_dim, "value")
         self.value_dense.build(value_shape)
-        output_dim = self.output_shape or query_shape[-1]
         self.output_dense = _attention.projection(
             self, "abcd,cde->abe", (None, output_dim), "e", "attention_output"
         )
@@ -498,6 +511,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         if key is None:
             key = value
         self._check_shapes(tuple(query.shape), tuple(value.shape), tuple(key.shape))
+        for argument, features in (("query", query), ("value", value), ("key", key)):
+            check_features(f"{type(self).__name__}({self.name!r})", argument, features)
         if cache is None and has_empty_axis(query, key):
             return self._empty_result(query, key, return_attention_scores)
         query_mask, value_mask, key_mask, attention_mask = self._check_masks(
@@ -530,8 +545,13 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 k = self.rotary.rotate(k, 0, "key", length)
 
         q = _attention.scale_queries(q, self.key_dim)
-        if attention_bias is not None:
-            attention_bias = ops.convert_to_tensor(attention_bias)
+        attention_bias = _attention.check_bias(
+            f"{type(self).__name__}({self.name!r})",
+            "attention_bias",
+            attention_bias,
+            (query.shape[0], self.num_heads, query.shape[1], k.shape[1]),
+            ("batch", "num_heads", "q_len", "k_len"),
+        )
         # Block-sized scratch tensors reused within this call (PyTorch without
         # gradients, `_compile.Workspace`); not with scores, which are kept per block.
         workspace = None if return_attention_scores else _compile.workspace(q, k, v)

@@ -22,6 +22,7 @@ from keras_posenc import _compile
 from keras_posenc.layers import position_schemes, relative_index
 from keras_posenc.layers._checks import check_int
 from keras_posenc.layers._initializers import sublayer_initializer
+from keras_posenc.layers._memory import check_allocation
 
 __all__ = [
     "MultiScaleRelativePositionEmbedding",
@@ -93,6 +94,10 @@ class _SingleTableLayer(_RelativeTableLayer):
 
     def build(self, input_shape: Any = None) -> None:
         # The table's shape depends only on the constructor arguments.
+        shape = (self.table_size, self._table_columns())
+        check_allocation(
+            f"{type(self).__name__}({self.name!r})", "table", [shape], self.variable_dtype
+        )
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(self.table_size, self._table_columns()),
@@ -498,6 +503,10 @@ class MultiScaleRelativePositionEmbedding(_RelativeTableLayer):
         return self.output_dim
 
     def build(self, input_shape: Any = None) -> None:
+        shapes = [(scheme.table_size, self.table_dim) for scheme in self._schemes]
+        check_allocation(
+            f"{type(self).__name__}({self.name!r})", "tables", shapes, self.variable_dtype
+        )
         self.embeddings = [
             self.add_weight(
                 name=f"embeddings_{index}",

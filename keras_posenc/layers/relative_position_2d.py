@@ -8,6 +8,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.layers._memory import check_allocation
+
 _CLASS = "RelativePositionBias2D"
 
 
@@ -284,6 +286,10 @@ class RelativePositionBias2D(keras.layers.Layer):
         return position
 
     def build(self, input_shape: Any = None) -> None:
+        shape = (self.num_heads, *_table_shape(*self.size))
+        check_allocation(
+            f"{type(self).__name__}({self.name!r})", "table", [shape], self.variable_dtype
+        )
         self.table = self.add_weight(
             name="table",
             shape=(self.num_heads, *_table_shape(*self.size)),

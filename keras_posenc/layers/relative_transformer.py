@@ -47,6 +47,7 @@ from keras_posenc.layers._checks import (
     check_int,
     check_positive_number,
     check_rate,
+    shape_of,
 )
 from keras_posenc.layers._initializers import redraw_seeded_weights, sublayer_initializer
 from keras_posenc.layers.relative_attention import (
@@ -390,7 +391,7 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
         training: Any = None,
         return_attention_scores: bool = False,
     ) -> Any:
-        batch, length, _ = self._check_sequence("inputs", inputs.shape)
+        batch, length, _ = self._check_sequence("inputs", inputs)
         padding_mask = self._check_mask("padding_mask", padding_mask, 2, (batch, length))
         attention_mask = self._check_mask(
             "attention_mask", attention_mask, 3, (batch, length, length)
@@ -712,7 +713,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
                 f"{self._describe()}: `cross_attention_cache` needs a block built with "
                 "cross-attention (first called with an `encoder_sequence`)."
             )
-        self._check_sequence("encoder_sequence", encoder_sequence.shape)
+        self._check_sequence("encoder_sequence", encoder_sequence)
         mask = self._check_mask("encoder_padding_mask", encoder_padding_mask, 2)
         if mask is None:
             mask = self._mask_reader(encoder_sequence)
@@ -767,17 +768,29 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         attention_bias: Any = None,
         training: Any = None,
     ) -> Any:
-        self._check_sequence("decoder_sequence", decoder_sequence.shape)
+        self._check_sequence("decoder_sequence", decoder_sequence)
         if encoder_sequence is not None:
-            self._check_sequence("encoder_sequence", encoder_sequence.shape)
+            self._check_sequence("encoder_sequence", encoder_sequence)
         self._check_call(encoder_sequence, self_attention_cache, cross_attention_cache)
-        decoder_padding_mask = self._check_mask("decoder_padding_mask", decoder_padding_mask, 2)
-        decoder_attention_mask = self._check_mask(
-            "decoder_attention_mask", decoder_attention_mask, 3
+        # The masks' shapes: keys are the cache's rows when decoding with one.
+        batch, length = shape_of(decoder_sequence)[:2]
+        keys = length if self_attention_cache is None else shape_of(self_attention_cache)[2]
+        source = None
+        if cross_attention_cache is not None:
+            source = shape_of(cross_attention_cache)[2]
+        elif encoder_sequence is not None:
+            source = shape_of(encoder_sequence)[1]
+        decoder_padding_mask = self._check_mask(
+            "decoder_padding_mask", decoder_padding_mask, 2, (batch, keys)
         )
-        encoder_padding_mask = self._check_mask("encoder_padding_mask", encoder_padding_mask, 2)
+        decoder_attention_mask = self._check_mask(
+            "decoder_attention_mask", decoder_attention_mask, 3, (batch, length, keys)
+        )
+        encoder_padding_mask = self._check_mask(
+            "encoder_padding_mask", encoder_padding_mask, 2, (batch, source)
+        )
         encoder_attention_mask = self._check_mask(
-            "encoder_attention_mask", encoder_attention_mask, 3
+            "encoder_attention_mask", encoder_attention_mask, 3, (batch, length, source)
         )
 
         if self_attention_cache is None:

@@ -110,6 +110,8 @@ class LanguageModel(GeneratingModel, FunctionalModel):
 
     # ------------------------------------------------------------------ checks and generation
 
+    token_input_names = ("token_ids",)
+
     def check_token_ids(self, token_ids: Any, argument: str) -> np.ndarray:
         """``token_ids`` as an int32 numpy array, after checking dtype, rank, range and length.
 

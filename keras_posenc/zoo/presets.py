@@ -543,11 +543,13 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
     >>> # preset = load_preset("hf://timm/coatnet_0_rw_224.sw_in1k")
     >>> # preset.model.output_shape, preset.class_names[0]   # ((None, 1000), 'tench')
     """
+    from keras_posenc.zoo.registry import configuration_errors
+
     who = "load_preset"
     folder = preset_path(source, progress=progress)
     config = _read_json(os.path.join(folder, CONFIG_FILE), who)
-    with initialize_together(who):  # drawn together on JAX, as zoo.create
-        model = keras.saving.deserialize_keras_object(config)
+    with initialize_together(who), configuration_errors(os.path.join(folder, CONFIG_FILE), who):
+        model = keras.saving.deserialize_keras_object(config)  # drawn together on JAX
     if not isinstance(model, keras.Model):
         raise ValueError(
             f"{who}: {os.path.join(folder, CONFIG_FILE)!r} describes a "
@@ -557,7 +559,8 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
     preprocessor = None
     if os.path.isfile(os.path.join(folder, PREPROCESSOR_FILE)):
         described = _read_json(os.path.join(folder, PREPROCESSOR_FILE), who)
-        preprocessor = keras.saving.deserialize_keras_object(described)
+        with configuration_errors(os.path.join(folder, PREPROCESSOR_FILE), who):
+            preprocessor = keras.saving.deserialize_keras_object(described)
         if hasattr(preprocessor, "load_assets"):
             preprocessor.load_assets(os.path.join(folder, "assets"))
             # model.translate(texts) after zoo.from_preset(...) finds it here.

@@ -18,6 +18,7 @@ of the builder.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -26,14 +27,14 @@ import os
 import re
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import h5py
 import keras
 
 from keras_posenc._compile import initialize_together
-from keras_posenc.layers._checks import excerpt
+from keras_posenc.layers._checks import excerpt, innermost_error
 
 # Dots only between other characters, for release names such as "t5_1.1_small".
 _NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
@@ -312,6 +313,35 @@ def check_keras_file(path: str | os.PathLike, who: str = "") -> None:
             f"{prefix}not a valid .keras file: {path!r} (it lacks "
             f"{', '.join(sorted(needed - names))})."
         )
+
+
+@contextlib.contextmanager
+def configuration_errors(path: str | os.PathLike, who: str = "") -> Iterator[None]:
+    """Reraises an error of deserializing ``path``'s configuration with its cause first.
+
+    Keras buries the library's own message (a layer refusing a value of a hand-edited
+    config) under one "could not be deserialized properly" paragraph per level of
+    nesting, each quoting the whole configuration (`_checks.innermost_error`).
+    """
+    try:
+        yield
+    except (TypeError, ValueError) as error:
+        cause = innermost_error(error)
+        if cause is error:
+            raise
+        prefix = f"{who}: " if who else ""
+        raise ValueError(
+            f"{prefix}the configuration in {os.fspath(path)!r} cannot be loaded: "
+            f"{type(cause).__name__}: {excerpt(cause, 25)}"
+        ) from error
+
+
+def load_keras_file(path: str | os.PathLike, who: str = "") -> keras.Model:
+    """``keras.saving.load_model(path)`` after `check_keras_file`, with the cause of a
+    configuration error first (`configuration_errors`)."""
+    check_keras_file(path, who)
+    with configuration_errors(path, who):
+        return keras.saving.load_model(path)
 
 
 def _preset_weights(weights: str | os.PathLike) -> tuple[str | os.PathLike, int | None]:

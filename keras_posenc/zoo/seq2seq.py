@@ -52,6 +52,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc import _compile
 from keras_posenc.layers._checks import check_int
 
 _INPUT_NAMES = ("encoder_token_ids", "decoder_token_ids")
@@ -81,7 +82,44 @@ class FunctionalModel(keras.Model):
 
 class GeneratingModel:
     """``generate`` for the zoo's generating models (:class:`Seq2SeqModel` and
-    :class:`~keras_posenc.zoo.language_model.LanguageModel`)."""
+    :class:`~keras_posenc.zoo.language_model.LanguageModel`), and the check of the
+    token ids a direct call receives."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # A direct, eager call checks its token ids as `generate` does: out of the
+        # vocabulary or past the position table, TensorFlow and PyTorch failed inside a
+        # gather and JAX clipped the index and returned logits. Inside a traced function
+        # (fit, predict on TensorFlow and JAX, export) the values are not known and the
+        # graph runs unchecked (`_compile.concrete_values`).
+        self._check_token_inputs(args[0] if args else kwargs.get("inputs"))
+        return super().__call__(*args, **kwargs)
+
+    def predict(self, x: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # `predict` traces the call on TensorFlow and JAX: arrays are checked here first
+        # (a dataset or generator is not: its values are read batch by batch in the graph).
+        self._check_token_inputs(x)
+        return super().predict(x, *args, **kwargs)
+
+    def _check_token_inputs(self, inputs: Any) -> None:
+        for name, tensor in self._token_inputs(inputs):
+            values = _compile.concrete_values(tensor)
+            if values is not None and values.ndim == 2:
+                self.check_token_ids(values, name, **self._check_arguments(name))
+
+    #: The names of the token-id inputs of a call (a dict's keys; a language model also
+    #: takes its one input as a plain tensor).
+    token_input_names: tuple = ("encoder_token_ids", "decoder_token_ids")
+
+    def _token_inputs(self, inputs: Any) -> list:
+        """(name, tensor) of each token-id input of a call."""
+        if isinstance(inputs, dict):
+            return [(name, inputs[name]) for name in self.token_input_names if name in inputs]
+        if len(self.token_input_names) == 1 and not isinstance(inputs, list | tuple):
+            return [(self.token_input_names[0], inputs)]
+        return []
+
+    def _check_arguments(self, name: str) -> dict:
+        return {}
 
     def generate(
         self,
@@ -351,6 +389,9 @@ class Seq2SeqModel(GeneratingModel, FunctionalModel):
             )
             results += preprocessor.decode(ids)
         return results[0] if single else results
+
+    def _check_arguments(self, name: str) -> dict:
+        return {"source": name != "decoder_token_ids"}
 
     def check_token_ids(self, token_ids: Any, argument: str, source: bool = True) -> np.ndarray:
         """``token_ids`` as an int32 numpy array, after checking rank, range and length.
