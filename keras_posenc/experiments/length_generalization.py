@@ -45,11 +45,14 @@ encodings (`ENCODINGS`):
   raises a ValueError and the results say "n/a";
 - `sinusoidal`: ``keras_hub.layers.SinePositionEncoding`` added to the tokens;
 - `rope`: rotary queries and keys (``rotary_max_wavelength=10000``);
-- `rope_pi`, `rope_ntk`, `rope_dynamic_ntk`, `rope_yarn`: the trained `rope`
-  models, not retrained, run at test length ``L`` with a scaled
-  `RotaryPositions`: position interpolation (``scaling="linear"``), NTK-aware
-  and YaRN with ``s = L / 64``, dynamic NTK with ``training_length=64`` (it
-  sets ``s`` from the length itself). At ``L = 64`` every one is `rope`;
+- `rope_pi`, `rope_ntk`, `rope_dynamic_ntk`, `rope_yarn`, `rope_llama3`,
+  `rope_longrope`: the trained `rope` models, not retrained, run at test
+  length ``L`` with a scaled `RotaryPositions`: position interpolation
+  (``scaling="linear"``), NTK-aware, YaRN (the paper's ramp), Llama 3.1's
+  scaling and LongRoPE (NTK-aware long factors: no searched ones exist for
+  these models) with ``s = L / 64``, dynamic NTK with ``training_length=64``
+  (it sets ``s`` from the length itself); `_scaled_rope.scaled_rotation` has
+  each one's arguments. At ``L = 64`` every one is `rope`;
 - `xpos`: RoPE with xPos' decay (``RotaryPositions(xpos_scale_base=512)``);
 - `alibi`: ``keras_hub.layers.AlibiBias`` (its default slopes) as ``attention_bias``;
 - `alibi_scheme`: the library's ``ALiBi()`` position scheme in every block's
@@ -102,6 +105,7 @@ from keras_posenc.experiments._figures import (
     results_to_redraw,
     save_figure,
 )
+from keras_posenc.experiments._scaled_rope import SCALED_CLAIMS, SCALED_ROPE, scaled_rotation
 from keras_posenc.experiments._settings import merge_settings
 from keras_posenc.experiments._workers import run_jobs
 from keras_posenc.layers._checks import check_choice, check_int, check_number_at_least
@@ -133,14 +137,6 @@ TRAINED_ENCODINGS = (
     "shaw_keys_values",
     "sinusoidal_relative_bias",
 )
-# Rows computed from the trained `rope` models at test time, with a scaled rotation:
-# encoding -> `RotaryPositions` scaling.
-SCALED_ROPE = {
-    "rope_pi": "linear",
-    "rope_ntk": "ntk",
-    "rope_dynamic_ntk": "dynamic_ntk",
-    "rope_yarn": "yarn",
-}
 _ROPE_AT = TRAINED_ENCODINGS.index("rope") + 1
 ENCODINGS = TRAINED_ENCODINGS[:_ROPE_AT] + tuple(SCALED_ROPE) + TRAINED_ENCODINGS[_ROPE_AT:]
 # The computed schemes, in each block's attention as ``position=`` (fresh per block).
@@ -336,8 +332,9 @@ class LengthGeneralizationModel(keras.Model):
         num_layers: number of blocks.
         intermediate_dim: hidden size of each block's feed-forward network.
         train_length: the training length; the size of the learned position table.
-        scaling_factor: the ``s`` of `rope_pi`, `rope_ntk` and `rope_yarn`
-            (the test length over ``train_length``); only those take one.
+        scaling_factor: the ``s`` of the `SCALED_ROPE` encodings but
+            `rope_dynamic_ntk` (the test length over ``train_length``); only
+            those take one.
         **kwargs: standard model arguments (``name``, ...).
 
     Call arguments:
@@ -364,11 +361,12 @@ class LengthGeneralizationModel(keras.Model):
 
         caller = type(self).__name__
         self.encoding = check_choice(caller, "encoding", encoding, ENCODINGS)
-        scaled = SCALED_ROPE.get(encoding) in ("linear", "ntk", "yarn")
+        scaled = encoding in SCALED_ROPE and encoding != "rope_dynamic_ntk"
         if scaling_factor is not None and not scaled:
             raise ValueError(
                 f"{caller}({encoding!r}): `scaling_factor` is for the encodings "
-                f"'rope_pi', 'rope_ntk' and 'rope_yarn' only; got {scaling_factor!r}."
+                f"{', '.join(repr(n) for n in SCALED_ROPE if n != 'rope_dynamic_ntk')} only; "
+                f"got {scaling_factor!r}."
             )
         self.scaling_factor = scaling_factor
         self.num_heads = num_heads
@@ -406,7 +404,10 @@ class LengthGeneralizationModel(keras.Model):
         elif encoding == "xpos":
             attention["rotary"] = RotaryPositions(xpos_scale_base=512)
         elif encoding in SCALED_ROPE:
-            attention["rotary"] = self._scaled_rotation(caller, train_length)
+            factor = 1.0 if scaling_factor is None else scaling_factor
+            factor = check_number_at_least(caller, "scaling_factor", factor, 1.0)
+            head_dim = hidden_dim // num_heads
+            attention["rotary"] = scaled_rotation(encoding, factor, train_length, head_dim)
         self.blocks = []
         for i in range(num_layers):
             if encoding in _SCHEMES:  # a fresh scheme per block: its weights are the block's
@@ -422,16 +423,6 @@ class LengthGeneralizationModel(keras.Model):
             )
         self.final_norm = keras.layers.LayerNormalization(name="final_norm")
         self.classifier = keras.layers.Dense(vocabulary_size, name="classifier")
-
-    def _scaled_rotation(self, caller: str, train_length: int) -> RotaryPositions:
-        """`rope`'s rotation (wavelength 10000), scaled for ``scaling_factor`` times its length."""
-        scaling = SCALED_ROPE[self.encoding]
-        if scaling == "dynamic_ntk":  # it takes s from each call's length
-            return RotaryPositions(scaling=scaling, training_length=train_length)
-        factor = 1.0 if self.scaling_factor is None else self.scaling_factor
-        factor = check_number_at_least(caller, "scaling_factor", factor, 1.0)
-        extra = {"training_length": train_length} if scaling == "yarn" else {}
-        return RotaryPositions(scaling=scaling, scaling_factor=factor, **extra)
 
     def _attention_bias(self, length: Any) -> Any:
         if self.shared_bias is None:
@@ -482,7 +473,7 @@ def build_model(
         encoding: one of `ENCODINGS`.
         seed: if given, ``keras.utils.set_random_seed(seed)`` first, so the
             initial weights are reproducible.
-        scaling_factor: ``s`` of `rope_pi`, `rope_ntk` and `rope_yarn`
+        scaling_factor: ``s`` of the `SCALED_ROPE` encodings but dynamic NTK
             (default 1: plain RoPE); the study sets the weights of such a
             model from a trained `rope` model (`scaled_rope`).
         **model_settings: overrides of `MODEL_SETTINGS` (``vocabulary_size``,
@@ -578,7 +569,8 @@ def scaled_rope(
     Args:
         trained: a `LengthGeneralizationModel` of encoding ``"rope"``.
         encoding: one of `SCALED_ROPE` (``"rope_pi"``, ``"rope_ntk"``,
-            ``"rope_dynamic_ntk"``, ``"rope_yarn"``).
+            ``"rope_dynamic_ntk"``, ``"rope_yarn"``, ``"rope_llama3"``,
+            ``"rope_longrope"``).
         test_length: the length it will run.
 
     Returns:
@@ -588,8 +580,9 @@ def scaled_rope(
 
         >>> rope = build_model("rope", seed=0)
         >>> model = scaled_rope(rope, "rope_yarn", 256)
-        >>> model.blocks[0].rotary
-        RotaryPositions(scaling='yarn', scaling_factor=4.0, training_length=64)
+        >>> rotary = model.blocks[0].rotary
+        >>> rotary.scaling, rotary.scaling_factor, rotary.yarn_convention
+        ('yarn', 4.0, 'paper')
     """
     caller = "scaled_rope"
     if getattr(trained, "encoding", None) != "rope":
@@ -906,9 +899,10 @@ def markdown_table(rows: Sequence[dict[str, Any]], vocabulary_size: int = 10) ->
     ranking = ranking_table(rows)
     if ranking:
         lines.extend([ranking, ""])
-    if any(r["encoding"] in SCALED_ROPE for r in rows):
+    scaled = [name for name in SCALED_ROPE if any(r["encoding"] == name for r in rows)]
+    if scaled:
         lines.append(
-            "rope_pi, rope_ntk, rope_dynamic_ntk, rope_yarn: the trained rope models with "
+            f"{', '.join(scaled)}: the trained rope models with "
             "the rotation scaled at test time (s = L / 64), not retrained."
         )
         lines.append("")
@@ -1045,11 +1039,6 @@ CLAIMS = {
     "learned_absolute": "cannot represent positions past its table",
     "sinusoidal": "Vaswani et al. 2017 hoped it extrapolates; known to degrade",
     "rope": "Su et al. 2021; degrades past the training length unless scaled",
-    "rope_pi": "Chen et al. 2023: LLaMA 2048 -> 32768 with 1000 fine-tuning steps; "
-    "without fine-tuning only for small s",
-    "rope_ntk": "bloc97 2023: longer contexts without fine-tuning, small perplexity loss",
-    "rope_dynamic_ntk": "bloc97 2023: as NTK-aware, and plain RoPE up to the training length",
-    "rope_yarn": "Peng et al. 2023: LLaMA 2 to 64k and 128k with about 400 fine-tuning steps",
     "xpos": "Sun et al. 2022: extrapolates better than RoPE",
     "alibi": "Press et al. 2022: trained at 1024, matches sinusoidal trained at 2048 (tested at "
     "2048)",
@@ -1063,6 +1052,7 @@ CLAIMS = {
     "relative_bias_piecewise": "Wu et al. 2021: defined for any length",
     "relative_bias_multiscale": "the seed lecture: defined for any length",
     "shaw_keys_values": "Shaw et al. 2018: defined for any length",
+    **SCALED_CLAIMS,
 }
 # A model has learned a task when it is this far above chance at the training length
 # (a fraction of the way from chance to 1), and holds a length while it keeps its

@@ -165,11 +165,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
     ``ContinuousBias(...)`` (`position_biases`); no table then limits the
     length. FIRE (and xPos rotary) are causal: call with ``use_causal_mask=True``.
 
-    ``rotary`` (a `RotaryPositions`: RoPE, position interpolation, NTK-aware,
-    dynamic NTK, YaRN, xPos) additionally rotates the projected queries and
-    keys, on top of the relative term of any mode or alone (``relative=None``).
+    ``rotary`` (a `RotaryPositions`: RoPE and its scalings, xPos) additionally
+    rotates the projected queries and keys, on top of the relative term of any
+    mode or alone (``relative=None``; `RotaryPositions.rotate_for_attention`).
     The older ``rotary_max_wavelength=w`` is ``rotary=RotaryPositions(max_wavelength=w)``.
-    With dynamic NTK scaling the rotation depends on the current length, so
+    With dynamic NTK and LongRoPE the rotation depends on the current length, so
     the cache holds keys before rotation and every step rotates them all: a
     decoding step at position ``t`` equals the full pass over the first
     ``t + 1`` tokens.
@@ -224,7 +224,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             same as ``rotary=RotaryPositions(max_wavelength=...)``.
         rotary: ``None`` (default) or a `RotaryPositions` (rotary embedding,
             scaled or xPos) applied to the projected queries and keys
-            (``key_dim`` must then be even).
+            (its rotary dimension must then be even: `RotaryPositions.check_head_dim`).
         relative_logits: how the relative key logits ``q_i . w^K[idx(i, j)]``
             are placed: ``"gather"`` (any bucketing and length), ``"skew"``
             (Music Transformer's shift; ``"clip"`` only, used when the lengths
@@ -530,6 +530,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
 
         self._check_causal(use_causal_mask)
         offset = 0 if cache_update_index is None else cache_update_index
+        q_relative = None  # the queries of the relative key term, where they differ (xPos)
         q = self.query_dense(query)  # (batch, q_len, heads, key_dim)
         if cache is not None:
             k, v, cache = self._use_cache(cache, key, value, cache_update_index)
@@ -537,12 +538,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             k = self.key_dense(key)
             v = self.value_dense(value)
         query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
-        if self.rotary is not None:
-            # The current length (dynamic NTK's scale): the keys seen so far.
+        if self.rotary is not None:  # the current length: the keys seen so far
             length = key_length if cache is None else offset + query_length
-            q = self.rotary.rotate(q, offset, "query", length)
-            if cache is None or self.rotary.dynamic:  # else the cache holds rotated keys
-                k = self.rotary.rotate(k, 0, "key", length)
+            q, k, q_turned = self.rotary.rotate_for_attention(q, k, offset, length, cache)
+            if self.rotary.causal_only and self.relative in ("keys", "keys_values"):
+                q_relative = _attention.scale_queries(q_turned, self.key_dim)  # without xPos
 
         q = _attention.scale_queries(q, self.key_dim)
         attention_bias = _attention.check_bias(
@@ -569,6 +569,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 block_attention_mask = _attention.query_rows(attention_mask, first, last)
                 block_bias = _attention.query_rows(attention_bias, first, last)
                 length = last - first
+            if q_relative is not None:  # a pair: `_attend`
+                rows = (rows, q_relative if last is None else q_relative[:, first:last])
             block_offset = offset if first == 0 else offset + first
             masks = (block_mask, value_mask, key_mask, block_attention_mask)
             # One compiled program per block shape where that pays (eager TensorFlow:
@@ -633,9 +635,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         """Attention of one block of (scaled) queries ``q`` at ``offset`` to every key.
 
         ``masks``: the block's query mask, the value and key masks and the block's
-        rows of ``attention_mask`` (each None or bool).
+        rows of ``attention_mask`` (each None or bool). ``q`` may be a pair: the queries
+        of the content logits and those of the relative key term (xPos).
         """
-        query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
+        query_length = ops.shape(q[0] if isinstance(q, tuple) else q)[1]
+        key_length = ops.shape(k)[1]
         mask = self._attention_mask(*masks, use_causal_mask, query_length, key_length, offset)
         return self._attend(
             q,
@@ -808,7 +812,10 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         logits (S) arrive; peak: the relative logits, the content logits and
         their sum (3 S without query blocking).
         """
-        relative_logits = self._relative_logits(q, query_length, key_length, offset, workspace)
+        q, q_relative = q if isinstance(q, tuple) else (q, q)
+        relative_logits = self._relative_logits(
+            q_relative, query_length, key_length, offset, workspace
+        )
         if attention_bias is not None:
             attention_bias = ops.cast(attention_bias, "float32")
             relative_logits = (
@@ -859,9 +866,10 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             return cache[:, 0, ...], cache[:, 1, ...], cache
         new_key = self.key_dense(key)
         if self.rotary is not None and not self.rotary.dynamic:
-            # Rotated once, when written; dynamic NTK's rotation changes with the
-            # length, so its cache holds the keys before rotation.
-            new_key = self.rotary.rotate(new_key, cache_update_index, "key")
+            # Turned once, when written, without xPos' factors (each call applies them
+            # centred on its queries); the dynamic scalings' rotation changes with the
+            # length, so their cache holds the keys before rotation.
+            new_key = self.rotary.rotate(new_key, cache_update_index, "key", xpos=False)
         return _attention.write_key_value_cache(
             cache, new_key, self.value_dense(value), cache_update_index, caller=name
         )

@@ -168,11 +168,8 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
                 f"`num_heads` ({self.num_heads}) when `key_dim` is None "
                 f"(key_dim = hidden // num_heads), or pass `key_dim`."
             )
-        if self.rotary is not None and key_dim % 2:
-            raise ValueError(
-                f"{self._describe()}: rotary embeddings need an even `key_dim`, got "
-                f"{key_dim} (hidden {hidden_dim} // num_heads {self.num_heads})."
-            )
+        if self.rotary is not None:  # key_dim = hidden // num_heads, unless given
+            self.rotary.check_head_dim(self._describe(), key_dim)
         return key_dim
 
     def _relative_attention(self, name: str, key_dim: int) -> MultiHeadRelativeAttention:

@@ -193,8 +193,21 @@ def test_scaled_rope_rows_reuse_the_trained_rope_weights():
     }
     outputs["rope"] = ops.convert_to_numpy(rope(tokens))
     np.testing.assert_allclose(outputs["rope_dynamic_ntk"], outputs["rope_ntk"], atol=1e-5)
-    for first, second in (("rope", "rope_pi"), ("rope", "rope_ntk"), ("rope_pi", "rope_yarn")):
+    pairs = [("rope", "rope_pi"), ("rope", "rope_ntk"), ("rope_pi", "rope_yarn")]
+    pairs += [("rope", "rope_llama3"), ("rope_yarn", "rope_llama3"), ("rope_ntk", "rope_longrope")]
+    for first, second in pairs:
         assert np.abs(outputs[first] - outputs[second]).max() > 1e-3, (first, second)
+    # LongRoPE's long factors are NTK-aware's divisors (its frequencies), with its own
+    # attention factor; YaRN keeps the paper's ramp, with which the published rows were run.
+    longrope, ntk = (
+        scaled_rope(rope, name, 256).blocks[0].rotary for name in ("rope_longrope", "rope_ntk")
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(longrope.frequencies(16, 256)),
+        ops.convert_to_numpy(ntk.frequencies(16)),
+        rtol=1e-6,
+    )
+    assert scaled_rope(rope, "rope_yarn", 256).blocks[0].rotary.yarn_convention == "paper"
     assert scaled_rope(rope, "rope_pi", 256).blocks[0].rotary.scaling_factor == 4.0
 
 

@@ -6,6 +6,7 @@ length, bfloat16, serialisation and the argument errors."""
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 
 import keras
@@ -45,6 +46,58 @@ CASES = {
         },
         None,
     ),
+    # The paper's ramp, linear in r_k: gamma_k = 1, 0.17, 0, 0 (every part of the ramp).
+    "yarn_paper": (
+        {
+            "scaling": "yarn",
+            "scaling_factor": 3.0,
+            "training_length": 200,
+            "yarn_convention": "paper",
+            "yarn_alpha": 0.5,
+            "yarn_beta": 16.0,
+        },
+        None,
+    ),
+    # s' = 2 * 40 / 16 - 1 = 4.
+    "dynamic_ntk_factor": (
+        {"scaling": "dynamic_ntk", "scaling_factor": 2.0, "training_length": 16},
+        40,
+    ),
+    # Wavelengths 6.3, 63, 628, 6283 against 64 / 4 and 64 / 1: kept, ramped, divided twice.
+    "llama3": ({"scaling": "llama3", "scaling_factor": 4.0, "training_length": 64}, None),
+    # The short factors up to the training length (16), the long ones after.
+    "longrope_short": (
+        {
+            "scaling": "longrope",
+            "scaling_factor": 4.0,
+            "training_length": 16,
+            "short_factor": (1.0, 1.1, 1.3, 1.5),
+            "long_factor": (1.0, 2.0, 5.0, 9.0),
+        },
+        12,
+    ),
+    "longrope_long": (
+        {
+            "scaling": "longrope",
+            "scaling_factor": 4.0,
+            "training_length": 16,
+            "short_factor": (1.0, 1.1, 1.3, 1.5),
+            "long_factor": (1.0, 2.0, 5.0, 9.0),
+            "attention_factor": 1.2,
+        },
+        40,
+    ),
+    # Half of each head turns (4 of 8 dimensions), through keras_hub; then interleaved.
+    "partial": ({"partial_rotary_factor": 0.5}, None),
+    "partial_interleaved_ntk": (
+        {
+            "partial_rotary_factor": 0.5,
+            "interleaved": True,
+            "scaling": "ntk",
+            "scaling_factor": 2.0,
+        },
+        None,
+    ),
     "xpos": ({"xpos_scale_base": 32.0}, None),
     "xpos_linear": ({"xpos_scale_base": 16.0, "scaling": "linear", "scaling_factor": 2.0}, None),
     "xpos_dynamic_ntk": (
@@ -55,6 +108,7 @@ CASES = {
         {"xpos_scale_base": 32.0, "scaling": "yarn", "scaling_factor": 4.0, "training_length": 64},
         None,
     ),
+    "xpos_interleaved": ({"xpos_scale_base": 16.0, "interleaved": True}, None),
 }
 
 
@@ -93,10 +147,12 @@ def test_rotate_equals_the_reference(name, role, rng):
     np.testing.assert_allclose(to_numpy(got), want, atol=ATOL, err_msg=name)
 
 
-def test_the_cases_cover_each_part_of_the_yarn_ramp():
+def test_the_cases_cover_each_part_of_the_yarn_ramps():
     gamma = reference.yarn_ramp(HEAD_DIM, 10000.0, 200, 0.5, 16.0)
     assert gamma[0] == 1.0 and 0 < gamma[1] < 1 and gamma[2] == gamma[3] == 0.0
-    assert 0 < reference.yarn_ramp(HEAD_DIM, 10000.0, 64)[0] < 1
+    gamma = reference.yarn_released_ramp(HEAD_DIM, 10000.0, 200, 0.5, 16.0)
+    assert gamma[0] == 1.0 and 0 < gamma[1] < 1 and gamma[2] == gamma[3] == 0.0
+    assert list(reference.yarn_released_ramp(HEAD_DIM, 10000.0, 64)) == [1.0, 0.5, 0.0, 0.0]
 
 
 @pytest.mark.parametrize(
@@ -136,7 +192,7 @@ def test_ntk_is_keras_hub_plain_rope_with_the_scaled_base(rng):
     np.testing.assert_allclose(to_numpy(got), to_numpy(hub(x, start_index=START)), atol=1e-6)
 
 
-def test_keras_hub_dynamic_and_yarn_differ_as_documented(rng):
+def test_keras_hub_dynamic_differs_and_its_yarn_is_the_released_one(rng):
     """The class docstring's account of keras_hub 0.32's ``rope_type="dynamic"`` and
     ``"yarn"``: if keras_hub changes, this says so (and ours might then delegate)."""
     import keras_hub
@@ -153,8 +209,9 @@ def test_keras_hub_dynamic_and_yarn_differ_as_documented(rng):
     ntk = reference.rotary(x, positions, scaling="ntk", scaling_factor=s)
     assert np.max(np.abs(got - ntk)) > 0.1
     # "yarn", training length 200: a ramp linear in k from floor(k at r = 32) = 0 to
-    # ceil(k at r = 1) = 2, so gamma = 1 - k / 2 = 1, 0.5, 0, 0; the paper's (ours)
-    # is linear in r: 0.994, 0.070, 0, 0. Pairs 2 and 3 agree, pairs 0 and 1 do not.
+    # ceil(k at r = 1) = 2, so gamma = 1 - k / 2 = 1, 0.5, 0, 0: the released convention,
+    # ours by default; the paper's is linear in r: 0.994, 0.070, 0, 0. Pairs 2 and 3
+    # agree, pairs 0 and 1 do not.
     hub = keras_hub.layers.RotaryEmbedding(
         scaling_factor=3.0, rope_type="yarn", original_max_position_embeddings=200
     )
@@ -166,12 +223,13 @@ def test_keras_hub_dynamic_and_yarn_differ_as_documented(rng):
     np.testing.assert_allclose(
         got, reference.rotate(x, positions, hub_frequencies, factor=factor), atol=ATOL
     )
-    ours = to_numpy(
-        RotaryPositions(scaling="yarn", scaling_factor=3.0, training_length=200).rotate(x, START)
-    )
+    yarn = {"scaling": "yarn", "scaling_factor": 3.0, "training_length": 200}
+    released = to_numpy(RotaryPositions(**yarn).rotate(x, START))
+    np.testing.assert_allclose(released, got, atol=ATOL)
+    paper = to_numpy(RotaryPositions(**yarn, yarn_convention="paper").rotate(x, START))
     pairs_2_3 = [2, 3, 6, 7]
-    np.testing.assert_allclose(got[..., pairs_2_3], ours[..., pairs_2_3], atol=ATOL)
-    assert np.max(np.abs(got[..., [1, 5]] - ours[..., [1, 5]])) > 1e-2
+    np.testing.assert_allclose(got[..., pairs_2_3], paper[..., pairs_2_3], atol=ATOL)
+    assert np.max(np.abs(got[..., [1, 5]] - paper[..., [1, 5]])) > 1e-2
 
 
 def logits(rotary, q, k, m, n, length=None):
@@ -250,7 +308,7 @@ class Rotate(keras.layers.Layer):
         return self.rotary.rotate(x, start, role=self.role, length=length)
 
 
-TRACED = ["plain", "xpos_dynamic_ntk", "xpos_yarn"]
+TRACED = ["plain", "xpos_dynamic_ntk", "xpos_yarn", "longrope_long"]
 
 
 @pytest.mark.parametrize("name", TRACED)
@@ -331,15 +389,7 @@ def test_serialise_compare_hash_repr(name, rng):
     assert type(restored) is RotaryPositions and restored is not rotary
     assert restored == rotary and hash(restored) == hash(rotary)
     assert restored.get_config() == rotary.get_config()
-    assert set(rotary.get_config()) == {
-        "max_wavelength",
-        "scaling",
-        "scaling_factor",
-        "training_length",
-        "yarn_alpha",
-        "yarn_beta",
-        "xpos_scale_base",
-    }
+    assert set(rotary.get_config()) == set(inspect.signature(RotaryPositions).parameters)
     assert eval(repr(rotary), {"RotaryPositions": RotaryPositions}) == rotary
     copied = copy.deepcopy(rotary)
     assert copied == rotary and copied._keras_hub_layers == {}
@@ -380,9 +430,9 @@ BAD_ARGUMENTS = [
     ({"scaling": "yarn", "scaling_factor": True}, ValueError, r"`scaling_factor` must be a"),
     ({"scaling_factor": 2.0}, ValueError, r"`scaling_factor` is read only by scaling='linear'"),
     (
-        {"scaling": "dynamic_ntk", "training_length": 8, "scaling_factor": 2.0},
+        {"training_length": 8},
         ValueError,
-        r"`scaling_factor` is read only by .* with scaling='dynamic_ntk' leave it at 1.0",
+        r"`training_length` is read only by .* with scaling=None leave it at None",
     ),
     ({"scaling": "dynamic_ntk"}, ValueError, r"scaling='dynamic_ntk' needs `training_length`"),
     (
@@ -399,7 +449,7 @@ BAD_ARGUMENTS = [
     (
         {"scaling": "linear", "scaling_factor": 2.0, "training_length": 2048},
         ValueError,
-        r"`training_length` is read only by scaling='dynamic_ntk' or 'yarn'",
+        r"`training_length` is read only by scaling='dynamic_ntk' or 'yarn' or 'llama3'",
     ),
     (
         {"scaling": "ntk", "scaling_factor": 2.0, "yarn_beta": 16.0},
@@ -417,6 +467,68 @@ BAD_ARGUMENTS = [
         ValueError,
         r"`yarn_alpha` must be smaller than `yarn_beta`, got yarn_alpha=32.0, yarn_beta=32.0",
     ),
+    ({"scaling": "llama3"}, ValueError, r"scaling='llama3' needs `training_length`"),
+    (
+        {"scaling": "longrope", "training_length": 8, "short_factor": (1.0,)},
+        ValueError,
+        r"scaling='longrope' needs `long_factor` \(one positive factor per pair",
+    ),
+    (
+        {"scaling": "longrope", "training_length": 8, "short_factor": (1,), "long_factor": (0,)},
+        ValueError,
+        r"`long_factor\[0\]` must be a positive number, got 0",
+    ),
+    (
+        {"scaling": "longrope", "training_length": 8, "short_factor": "1", "long_factor": (1,)},
+        ValueError,
+        r"`short_factor` must be None or a non-empty sequence of positive numbers",
+    ),
+    (
+        {"scaling": "longrope", "training_length": 1, "short_factor": (1,), "long_factor": (1,)},
+        ValueError,
+        r"scaling='longrope' needs `training_length` >= 2",
+    ),
+    ({"short_factor": (1.0,)}, ValueError, r"`short_factor` is read only by scaling='longrope'"),
+    (
+        {"scaling": "yarn", "training_length": 8, "yarn_convention": "hf"},
+        ValueError,
+        r"`yarn_convention` must be one of 'released', 'paper', got 'hf'",
+    ),
+    ({"yarn_convention": "paper"}, ValueError, r"`yarn_convention` is read only by scaling='yarn'"),
+    (
+        {"scaling": "yarn", "training_length": 8, "yarn_convention": "paper", "yarn_truncate": 0},
+        TypeError,
+        r"`yarn_truncate` must be True or False, got 0",
+    ),
+    (
+        {
+            "scaling": "yarn",
+            "training_length": 8,
+            "yarn_convention": "paper",
+            "yarn_truncate": False,
+        },
+        ValueError,
+        r"`yarn_truncate` is read only by yarn_convention='released'",
+    ),
+    (
+        {"scaling": "yarn", "training_length": 8, "yarn_mscale": 0.7},
+        ValueError,
+        r"`yarn_mscale` and `yarn_mscale_all_dim` are given together",
+    ),
+    (
+        {"scaling": "ntk", "scaling_factor": 2.0, "attention_factor": 1.1},
+        ValueError,
+        r"`attention_factor` is read only by scaling='yarn' or 'longrope'",
+    ),
+    (
+        {"scaling": "llama3", "training_length": 8, "low_freq_factor": 4.0},
+        ValueError,
+        r"`low_freq_factor` must be smaller than `high_freq_factor`, got low_freq_factor=4.0",
+    ),
+    ({"high_freq_factor": 8.0}, ValueError, r"`high_freq_factor` is read only by scaling='llama3'"),
+    ({"partial_rotary_factor": 0}, ValueError, r"`partial_rotary_factor` must be a positive"),
+    ({"partial_rotary_factor": 1.5}, ValueError, r"`partial_rotary_factor` must be in \(0, 1\]"),
+    ({"interleaved": "yes"}, TypeError, r"`interleaved` must be True or False"),
     ({"xpos_scale_base": 0}, ValueError, r"`xpos_scale_base` must be a positive number"),
     ({"xpos_scale_base": "512"}, ValueError, r"`xpos_scale_base` must be a positive number"),
 ]
@@ -459,6 +571,25 @@ def test_bad_rotate_arguments(rng):
         match=caller + r"`positions` .* one position per row of `x` \(7\), got shape \(3,\)",
     ):
         rotary.rotate(x, ops.convert_to_tensor(np.arange(3)))
+
+
+def test_check_head_dim_reads_the_rotary_dimension_and_the_longrope_factors():
+    partial = RotaryPositions(partial_rotary_factor=0.25)
+    partial.check_head_dim("Layer", 17)  # int(17 / 4) = 4 dimensions turn
+    with pytest.raises(ValueError, match=r"^Layer: the rotary dimension .* int\(12 \* 0.25\) = 3"):
+        partial.check_head_dim("Layer", 12)
+    longrope = RotaryPositions(
+        scaling="longrope", training_length=8, short_factor=(1.0, 1.0), long_factor=(1.0, 2.0)
+    )
+    longrope.check_head_dim("Layer", 4)
+    with pytest.raises(
+        ValueError,
+        match=r"^Layer: `short_factor` must hold one factor per pair .*"
+        r"\(4 for key_dim=8\), got 2",
+    ):
+        longrope.check_head_dim("Layer", 8)
+    with pytest.raises(ValueError, match=r"^RotaryPositions.frequencies: scaling='longrope' needs"):
+        longrope.frequencies(4)
 
 
 def test_check_head_dim_names_the_caller():

@@ -85,7 +85,9 @@ def relative_attention(
         mask: bool, broadcastable to (batch, q_len, k_len); True = may attend.
         attention_bias: float, broadcastable to (batch, heads, q_len, k_len).
         rotate: None, or a function ``(q, k) -> (q, k)`` applied to the projected
-            (batch, length, heads, d) queries and keys (a rotary embedding).
+            (batch, length, heads, d) queries and keys (a rotary embedding), or
+            ``(q, k) -> (q, k, q_relative)`` where the relative key term reads another
+            query (xPos: the turned query without its factor).
 
     Returns:
         (output (batch, q_len, out), attention probabilities (batch, heads, q_len, k_len)).
@@ -95,14 +97,18 @@ def relative_attention(
     k = project(key, weights["key_kernel"], weights.get("key_bias"))
     v = project(value, weights["value_kernel"], weights.get("value_bias"))
     head_dim = q.shape[-1]
+    q_relative = None
     if rotate is not None:
-        q, k = rotate(q, k)
+        rotated = rotate(q, k)
+        q, k = rotated[:2]
+        q_relative = rotated[2] if len(rotated) > 2 else None  # xPos: without its factor
+    q_relative = q if q_relative is None else q_relative
 
     if relative in ("keys", "keys_values"):
         a_key = relative_vectors(weights["relative_keys"].astype(np.float64), index)
         # e[b, h, i, j] = q_i . (k_j + a^K_ij) / sqrt(d)
-        keys_plus = k[:, None, :, :, :] + a_key[None, :, :, None, :]  # (b, i, j, h, d)
-        logits = np.einsum("bihd,bijhd->bhij", q, keys_plus) / np.sqrt(head_dim)
+        content = np.einsum("bihd,bjhd->bhij", q, k)
+        logits = (content + np.einsum("bihd,ijd->bhij", q_relative, a_key)) / np.sqrt(head_dim)
     elif relative is None:
         logits = np.einsum("bihd,bjhd->bhij", q, k) / np.sqrt(head_dim)
     elif relative == "bias":
