@@ -25,7 +25,7 @@ import keras
 import keras_hub
 import numpy as np
 
-from keras_posenc import cli, generation, layers
+from keras_posenc import cli, generation, layers, zoo
 from keras_posenc.layers import set_memory_limit
 from keras_posenc.zoo.convs2s import ConvS2S, ConvS2SLanguageModel
 
@@ -118,6 +118,8 @@ CASES: dict[str, tuple[Callable[[], object], type, str]] = {
     "convs2s source too long": (lambda: _convs2s()(_pair(_ids(3, (1, 17)), _ids(3))), ValueError, r"max_source_length = 16"),
     "convs2s predict beyond vocab": (lambda: _convs2s().predict(_pair(_ids(3), _ids(12)), verbose=0), ValueError, r"`decoder_token_ids` holds token ids outside"),
     "lm ids beyond vocab": (lambda: _lm()(_ids(13)), ValueError, r"`token_ids` holds token ids outside"),
+    "zoo unknown override": (lambda: zoo.create("muse_tiny", vocab_size=40000), ValueError, r"zoo model 'muse_tiny': unknown override 'vocab_size'"),
+    "zoo huge vocabulary": (_limited(lambda: zoo.create("convs2s_small", src_vocab_size=40000, tgt_vocab_size=40000)), ValueError, r"ConvS2SEmbedding: its embedding tables .* memory limit"),
     # generation
     "greedy float source": (lambda: generation.greedy_search(_convs2s(), np.ones((1, 4), "float32")), TypeError, r"`encoder_token_ids` must hold integer"),
     "greedy empty source": (lambda: generation.greedy_search(_convs2s(), _ids(3, (2, 0))), ValueError, r"greedy_search: `encoder_token_ids` must hold at least one"),

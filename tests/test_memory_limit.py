@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keras_posenc import layers
+from keras_posenc import layers, zoo
 from keras_posenc.layers import EstimateTooLarge, memory_limit, set_memory_limit
 
 pytestmark = pytest.mark.neutral
@@ -37,6 +37,18 @@ def test_huge_weights_and_tables_are_refused_before_building(limit):
         layers.RelativePositionBias2D(64, position=layers.Grid2DPositions((64, 64))).build()
     # Within the limit, the same layers build.
     assert layers.MultiHeadRelativeAttention(2, 4)(x, x).shape == (2, 5, 8)
+
+
+def test_zoo_models_with_huge_tables_are_refused_before_building(limit):
+    # 40,000 x 512 float32 = 78 MiB of token embedding.
+    tables = r": its (token embedding|embedding tables) would take about"
+    vocabularies = {"src_vocab_size": 40000, "tgt_vocab_size": 40000}
+    with pytest.raises(EstimateTooLarge, match=r"ConvS2SEmbedding" + tables):
+        zoo.create("convs2s_small", **vocabularies)
+    with pytest.raises(EstimateTooLarge, match=r"MUSEEmbedding" + tables):
+        zoo.create("muse_tiny", **vocabularies)
+    with pytest.raises(EstimateTooLarge, match=r"T5" + tables):
+        zoo.create("t5_small")
 
 
 def test_attention_logits_beyond_the_limit_are_refused(limit):

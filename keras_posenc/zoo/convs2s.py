@@ -46,6 +46,7 @@ import numpy as np
 from keras import ops
 
 from keras_posenc.layers._checks import check_bool, check_int, check_rate
+from keras_posenc.layers._memory import check_allocation
 from keras_posenc.layers.convs2s import (
     ConvS2SAttention,
     GLUConv1D,
@@ -243,6 +244,8 @@ class ConvS2SEmbedding(keras.layers.Layer):
         self.max_positions = check_int(owner, "max_positions", max_positions, 0)
         self.pad_id = int(pad_id)
         self.dropout = check_rate(owner, "dropout", dropout)
+        tables = [(self.vocab_size, self.embed_dim), (self.max_positions, self.embed_dim)]
+        check_allocation(owner, "embedding tables", tables)
         self.token_embedding = keras.layers.Embedding(
             self.vocab_size,
             self.embed_dim,

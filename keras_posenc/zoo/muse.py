@@ -50,6 +50,7 @@ import keras
 from keras import ops
 
 from keras_posenc.layers._checks import check_bool, check_int, check_rate
+from keras_posenc.layers._memory import check_allocation
 from keras_posenc.layers.muse import MUSEDecoderLayer, MUSEEncoderLayer
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
@@ -244,6 +245,7 @@ class MUSEEmbedding(keras.layers.Layer):
         self.pad_id = check_int(owner, "pad_id", pad_id, 0)
         self.dropout = check_rate(owner, "dropout", dropout)
         self.tie_weights = check_bool(owner, "tie_weights", tie_weights)
+        check_allocation(owner, "token embedding", [(self.vocab_size, self.embed_dim)])
         self.token_embedding = keras.layers.ReversibleEmbedding(
             self.vocab_size,
             self.embed_dim,

@@ -41,6 +41,10 @@ _NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
 _WEIGHT_SUFFIXES = (".weights.h5", ".keras")
 
 
+# keras.Model's own constructor arguments, which zoo model classes pass on in **kwargs.
+_MODEL_ARGUMENTS = ("name", "trainable", "dtype")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """One registered zoo configuration.
@@ -65,15 +69,23 @@ class ModelSpec:
     reference: str | None = None
 
     def builder_arguments(self) -> tuple[str, ...] | None:
-        """The keyword arguments the builder accepts, or None if it takes ``**kwargs``."""
+        """The keyword arguments the builder accepts, or None if it takes ``**kwargs``.
+
+        A ``keras.Model`` subclass whose ``**kwargs`` go to ``keras.Model`` accepts its own
+        arguments and ``keras.Model``'s: Keras' functional constructor ignored any other
+        (``zoo.create("muse_tiny", vocab_size=40000)`` built a vocabulary of 1,000).
+        """
         parameters = inspect.signature(self.builder).parameters.values()
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-            return None
-        return tuple(
+        named = tuple(
             p.name
             for p in parameters
             if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         )
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            if isinstance(self.builder, type) and issubclass(self.builder, keras.Model):
+                return named + tuple(a for a in _MODEL_ARGUMENTS if a not in named)
+            return None
+        return named
 
     def required_arguments(self) -> tuple[str, ...]:
         """The builder's arguments without a default that the named configuration does not

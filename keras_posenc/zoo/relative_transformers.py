@@ -42,6 +42,7 @@ import keras
 from keras import ops
 
 from keras_posenc.layers._checks import check_bool, check_int, check_positive_number, check_rate
+from keras_posenc.layers._memory import check_allocation
 from keras_posenc.layers.relative_transformer import (
     RelativeTransformerDecoder,
     RelativeTransformerEncoder,
@@ -126,6 +127,7 @@ class _RelativeStack:
         self.layer_norm_epsilon = check_positive_number(
             owner, "layer_norm_epsilon", layer_norm_epsilon
         )
+        check_allocation(owner, "token embedding", [(vocab_size, self.hidden_dim)])
         self.token_embedding = keras.layers.ReversibleEmbedding(
             vocab_size,
             self.hidden_dim,

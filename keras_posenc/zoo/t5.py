@@ -61,6 +61,7 @@ from keras_posenc.layers._checks import (
     check_rate,
 )
 from keras_posenc.layers._initializers import sublayer_initializer
+from keras_posenc.layers._memory import check_allocation
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_position import RelativePositionBias
 from keras_posenc.zoo.registry import register_model
@@ -769,6 +770,7 @@ class T5(Seq2SeqModel):
             self.decoder = T5Stack(self.num_decoder_layers, **stack, decoder=True, name="decoder")
         except (TypeError, ValueError) as error:
             raise type(error)(f"{owner}: {error}") from error
+        check_allocation(owner, "token embedding", [(self.source_vocab_size, self.hidden_dim)])
         self.token_embedding = keras.layers.ReversibleEmbedding(
             self.source_vocab_size,
             self.hidden_dim,

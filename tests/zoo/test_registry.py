@@ -116,6 +116,15 @@ def test_builder_must_return_a_model(registered):
         zoo.unregister_model("test_returns_layer")
 
 
+def test_unknown_override_of_a_model_class_is_refused():
+    # Model classes pass **kwargs to keras.Model, whose functional constructor ignored
+    # unknown ones: muse_tiny with vocab_size=40000 built a vocabulary of 1,000.
+    expected = r"zoo model 'muse_tiny': unknown override 'vocab_size'. Did you mean"
+    with pytest.raises(ValueError, match=expected):
+        zoo.create("muse_tiny", vocab_size=40000)
+    assert "dtype" in zoo.get_spec("muse_tiny").builder_arguments()
+
+
 def test_unregister_unknown_name():
     with pytest.raises(ValueError, match="unknown model"):
         zoo.unregister_model("never_registered")
