@@ -2,26 +2,24 @@
 
 ``posenc --help`` and argument errors import neither Keras nor a backend; a
 command imports them when it runs, quietly unless ``--verbose`` (see
-:func:`quiet_runtime`). Outputs follow one naming scheme (:data:`NAMING`).
+``keras_posenc._quiet.quiet_runtime``). Outputs follow one naming scheme (:data:`NAMING`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
 import json
-import logging
 import os
 import platform
 import sys
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from keras_posenc._quiet import stderr_captured
+from keras_posenc._quiet import quiet_runtime
+from keras_posenc._sources import offline_failure
 
 _BACKEND_PACKAGES = ("tensorflow", "jax", "torch")
 
@@ -31,64 +29,6 @@ def _version(distribution: str) -> str | None:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-# Loggers of the libraries a command imports; without --verbose only their errors show.
-_THIRD_PARTY_LOGGERS = ("", "tensorflow", "absl", "jax", "torch", "tf2onnx", "onnx", "h5py")
-
-
-@contextlib.contextmanager
-def quiet_runtime(verbose: bool = False) -> Iterator[None]:
-    """Imports Keras, its backend and keras-posenc's layers for a command, quietly.
-
-    Without ``verbose``, for the duration of the block: ``TF_CPP_MIN_LOG_LEVEL``
-    is 3 unless already set (TensorFlow's C++ logs, among them the
-    ``failed call to cuInit`` line of a machine without a usable GPU, are
-    hidden; errors still raise), Python warnings from outside keras-posenc are
-    ignored, third-party loggers show only errors, and standard error is
-    captured while Keras, its backend and TensorFlow (which keras-hub and the
-    exporters import on every backend) are imported (printed if the import
-    fails). With ``verbose`` nothing is hidden. Settings are restored after
-    the block (the environment variable too), so ``posenc`` used from Python
-    leaves no trace.
-
-    Examples:
-
-        >>> with quiet_runtime():
-        ...     import keras
-        >>> keras.__name__
-        'keras'
-    """
-    from keras_posenc import _registration
-
-    if verbose:
-        _registration.register_all()
-        yield
-        return
-    previous_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    loggers = [logging.getLogger(name) for name in _THIRD_PARTY_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            warnings.filterwarnings("default", module="keras_posenc")
-            for logger in loggers:
-                logger.setLevel(logging.ERROR)
-            with stderr_captured():
-                _registration.register_all()
-                # TensorFlow too, on every backend: keras-hub and the exporters import it,
-                # and its lines come at import, whenever that is.
-                if importlib.util.find_spec("tensorflow") is not None:
-                    importlib.import_module("tensorflow")
-            for logger in loggers:  # again: importing TensorFlow configures its logger
-                logger.setLevel(logging.ERROR)
-            yield
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
-        if previous_level is None:
-            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
 
 
 def info_lines() -> list[str]:
@@ -781,6 +721,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        source = getattr(args, "model", None) if args.command in ("classify", "translate") else None
+        failure = source and offline_failure(source)  # before Keras: fails within seconds
+        if failure:
+            raise ConnectionError(failure)
         with quiet_runtime(args.verbose):
             return args.handler(args)
     except (ValueError, TypeError, ImportError, RuntimeError, OSError, MemoryError) as error:
