@@ -98,14 +98,16 @@ def _output_folder(path: str) -> None:
 
 
 # Wall-clock and CPU seconds of the commands --help quotes, with the 1-minute load average
-# at the time: rows of docs/data/cli_timings.csv, written by benchmarks/cli_quick.py on
-# TensorFlow on a 2-core machine; tests/test_cli.py checks that the two agree.
+# at the time: TensorFlow's rows of docs/data/cli_timings.csv, written here by
+# benchmarks/cli_quick.py from it; tests/test_first_contact.py checks that the two agree.
+# cli_timings measured
 MEASURED = {
     "demo": (22.3, 15.6, 3.01),
     "probe padding --quick": (115.4, 76.9, 3.28),
     "experiment length --quick": (55.6, 103.0, 1.28),
     "experiment layouts --quick": (89.0, 65.7, 3.88),
 }
+# /cli_timings
 
 
 def measured(command: str) -> str:
