@@ -737,7 +737,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConnectionError(failure)
         with quiet_runtime(args.verbose):
             status = args.handler(args)
-        if args.command not in ("info", "demo"):  # demo prints its own closing line
+        # The long commands; demo prints its own closing line, and what classify and
+        # translate print (one result per line) is their output.
+        if args.command in ("export", "probe", "experiment", "convert"):
             print(f"posenc {args.command}: done in {time.perf_counter() - start:.0f} s.")
         return status
     except (ValueError, TypeError, ImportError, RuntimeError, OSError, MemoryError) as error:
