@@ -26,6 +26,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -34,6 +35,8 @@ import threading
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
+
+from keras_posenc import _quiet
 
 # The subpackages whose import registers every serializable class (layers, zoo
 # models, the probe's PosENet): what ``import keras_posenc`` imported eagerly before.
@@ -44,6 +47,7 @@ def register_all() -> None:
     """Imports :data:`REGISTERING` (imports Keras and its backend)."""
     _FINDER.done = True
     _FINDER.uninstall()
+    _quiet.quiet_import("keras")  # TensorFlow's start-up lines hidden (keras_posenc/_quiet.py)
     for name in REGISTERING:
         importlib.import_module(name)
 
@@ -61,7 +65,9 @@ class _WatchingLoader(importlib.abc.Loader):
         state = self._finder.state
         state.depth = getattr(state, "depth", 0) + self._package
         try:
-            self._loader.exec_module(module)
+            # Keras imported after keras_posenc, by anyone: quietly (keras_posenc/_quiet.py).
+            with contextlib.nullcontext() if self._package else _quiet.quieted():
+                self._loader.exec_module(module)
         finally:
             state.depth -= self._package
         self._finder.imported()

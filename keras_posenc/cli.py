@@ -2,26 +2,25 @@
 
 ``posenc --help`` and argument errors import neither Keras nor a backend; a
 command imports them when it runs, quietly unless ``--verbose`` (see
-:func:`quiet_runtime`). Outputs follow one naming scheme (:data:`NAMING`).
+``keras_posenc._quiet.quiet_runtime``). Outputs follow one naming scheme (:data:`NAMING`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
 import json
-import logging
 import os
 import platform
 import sys
-import warnings
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Sequence
 from typing import Any
 
-from keras_posenc._quiet import stderr_captured
+from keras_posenc._quiet import quiet_runtime
+from keras_posenc._sources import offline_failure
 
 _BACKEND_PACKAGES = ("tensorflow", "jax", "torch")
 
@@ -31,64 +30,6 @@ def _version(distribution: str) -> str | None:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-# Loggers of the libraries a command imports; without --verbose only their errors show.
-_THIRD_PARTY_LOGGERS = ("", "tensorflow", "absl", "jax", "torch", "tf2onnx", "onnx", "h5py")
-
-
-@contextlib.contextmanager
-def quiet_runtime(verbose: bool = False) -> Iterator[None]:
-    """Imports Keras, its backend and keras-posenc's layers for a command, quietly.
-
-    Without ``verbose``, for the duration of the block: ``TF_CPP_MIN_LOG_LEVEL``
-    is 3 unless already set (TensorFlow's C++ logs, among them the
-    ``failed call to cuInit`` line of a machine without a usable GPU, are
-    hidden; errors still raise), Python warnings from outside keras-posenc are
-    ignored, third-party loggers show only errors, and standard error is
-    captured while Keras, its backend and TensorFlow (which keras-hub and the
-    exporters import on every backend) are imported (printed if the import
-    fails). With ``verbose`` nothing is hidden. Settings are restored after
-    the block (the environment variable too), so ``posenc`` used from Python
-    leaves no trace.
-
-    Examples:
-
-        >>> with quiet_runtime():
-        ...     import keras
-        >>> keras.__name__
-        'keras'
-    """
-    from keras_posenc import _registration
-
-    if verbose:
-        _registration.register_all()
-        yield
-        return
-    previous_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    loggers = [logging.getLogger(name) for name in _THIRD_PARTY_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            warnings.filterwarnings("default", module="keras_posenc")
-            for logger in loggers:
-                logger.setLevel(logging.ERROR)
-            with stderr_captured():
-                _registration.register_all()
-                # TensorFlow too, on every backend: keras-hub and the exporters import it,
-                # and its lines come at import, whenever that is.
-                if importlib.util.find_spec("tensorflow") is not None:
-                    importlib.import_module("tensorflow")
-            for logger in loggers:  # again: importing TensorFlow configures its logger
-                logger.setLevel(logging.ERROR)
-            yield
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
-        if previous_level is None:
-            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
 
 
 def info_lines() -> list[str]:
@@ -158,14 +99,16 @@ def _output_folder(path: str) -> None:
 
 
 # Wall-clock and CPU seconds of the commands --help quotes, with the 1-minute load average
-# at the time: rows of docs/data/cli_timings.csv, written by benchmarks/cli_quick.py on
-# TensorFlow on a 2-core machine; tests/test_cli.py checks that the two agree.
+# at the time: TensorFlow's rows of docs/data/cli_timings.csv, written here by
+# benchmarks/cli_quick.py from it; tests/test_first_contact.py checks that the two agree.
+# cli_timings measured
 MEASURED = {
     "demo": (22.3, 15.6, 3.01),
     "probe padding --quick": (115.4, 76.9, 3.28),
     "experiment length --quick": (55.6, 103.0, 1.28),
     "experiment layouts --quick": (89.0, 65.7, 3.88),
 }
+# /cli_timings
 
 
 def measured(command: str) -> str:
@@ -261,7 +204,7 @@ def _export(args: argparse.Namespace) -> int:
     else:
         model = zoo.create(args.model, **overrides)
         name = args.model
-    _export_formats(
+    reports = _export_formats(
         model,
         name,
         args.out,
@@ -272,6 +215,8 @@ def _export(args: argparse.Namespace) -> int:
         check_memory=not args.no_memory_check,
         overwrite=args.overwrite,
     )
+    checked = "not verified (--no-verify)" if args.no_verify else "each verified against Keras"
+    print(f"exported {name}: {', '.join(r.path for r in reports)}, {checked}.")
     return 0
 
 
@@ -295,7 +240,6 @@ def _demo_inputs(model: Any, rng: Any) -> Any:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    import time
 
     _output_folder(args.out)
     name = args.model or DEMO_MODEL
@@ -359,6 +303,11 @@ def _probe_padding(args: argparse.Namespace) -> int:
     headline = [r for r in rows if r["table"] == "padding" and r["input"] == "noise"]
     print()
     print(summary_markdown(headline or rows))
+    print(  # what the numbers mean, where they are printed (as docs/index.md says)
+        "\nSPC: Spearman's rank correlation of the drawn and the true map (1 perfect, 0 none); "
+        "MAE: their mean absolute error. Targets: horizontal (H) and vertical (V) ramps, a "
+        "Gaussian (G), horizontal and vertical stripes (HS, VS)."
+    )
     if args.out:
         print(f"wrote every table (summary.md), padding.csv and the figures to {args.out}")
     else:
@@ -777,9 +726,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
+    start = time.perf_counter()
     try:
+        source = getattr(args, "model", None) if args.command in ("classify", "translate") else None
+        failure = source and offline_failure(source)  # before Keras: fails within seconds
+        if failure:
+            raise ConnectionError(failure)
         with quiet_runtime(args.verbose):
-            return args.handler(args)
+            status = args.handler(args)
+        # The long commands; demo prints its own closing line, and what classify and
+        # translate print (one result per line) is their output.
+        if args.command in ("export", "probe", "experiment", "convert"):
+            print(f"posenc {args.command}: done in {time.perf_counter() - start:.0f} s.")
+        return status
     except (ValueError, TypeError, ImportError, RuntimeError, OSError, MemoryError) as error:
         # The library's errors already say what was wrong and what was expected; OSError's
         # name the file ("[Errno 17] File exists: 'out'"). One line, no traceback.

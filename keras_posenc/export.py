@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
-import importlib.metadata
 import json
 import os
 import re
@@ -44,6 +42,14 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_posenc import _quiet
+from keras_posenc._packages import (  # noqa: F401 (public here: posenc info, the docs)
+    EXPORTER_PACKAGES,
+    PackageStatus,
+    exporter_status,
+    package_found,
+    package_status,
+)
 from keras_posenc.layers._checks import check_non_negative_number, excerpt, innermost_error
 
 FORMATS = ("onnx", "tf_saved_model", "litert")
@@ -60,71 +66,10 @@ TF2ONNX_BYTES_PER_PARAMETER = (24e9 - 8e9) / (200e6 - 25e6)  # 91.4
 # The ONNX opset of the native PyTorch route (LayerNormalization needs 17).
 _NATIVE_OPSET = 17
 
-# The packages each export format needs, in the order they are imported.
-EXPORTER_PACKAGES: dict[str, tuple[str, ...]] = {
-    "tf_saved_model": ("tensorflow",),
-    "onnx": ("tensorflow", "tf2onnx", "onnx", "onnxruntime"),
-    # Keras' own LiteRT exporter (TensorFlow's converter); ai_edge_litert runs the file.
-    "litert": ("tensorflow", "ai_edge_litert"),
-}
-
 # Sizes given to axes that are None in the model's inputs when verifying: batch,
 # then two different sequence lengths so a graph fixed to one length is caught.
 _VERIFY_BATCH = 2
 _VERIFY_LENGTHS = (7, 11)
-
-
-@dataclasses.dataclass(frozen=True)
-class PackageStatus:
-    """Whether one package imports, with its version or the import error."""
-
-    name: str
-    version: str | None
-    error: str | None
-
-    @property
-    def importable(self) -> bool:
-        return self.error is None
-
-
-def package_status(name: str) -> PackageStatus:
-    """Tries to import ``name``; reports its installed version or why it failed.
-
-    Examples:
-
-        >>> package_status("numpy").importable
-        True
-        >>> package_status("surely_not_a_package").importable
-        False
-    """
-    try:
-        importlib.import_module(name)
-    except Exception as error:  # any failure means the exporter cannot run
-        return PackageStatus(name, None, f"{type(error).__name__}: {error}")
-    try:
-        version = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    return PackageStatus(name, version, None)
-
-
-def exporter_status() -> dict[str, list[PackageStatus]]:
-    """For each export format, the status of every package it needs.
-
-    A format is usable when every package it lists is importable; install the
-    missing ones with ``pip install "keras-posenc[export]"``.
-
-    Examples:
-
-        >>> status = exporter_status()
-        >>> sorted(status)
-        ['litert', 'onnx', 'tf_saved_model']
-    """
-    cache: dict[str, PackageStatus] = {}
-    report = {}
-    for format_name, packages in EXPORTER_PACKAGES.items():
-        report[format_name] = [cache.setdefault(p, package_status(p)) for p in packages]
-    return report
 
 
 @dataclasses.dataclass
@@ -193,6 +138,7 @@ def export_model(
     overwrite: bool = False,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
+    verbose: bool = False,
 ) -> ExportReport:
     """Exports ``model`` to ONNX or a TensorFlow SavedModel, from any backend, and verifies it.
 
@@ -243,6 +189,10 @@ def export_model(
         output_names: the names of the graph's outputs, one per output
             (flattened as ``keras.tree.flatten`` does); default: the keys of a
             dict of outputs, else the names of the layers that produce them.
+        verbose: show what TensorFlow, tf2onnx and LiteRT print while exporting
+            and verifying (the TensorFlow subprocess's output too); by default
+            it is captured and shown only if the export fails (so is it with
+            ``KERAS_POSENC_VERBOSE=1``, keras_posenc/_quiet.py).
 
     Every format and route gives the graph the same names: the ONNX graph's
     inputs and outputs (``onnxruntime.InferenceSession(path).get_inputs()``),
@@ -302,7 +252,9 @@ def export_model(
     rtol = check_non_negative_number("export_model", "rtol", rtol)
     _check_target(path, overwrite, "export_model")
     packages = ("torch", "onnx", "onnxruntime") if route == "native" else EXPORTER_PACKAGES[format]
-    missing = [status for status in map(package_status, packages) if not status.importable]
+    # Through a TensorFlow subprocess, only that process imports TensorFlow and tf2onnx.
+    check = package_found if backend != "tensorflow" and route != "native" else package_status
+    missing = [status for status in map(check, packages) if not status.importable]
     if missing:
         names = ", ".join(f"{p.name} ({p.error})" for p in missing)
         raise ImportError(
@@ -332,7 +284,8 @@ def export_model(
         )
     if format == "onnx" and route == "tensorflow" and check_memory:
         check_tf2onnx_memory(model)
-    with _staged([path], overwrite, "export_model") as (staged,):
+    quiet = contextlib.nullcontext() if verbose else _quiet.quieted()
+    with quiet, _staged([path], overwrite, "export_model") as (staged,):
         if route == "native":
             details = _export_native_torch(model, staged, specs, output_names)
             taken = f"torch.onnx.export (TorchScript tracer, opset {_NATIVE_OPSET}) on torch"
@@ -340,7 +293,7 @@ def export_model(
             details = _export_on_tensorflow(model, staged, format, specs, output_names)
             taken = "tensorflow (direct)"
         else:
-            details = _export_in_subprocess(model, staged, format, specs, output_names)
+            details = _export_in_subprocess(model, staged, format, specs, output_names, verbose)
             taken = f"tensorflow subprocess from {backend} (via .keras)"
         report = ExportReport(
             format=format,
@@ -1058,19 +1011,23 @@ def _export_on_tensorflow(
 
 
 def _order_onnx_outputs(path: str, names: list[str]) -> None:
-    """Puts the ONNX graph's outputs in the order of ``names`` (the model's): tf2onnx
-    writes a dict's outputs sorted by key."""
+    """Puts the ONNX graph's outputs in the order of ``names`` (the model's: tf2onnx writes
+    a dict's outputs sorted by key) and names its dynamic axes, which tf2onnx calls
+    ``unk__1077``: ``batch`` first, then ``NAME_axis_I``, as the native route names them."""
     import onnx
 
     proto = onnx.load(path)
+    for value in [*proto.graph.input, *proto.graph.output]:
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if not dim.HasField("dim_value"):
+                dim.dim_param = "batch" if axis == 0 else f"{value.name}_axis_{axis}"
     outputs = {value.name: value for value in proto.graph.output}
-    if list(outputs) == names or set(outputs) != set(names):
-        return  # in order already, or not these names (which _check_artifact_names reports)
-    ordered = [onnx.ValueInfoProto() for _ in names]
-    for value, name in zip(ordered, names):
-        value.CopyFrom(outputs[name])
-    del proto.graph.output[:]
-    proto.graph.output.extend(ordered)
+    if list(outputs) != names and set(outputs) == set(names):  # else _check_artifact_names
+        ordered = [onnx.ValueInfoProto() for _ in names]
+        for value, name in zip(ordered, names):
+            value.CopyFrom(outputs[name])
+        del proto.graph.output[:]
+        proto.graph.output.extend(ordered)
     onnx.save(proto, path)
 
 
@@ -1143,7 +1100,10 @@ def _export_in_subprocess(
     format: str,
     specs: list[dict],
     output_names: list[str] | None = None,
+    verbose: bool = False,
 ) -> dict:
+    """Exports in a TensorFlow process; its output is shown only if it fails or ``verbose``."""
+    verbose = verbose or _quiet.verbose()
     with tempfile.TemporaryDirectory() as folder:
         source = os.path.join(folder, "model.keras")
         model.save(source)
@@ -1159,10 +1119,12 @@ def _export_in_subprocess(
                 },
                 handle,
             )
-        env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
+        env = dict(os.environ, KERAS_BACKEND="tensorflow")
+        if not verbose:
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         result = subprocess.run(
             [sys.executable, "-m", "keras_posenc.export", request],
-            capture_output=True,
+            capture_output=not verbose,
             text=True,
             env=env,
             timeout=3600,
@@ -1194,6 +1156,8 @@ def _worker_failure(format: str, request: str, result: subprocess.CompletedProce
             "and importable in that process (every keras-posenc layer is). With "
             "KERAS_BACKEND=tensorflow the model is exported directly, without reloading it."
         )
+    if result.stderr:  # what the worker printed, hidden unless it failed (verbose=True shows it)
+        message += "\nIts last lines:\n" + "\n".join(result.stderr.strip().splitlines()[-15:])
     return message
 
 

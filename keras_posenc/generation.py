@@ -92,6 +92,7 @@ import numpy as np
 from keras import ops
 
 from keras_posenc._compile import compile_inference, compiled_while_loop
+from keras_posenc._quiet import quiet_import
 from keras_posenc.layers._checks import (
     check_bool,
     check_int,
@@ -407,7 +408,7 @@ def _banned_ngrams_numpy(sequence: np.ndarray, size: int) -> list[int]:
 
 def _sampler(function: str, sampler: Any) -> Any:
     """A ``keras_hub.samplers.Sampler`` from a name or an instance."""
-    from keras_hub import samplers
+    samplers = quiet_import("keras_hub").samplers  # imports TensorFlow: only when needed
 
     if isinstance(sampler, str):
         if sampler not in SAMPLERS:

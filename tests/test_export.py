@@ -248,7 +248,7 @@ def skip_the_exporters(monkeypatch):
     where the artifact goes, since export_model moves it into place, and describes the
     inputs and outputs with the names it was asked for."""
 
-    def stub(model, path, format, specs, output_names):
+    def stub(model, path, format, specs, output_names, verbose=False):
         open(path, "wb").close()
         return {
             "inputs": [(s["name"], s["shape"], s["dtype"]) for s in specs],

@@ -31,6 +31,7 @@ import keras
 import numpy as np
 
 from keras_posenc._compile import initialize_together
+from keras_posenc._quiet import quiet_import
 from keras_posenc.zoo.t5 import T5, query_kernel_scale
 
 __all__ = ["from_keras_hub_t5"]
@@ -195,7 +196,7 @@ def from_keras_hub_t5(
         True
     """
     try:
-        from keras_hub.models import T5Backbone
+        T5Backbone = quiet_import("keras_hub").models.T5Backbone  # noqa: N806
     except ImportError as error:  # keras-hub is a dependency; say so if it is missing
         raise ImportError(f"{_OWNER} needs keras-hub (`pip install keras-hub`).") from error
     if not isinstance(backbone, T5Backbone):

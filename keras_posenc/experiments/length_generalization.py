@@ -98,6 +98,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc._quiet import quiet_import
 from keras_posenc.experiments._figures import (
     new_figure,
     read_csv_rows,
@@ -357,7 +358,7 @@ class LengthGeneralizationModel(keras.Model):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        import keras_hub  # keras_hub imports TensorFlow; only load it when needed
+        keras_hub = quiet_import("keras_hub")  # imports TensorFlow: only when needed
 
         caller = type(self).__name__
         self.encoding = check_choice(caller, "encoding", encoding, ENCODINGS)

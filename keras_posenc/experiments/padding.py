@@ -617,7 +617,7 @@ class _Study:
         )
         # Convolutions do not depend on the image size: the trained kernels fit any input.
         backbone.set_weights(network.get_weights())
-        self.log(f"  pretrained from scratch: held-out accuracy {accuracy:.3f} (chance 0.25)")
+        self.log(f"  trained from scratch: held-out accuracy {accuracy:.3f} (chance 0.25)")
         return accuracy
 
     def probe_extras(self, features: _Features, seed: int, per_seed: dict) -> None:
@@ -704,7 +704,8 @@ class _Study:
                 preprocess=preprocess,
                 compiled=True,
             )
-            del backbone
+            del backbone  # then minutes of readouts: one line each, so progress shows
+            self.log(f"  {name}: features read; the readout of every stage")
             readout = _Readout("trained", kernel_size=s["kernel_size"])
             all_taps = self.read(features, readout, seed)
             if table:
@@ -730,10 +731,12 @@ class _Study:
                     if (layers, kernel) == (1, s["kernel_size"]):
                         result = {k: all_taps[k] for k in self.noise}
                     else:
+                        self.log(f"  {name}: a readout of {layers} layer(s) of {kernel} x {kernel}")
                         result = self.read(noise, _Readout("trained", layers, kernel), seed)
                     per_seed[("shape", layers, kernel)] = [result]
             if stages:
                 for index, (tap, _, _) in enumerate(noise.taps, start=1):
+                    self.log(f"  {name}: the readout of stage f{index} alone")
                     per_seed[("stage", "trained", f"f{index}")] = [
                         self.read(noise.select(tap), readout, seed)
                     ]

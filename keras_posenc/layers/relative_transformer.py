@@ -37,6 +37,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_posenc._quiet import quiet_import
 from keras_posenc.layers import position_schemes
 from keras_posenc.layers._attention import unmasked, zero_invalid
 from keras_posenc.layers._checks import (
@@ -657,7 +658,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         self.cross_attention = None
         if encoder_sequence_shape is not None:
             encoder_shape = self._check_sequence("encoder_sequence", encoder_sequence_shape)
-            import keras_hub  # keras_hub imports TensorFlow; only load it when needed
+            keras_hub = quiet_import("keras_hub")  # imports TensorFlow: only when needed
 
             kernel_initializer = sublayer_initializer(self.kernel_initializer, "cross_attention")
             bias_initializer = sublayer_initializer(self.bias_initializer, "cross_attention")

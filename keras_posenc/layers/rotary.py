@@ -33,6 +33,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc._quiet import quiet_import
 from keras_posenc.layers import _rotary_frequencies as formulas
 from keras_posenc.layers._checks import check_choice, check_int, shape_of
 from keras_posenc.layers._description import Description
@@ -518,7 +519,7 @@ class RotaryPositions(Description):
         """keras_hub's ``RotaryEmbedding`` computing this scaling (None, linear, ntk)."""
         layer = self._keras_hub_layers.get(rotary_dim)
         if layer is None:
-            import keras_hub  # keras_hub imports TensorFlow; only load it when needed
+            keras_hub = quiet_import("keras_hub")  # imports TensorFlow: only when needed
 
             base, factor = self.max_wavelength, 1.0
             if self.scaling == "linear":

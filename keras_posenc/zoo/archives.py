@@ -36,6 +36,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import keras_posenc
+from keras_posenc._sources import (  # noqa: F401 (public here)
+    ARCHIVE_SUFFIXES,
+    archive_name,
+    is_url,
+    reachable,
+)
 from keras_posenc.layers._checks import check_int, check_positive_number, excerpt
 
 __all__ = [
@@ -44,11 +50,10 @@ __all__ = [
     "extract_archive",
     "file_digest",
     "is_url",
+    "reachable",
     "scratch_folder",
 ]
 
-# Archive suffixes, longest first: the name of a preset made from an archive drops them.
-ARCHIVE_SUFFIXES = (".tar.bz2", ".tar.gz", ".tar.xz", ".tbz2", ".tgz", ".txz", ".tar")
 _CHUNK = 1 << 20
 # Decompression bombs. fairseq's archives hold float32 checkpoints (about as large packed as
 # unpacked) and text files (a few times smaller packed). An archive whose members declare more
@@ -61,29 +66,6 @@ MAX_EXPANSION = 100
 MIN_ALLOWANCE = 64 << 20
 MAX_EXTRACTED_BYTES = 32 << 30
 _TIMEOUT = 60.0  # seconds without a byte before a download is abandoned
-
-
-def is_url(source: str) -> bool:
-    """True for ``http://`` and ``https://`` sources.
-
-    >>> is_url("https://dl.fbaipublicfiles.com/fairseq/models/x.tar.bz2"), is_url("x.tar")
-    (True, False)
-    """
-    return urllib.parse.urlsplit(source).scheme in ("http", "https")
-
-
-def archive_name(source: str) -> str:
-    """The archive's file name without its archive suffix.
-
-    >>> archive_name("https://host/models/wmt14.v2.en-fr.fconv-py.tar.bz2?x=1")
-    'wmt14.v2.en-fr.fconv-py'
-    """
-    path = urllib.parse.urlsplit(source).path if is_url(source) else source
-    name = os.path.basename(path.rstrip("/")) or "archive"
-    for suffix in ARCHIVE_SUFFIXES:
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)] or "archive"
-    return name
 
 
 def file_digest(path: str | os.PathLike) -> str:
@@ -123,6 +105,9 @@ def download(url: str, target: str | os.PathLike, *, progress: bool = True) -> s
     request = urllib.request.Request(
         url, headers={"User-Agent": f"keras-posenc/{keras_posenc.__version__}"}
     )
+    unreachable = reachable(url)
+    if unreachable:
+        raise ConnectionError(f"{who}: {url} cannot be reached: {unreachable}.")
     try:
         response = urllib.request.urlopen(request, timeout=_TIMEOUT)  # noqa: S310 (http(s) only)
     except urllib.error.HTTPError as error:

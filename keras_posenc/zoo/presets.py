@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import hashlib
 import importlib
 import json
 import math
@@ -48,6 +47,17 @@ from keras import ops
 
 import keras_posenc
 from keras_posenc._compile import initialize_together
+from keras_posenc._quiet import quiet_import
+from keras_posenc._sources import (  # noqa: F401 (cache_folder: public here)
+    HUB_PREFIX,
+    archive_message,
+    archive_target,
+    cache_folder,
+    hub_cache,
+    hub_message,
+    hub_offline,
+    reachable,
+)
 from keras_posenc.layers._checks import (
     check_choice,
     check_int,
@@ -70,7 +80,6 @@ __all__ = [
     "save_preset",
 ]
 
-HUB_PREFIX = "hf://"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
 PREPROCESSOR_FILE = "preprocessor.json"
@@ -292,7 +301,7 @@ def imagenet_class_names() -> list[str]:
     >>> len(names), names[1]
     (1000, 'goldfish')
     """
-    import keras_hub
+    keras_hub = quiet_import("keras_hub")
 
     return [keras_hub.utils.imagenet_id_to_name(index) for index in range(1000)]
 
@@ -604,23 +613,6 @@ def from_preset(source: str | os.PathLike, *, progress: bool = True) -> keras.Mo
 # --------------------------------------------------------------------------- the hub
 
 
-def cache_folder() -> str:
-    """Where converted hub presets are kept: ``KERAS_POSENC_HOME``, else
-    ``$XDG_CACHE_HOME/keras_posenc`` (``~/.cache/keras_posenc``).
-
-    The downloaded checkpoints themselves stay in huggingface_hub's cache.
-
-    >>> import os
-    >>> os.path.isabs(cache_folder())
-    True
-    """
-    home = os.environ.get("KERAS_POSENC_HOME")
-    if not home:
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-        home = os.path.join(cache, "keras_posenc")
-    return os.path.abspath(os.path.expanduser(home))
-
-
 def preset_path(source: str | os.PathLike, *, progress: bool = True) -> str:
     """The preset folder of ``source``; for ``hf://ORG/REPO``, its converted copy in the cache.
 
@@ -739,8 +731,7 @@ def _archive_target(source: str) -> str:
     """The cache folder of an archive's preset: named after the archive, keyed by the
     URL or, for a file, by its bytes (a file changed in place converts again)."""
     key = source if archives.is_url(source) else archives.file_digest(source)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return os.path.join(cache_folder(), "archives", f"{archives.archive_name(source)}-{digest}")
+    return archive_target(source, key)
 
 
 def _archive_preset(source: str, progress: bool) -> str:
@@ -756,6 +747,9 @@ def _archive_preset(source: str, progress: bool) -> str:
         archive = source
         if archives.is_url(source):
             archive = os.path.join(scratch, os.path.basename(target) + ".archive")
+            unreachable = reachable(source)
+            if unreachable:  # one line, within seconds (_sources.CONNECT_TIMEOUT)
+                raise ConnectionError(archive_message(source, unreachable))
             archives.download(source, archive, progress=progress)
         extracted = archives.extract_archive(archive, os.path.join(scratch, "extracted"))
         if progress:
@@ -791,7 +785,7 @@ def _hub_settings() -> dict[str, Any]:
     cache = os.environ.get("HF_HUB_CACHE")
     if not cache and os.environ.get("HF_HOME"):
         cache = os.path.join(os.environ["HF_HOME"], "hub")
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    offline = hub_offline()
     return {
         "endpoint": os.environ.get("HF_ENDPOINT") or None,
         "cache_dir": cache or None,
@@ -803,18 +797,16 @@ def _download(repo: str, filename: str, source: str, settings: dict) -> str:
     hub = _hub("preset_path")
     errors = hub.errors
     try:
-        return hub.hf_hub_download(repo, filename, **settings)
+        options = {key: value for key, value in settings.items() if key != "unreachable"}
+        return hub.hf_hub_download(repo, filename, **options)
     except errors.LocalEntryNotFoundError as error:  # offline, or the hub unreachable
-        reason = (
+        reason = settings.get("unreachable") or (
             "HF_HUB_OFFLINE is set"
             if settings["local_files_only"]
             else f"the hub ({settings['endpoint'] or 'huggingface.co'}) cannot be reached"
         )
-        raise ConnectionError(
-            f"preset_path: {source} is not in the cache ({cache_folder()}) and {reason}, "
-            f"so {filename} cannot be downloaded. Run once with network access, or pass a "
-            "preset folder written by save_preset."
-        ) from error
+        cache = settings["cache_dir"] or hub_cache()
+        raise ConnectionError(hub_message(source, filename, cache, reason)) from error
     except errors.RepositoryNotFoundError as error:
         raise ValueError(f"preset_path: {source}: no such repository on the hub.") from error
     except errors.EntryNotFoundError as error:
@@ -862,6 +854,14 @@ def _convert_timm_repo(repo: str, source: str, progress: bool) -> tuple:
     from keras_posenc.zoo.registry import get_spec
 
     settings = _hub_settings()
+    if not settings["local_files_only"]:
+        # Without a network, huggingface_hub retries for over a minute before it reads its
+        # cache (issue #57): a connection that cannot open within seconds reads the cache now.
+        endpoint = settings["endpoint"] or "https://huggingface.co"
+        unreachable = reachable(endpoint)
+        if unreachable:
+            settings["local_files_only"] = True
+            settings["unreachable"] = f"the hub ({endpoint}) cannot be reached: {unreachable}"
     if not progress:  # huggingface_hub's own bar class, switched off (a partial is no class)
         settings["tqdm_class"] = functools.partial(_hub("preset_path").utils.tqdm, disable=True)
     config = _read_json(_download(repo, "config.json", source, settings), "preset_path")
