@@ -152,7 +152,10 @@ class RelativePositionBias(_SingleTableLayer):
 
     Returns:
         A ``(1, num_heads, query_length, key_length)`` tensor in the layer's
-        compute dtype, broadcastable to attention logits.
+        compute dtype, broadcastable to attention logits. A computed bias is
+        computed in float32; in float16 it is clipped at ``-3e4`` (and ``3e4``),
+        since float16 ends at 65,504 (KERPLE's power kernel passes it at a distance
+        of a few hundred).
 
     Examples:
 
