@@ -8,8 +8,10 @@ be finite, of the policy's compute dtype (float16 or bfloat16, as every layer's 
 are: docs/backends.md, "Mixed precision") and within `TOLERANCE` of the float32 output
 (times its largest magnitude, at least 1). The computed biases (ALiBi, KERPLE, FIRE, the
 continuous bias, T5's buckets) are read at distances up to `FAR`, and xPos rotates
-positions up to `FAR` (it overflows float16 beyond about 4,500 at ``scale_base=512``:
-keras_posenc/layers/rotary.py).
+positions up to `FAR` - 1 (it overflows float16 beyond about 4,500 at ``scale_base=512``:
+keras_posenc/layers/rotary.py). Where a family's cases take one code path in several
+settings (each computed bias inside attention, RoPE's scalings, MaxViT's partitions), one
+case runs on every backend and the others are `matrix` cases (tests/tiers.py).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ pytestmark = pytest.mark.contract
 POLICIES = ("mixed_float16", "mixed_bfloat16")
 # Inputs are uniform in [-RANGE, RANGE].
 RANGE = 3.0
-# The farthest distance (and xPos position) read.
+# The farthest distance read, and the length of the decoding cache (positions FAR - 4 ..
+# FAR - 1 decoded).
 FAR = 2048
 # Largest difference from float32, times the output's largest magnitude (at least 1):
 # float16 keeps 11 bits of mantissa, bfloat16 8 (a rounding of 2^-9 per operation), and
