@@ -288,24 +288,51 @@ def check_mixed_precision(
     inputs: Any,
     call_kwargs: dict | None = None,
     policy: str = "mixed_bfloat16",
+    dtypes: str | Sequence[str] | None = None,
+    tolerance: float | None = None,
 ) -> Any:
     """The layer rebuilt under ``policy`` runs and gives only finite outputs.
 
     The low-precision layer gets the original layer's weights, and the outputs are
     returned, so a test can compare them with float32 at its own tolerance.
+
+    ``dtypes`` (None: not checked) is the dtype of every floating output, or a
+    sequence with one entry per floating output (flattened, in order); the entry
+    ``"compute"`` stands for the policy's compute dtype (``"bfloat16"`` under
+    ``mixed_bfloat16``). With ``tolerance``, each output must differ from the float32
+    layer's by at most ``tolerance`` times that output's largest magnitude (at least 1).
     """
     name = _layer_name(layer)
     config = {**layer.get_config(), "dtype": policy}
     low_precision = type(layer).from_config(config)
     outputs = call_layer(low_precision, inputs, call_kwargs)
     # The same weights as the float32 layer, so a test can compare the two outputs.
-    call_layer(layer, inputs, call_kwargs)
+    expected = call_layer(layer, inputs, call_kwargs)
     if layer.weights:
         low_precision.set_weights(layer.get_weights())
         outputs = call_layer(low_precision, inputs, call_kwargs)
-    for index, array in enumerate(floating_outputs(outputs)):
+    arrays = floating_outputs(outputs)
+    for index, array in enumerate(arrays):
         bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
         assert bad == 0, f"{name}: under {policy}, output {index} has {bad} NaN/Inf values"
+    if dtypes is not None:
+        compute = keras.dtype_policies.get(policy).compute_dtype
+        wanted = [dtypes] * len(arrays) if isinstance(dtypes, str) else list(dtypes)
+        given = [
+            keras.backend.standardize_dtype(tensor.dtype)
+            for tensor in keras.tree.flatten(outputs)
+            if _is_floating(tensor)
+        ]
+        wanted = [compute if dtype == "compute" else dtype for dtype in wanted]
+        assert given == wanted, f"{name}: under {policy}, output dtypes {given} != {wanted}"
+    if tolerance is not None:
+        for index, (low, high) in enumerate(zip(arrays, floating_outputs(expected))):
+            scale = max(float(np.max(np.abs(high))) if high.size else 0.0, 1.0)
+            difference = float(np.max(np.abs(low - high))) if high.size else 0.0
+            assert difference <= tolerance * scale, (
+                f"{name}: under {policy}, output {index} differs from float32 by "
+                f"{difference:.3g} > {tolerance} x {scale:.3g}"
+            )
     return outputs
 
 

@@ -101,6 +101,17 @@ class BreaksInBfloat16(CausalMixer):
 
 
 @keras.saving.register_keras_serializable(package=TEST_PACKAGE)
+class DriftsInBfloat16(CausalMixer):
+    """Stands for a finite result that low precision moves far from float32's."""
+
+    def call(self, inputs, mask=None):
+        outputs = super().call(inputs, mask)
+        if self.compute_dtype == "bfloat16":
+            outputs = outputs + ops.ones_like(outputs)
+        return outputs
+
+
+@keras.saving.register_keras_serializable(package=TEST_PACKAGE)
 class IgnoresMask(CausalMixer):
     def call(self, inputs, mask=None):
         return super().call(inputs, mask=None)
@@ -222,6 +233,16 @@ def test_mixed_precision_check_catches_nan(sequence):
     )
     with pytest.raises(AssertionError, match="NaN/Inf"):
         layer_checks.check_mixed_precision(BreaksInBfloat16(4), inputs)
+
+
+def test_mixed_precision_check_catches_a_wrong_dtype_and_drift(sequence):
+    inputs, _ = sequence
+    check = layer_checks.check_mixed_precision
+    check(CausalMixer(4), inputs, dtypes="compute", tolerance=5e-2)
+    with pytest.raises(AssertionError, match=r"output dtypes \['bfloat16'\] != \['float32'\]"):
+        check(CausalMixer(4), inputs, dtypes="float32")
+    with pytest.raises(AssertionError, match="differs from float32"):
+        check(DriftsInBfloat16(4), inputs, tolerance=5e-2)
 
 
 def test_padding_check_catches_a_layer_that_ignores_the_mask(sequence):

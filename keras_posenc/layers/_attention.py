@@ -184,6 +184,26 @@ def masked_softmax(logits: Any, mask: Any = None) -> Any:
     return ops.where(ops.any(mask, axis=-1, keepdims=True), probabilities, 0.0)
 
 
+def float32_bias(bias: Any) -> Any:
+    """An additive bias (an ``attention_bias`` argument) in float32, nothing below `MASK_FILL`.
+
+    Under ``mixed_float16`` Keras casts a layer's floating call arguments to float16
+    before ``call`` sees them, so an additive mask of -1e9 arrives as -inf, and a query
+    row masked whole gave NaN (-inf minus -inf in the softmax); filled with `MASK_FILL`
+    it is finite, like a boolean mask's fill.
+    """
+    return ops.maximum(ops.cast(bias, "float32"), ops.cast(MASK_FILL, "float32"))
+
+
+def cast_bias(bias: Any, dtype: Any) -> Any:
+    """A float32 additive bias cast to ``dtype``; for float16 first clipped at ±3e4
+    (`FLOAT16_MASK_FILL`): float16 overflows beyond 65,504 (KERPLE's power kernel reaches
+    -4e6 at a distance of 2,048), and the room left lets logits be added to it."""
+    if keras.backend.standardize_dtype(dtype) == "float16":
+        bias = ops.clip(bias, FLOAT16_MASK_FILL, -FLOAT16_MASK_FILL)
+    return ops.cast(bias, dtype)
+
+
 # --------------------------------------------------------------------------- projections
 
 
@@ -318,9 +338,7 @@ def _fused(q: Any, k: Any, v: Any, bias: Any, workspace: Any = None) -> Any:
         return output
     dtype = keras.backend.result_type(q.dtype, k.dtype, v.dtype)
     if bias is not None:
-        if keras.backend.standardize_dtype(dtype) == "float16":
-            bias = ops.maximum(bias, ops.cast(FLOAT16_MASK_FILL, bias.dtype))
-        bias = ops.cast(bias, dtype)
+        bias = cast_bias(bias, dtype)
     return ops.dot_product_attention(
         ops.cast(q, dtype), ops.cast(k, dtype), ops.cast(v, dtype), bias=bias, scale=1.0
     )

@@ -817,7 +817,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             q_relative, query_length, key_length, offset, workspace
         )
         if attention_bias is not None:
-            attention_bias = ops.cast(attention_bias, "float32")
+            attention_bias = _attention.float32_bias(attention_bias)
             relative_logits = (
                 attention_bias if relative_logits is None else relative_logits + attention_bias
             )

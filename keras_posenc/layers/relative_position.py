@@ -19,7 +19,7 @@ import keras
 from keras import ops
 
 from keras_posenc import _compile
-from keras_posenc.layers import position_schemes, relative_index
+from keras_posenc.layers import _attention, position_schemes, relative_index
 from keras_posenc.layers._checks import check_int
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._memory import check_allocation
@@ -157,7 +157,10 @@ class RelativePositionBias(_SingleTableLayer):
 
     Returns:
         A ``(1, num_heads, query_length, key_length)`` tensor in the layer's
-        compute dtype, broadcastable to attention logits.
+        compute dtype, broadcastable to attention logits. A computed bias is
+        computed in float32; in float16 it is clipped at ``-3e4`` (and ``3e4``),
+        since float16 ends at 65,504 (KERPLE's power kernel passes it at a distance
+        of a few hundred).
 
     Examples:
 
@@ -250,7 +253,7 @@ class RelativePositionBias(_SingleTableLayer):
                 type(self).__name__, query_length, key_length, offset
             )
             positions = ops.arange(query_length, dtype="int32") + ops.cast(offset, "int32")
-            return ops.cast(self._computed(r, positions[:, None]), dtype)
+            return _attention.cast_bias(self._computed(r, positions[:, None]), dtype)
         static = isinstance(query_length, int) and isinstance(key_length, int)
         method = _compile.relative_gather("bias")
         if static and min(query_length, key_length) > 0 and method in ("toeplitz", "windows"):
@@ -305,7 +308,7 @@ class RelativePositionBias(_SingleTableLayer):
             )
         distances = relative_index.distances_in_order(query_length, key_length, offset)
         if self.position.computed:
-            return ops.cast(self._computed(distances), dtype or self.compute_dtype)
+            return _attention.cast_bias(self._computed(distances), dtype or self.compute_dtype)
         table = ops.transpose(ops.cast(self.table(), dtype or self.compute_dtype))
         return ops.take(table, self.position.index(distances), axis=1)
 
