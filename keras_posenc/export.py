@@ -1138,10 +1138,12 @@ def _export_in_subprocess(
 def _worker_failure(format: str, request: str, result: subprocess.CompletedProcess) -> str:
     """The message for a failed export subprocess: the worker's own error first (what
     it wrote to ``request.error``; else the last line it printed), then what to check."""
+    said = True
     try:
         with open(request + ".error") as handle:
             failure = json.load(handle)
     except (OSError, ValueError):  # it died before it could say (e.g. out of memory)
+        said = False
         lines = result.stderr.strip().splitlines()
         last = lines[-1] if lines else "nothing printed"
         failure = {"stage": None, "error": f"exit status {result.returncode}, {excerpt(last)}"}
@@ -1156,7 +1158,9 @@ def _worker_failure(format: str, request: str, result: subprocess.CompletedProce
             "and importable in that process (every keras-posenc layer is). With "
             "KERAS_BACKEND=tensorflow the model is exported directly, without reloading it."
         )
-    if result.stderr:  # what the worker printed, hidden unless it failed (verbose=True shows it)
+    if result.stderr and not said:
+        # It died without naming its error: what it printed last is all there is. When it
+        # named it, its output is the traceback of that error (verbose=True shows it).
         message += "\nIts last lines:\n" + "\n".join(result.stderr.strip().splitlines()[-15:])
     return message
 

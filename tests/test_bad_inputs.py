@@ -496,6 +496,21 @@ def test_subprocess_export_failure_shows_the_workers_error_first(tmp_path):
     assert len(rest) <= 3 and "Traceback" not in str(error.value)
 
 
+@pytest.mark.neutral
+def test_a_worker_that_died_unheard_shows_its_last_lines(tmp_path):
+    # Killed before writing its error (e.g. out of memory): its output is all there is.
+    printed = "\n".join(f"line {i}" for i in range(30)) + "\nKilled"
+    died = subprocess.CompletedProcess([], -9, "", printed)
+    message = export._worker_failure("onnx", str(tmp_path / "request"), died)
+    assert "exit status -9, Killed" in message.splitlines()[0]
+    assert message.endswith("Its last lines:\n" + "\n".join(printed.splitlines()[-15:]))
+    # Where it named its error, that comes first and its traceback stays hidden.
+    with open(tmp_path / "request.error", "w") as handle:
+        json.dump({"stage": "export", "error": "ValueError: no"}, handle)
+    message = export._worker_failure("onnx", str(tmp_path / "request"), died)
+    assert message.endswith("failed: ValueError: no") and "line 29" not in message
+
+
 # --------------------------------------------------------------------------- 8. the CLI
 
 
