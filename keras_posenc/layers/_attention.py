@@ -120,6 +120,11 @@ def check_bias(caller: str, argument: str, bias: Any, expected: tuple, names: tu
     return ops.convert_to_tensor(bias)
 
 
+def _known(size: Any) -> bool:
+    """Whether a size is a number (not None, nor a symbolic size of a JAX export)."""
+    return isinstance(size, int | np.integer)
+
+
 def _check_broadcast(
     caller: str, argument: str, value: Any, expected: tuple, names: tuple, exact_rank: bool
 ) -> None:
@@ -138,7 +143,7 @@ def _check_broadcast(
             f"got shape {shape}."
         )
     for size, want in zip(shape, expected[len(expected) - len(shape) :], strict=True):
-        if None not in (size, want) and size not in (want, 1):
+        if _known(size) and _known(want) and size not in (want, 1):
             raise ValueError(
                 f"{caller}: `{argument}` must have shape {wanted} = {shown} (or 1 on an axis, "
                 f"to broadcast), got shape {shape}."

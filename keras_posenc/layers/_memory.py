@@ -80,7 +80,8 @@ def set_memory_limit(limit: int | str | None) -> None:
 
 
 def _bytes(shape: tuple, dtype: Any) -> int | None:
-    if any(size is None for size in shape):
+    # None, or a symbolic size (JAX's shape polymorphism in exports), is not counted.
+    if not all(isinstance(size, int | np.integer) for size in shape):
         return None
     return math.prod(int(size) for size in shape) * np.dtype(dtype).itemsize
 
