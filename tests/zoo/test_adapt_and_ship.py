@@ -16,95 +16,21 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from zoo_families import FAMILIES, make, numpy
 
-from keras_posenc import zoo
 from keras_posenc.layers.relative_position import (
     MultiScaleRelativePositionEmbedding,
     RelativePositionBias,
     RelativePositionEmbedding,
 )
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
-from keras_posenc.zoo.convs2s import ConvS2S
-from keras_posenc.zoo.muse import MUSE, build_muse_encoder
-from keras_posenc.zoo.posenet import PosENet
-from keras_posenc.zoo.relative_transformers import MusicTransformer, ShawTransformer
-from keras_posenc.zoo.t5 import T5
 from reference.adapt import decayed, head_projection, lora_kernel
 
 pytestmark = pytest.mark.contract
 
-VOCAB = 31
 # int8 outputs (Keras' weights and activations, abs-max scales) within this fraction of
 # the largest float32 output on the fixed inputs below; measured 0.005-0.018 on PyTorch.
 INT8_TOLERANCE = 0.05
-SEQ = dict(hidden_dim=8, intermediate_dim=12, num_heads=2, dropout=0.0)
-TINY_COATNET = dict(blocks=(1, 1, 1, 1, 1), channels=(8, 8, 16, 32, 32), head_dim=16)
-
-
-def numpy(tensor):
-    return ops.convert_to_numpy(tensor).astype("float64")
-
-
-def _coatnet():
-    return zoo.create("coatnet_0", **TINY_COATNET, num_classes=5, input_shape=(32, 32, 3))
-
-
-def _maxvit():
-    return zoo.create(
-        "maxvit_t",
-        blocks=(2, 1, 1, 1, 1),
-        channels=(8, 8, 16, 16, 32),
-        head_dim=8,
-        num_classes=5,
-        input_shape=(64, 64, 3),
-    )
-
-
-def _posenet():
-    backbone = zoo.create("coatnet_0", **TINY_COATNET, input_shape=(32, 32, 3), features=True)
-    return PosENet(backbone, feature_size=8, targets=("H", "G"))
-
-
-# Each family's small model, with its inputs and the layers `enable_lora` adapts by default.
-FAMILIES = {
-    "shaw": (lambda: ShawTransformer(VOCAB, num_layers=1, num_decoder_layers=2, max_distance=3,
-                                     **SEQ), "seq2seq", {"query", "value"}),
-    "coatnet": (_coatnet, "image32", {"qkv"}),
-    "maxvit": (_maxvit, "image64", {"qkv"}),
-    "convs2s": (lambda: ConvS2S(VOCAB, VOCAB, embed_dim=12, encoder_layers=[(12, 3), (16, 2)],
-                                decoder_layers=[(12, 3), (16, 2)], decoder_out_embed_dim=10,
-                                max_source_positions=16, max_target_positions=16, dropout=0.0),
-                "seq2seq", {"in_projection", "out_projection"}),
-    "muse": (lambda: MUSE(VOCAB, VOCAB, num_encoder_layers=1, num_decoder_layers=1,
-                          kernel_sizes=(3, 5), weight_dropout=0.0, max_source_positions=16,
-                          max_target_positions=16, **SEQ), "seq2seq", {"query", "value"}),
-    "muse_encoder": (lambda: build_muse_encoder(VOCAB, num_classes=3, num_layers=1,
-                                                kernel_sizes=(3, 5), weight_dropout=0.0, **SEQ),
-                     "tokens", {"query", "value"}),
-    "t5": (lambda: T5(VOCAB, num_layers=1, num_decoder_layers=1, num_buckets=8, max_distance=12,
-                      **SEQ), "seq2seq", {"query", "value"}),
-    "music": (lambda: MusicTransformer(num_events=VOCAB - 3, num_layers=1, max_distance=16, **SEQ),
-              "tokens", {"query", "value"}),
-    "posenet": (_posenet, "image32", {"qkv"}),
-}  # fmt: skip
-
-
-def inputs(kind):
-    rng = np.random.default_rng(0)
-    if kind.startswith("image"):
-        size = int(kind[len("image") :])
-        return rng.standard_normal((2, size, size, 3)).astype("float32")
-    source = np.array([[5, 6, 7, 8, 2, 0], [9, 10, 2, 0, 0, 0]], "int32")
-    target = np.array([[1, 11, 12, 13, 0], [1, 14, 15, 16, 17]], "int32")
-    if kind == "tokens":
-        return target
-    return {"encoder_token_ids": source, "decoder_token_ids": target}
-
-
-def make(family, seed=0):
-    keras.utils.set_random_seed(seed)
-    builder, kind, _ = FAMILIES[family]
-    return builder(), inputs(kind)
 
 
 def outputs(model, x):
@@ -223,7 +149,7 @@ def _check_weight_decay(model):
     optimizer.exclude_from_weight_decay(var_names=names)
     variables = model.trainable_variables
     before = [numpy(v) for v in variables]
-    optimizer.apply_gradients([(ops.zeros_like(v), v) for v in variables])
+    optimizer.apply_gradients([(ops.zeros(v.shape, v.dtype), v) for v in variables])
     excluded = _no_decay_by_owner(model) & {v.path for v in variables}
     assert 0 < len(excluded) < len(variables)
     for variable, value in zip(variables, before):
