@@ -21,6 +21,17 @@ pytestmark = pytest.mark.contract
 
 POLICIES = ("mixed_float16", "mixed_bfloat16")
 CASES = [(family, policy) for policy in POLICIES for family in FAMILIES]
+# Known defect (JAX on CPU): the relative Transformer decoder's cross-attention is
+# keras_hub's CachedMultiHeadAttention; without dropout Keras' MultiHeadAttention calls
+# ops.dot_product_attention, which on JAX is jax.nn.dot_product_attention, which asks
+# float16 queries for the dot algorithm F16_F16_F32, which XLA's CPU backend refuses
+# ("The precision 'F16_F16_F32' is not supported by dot_general on CPU"). Strict: a fix
+# makes the case fail until the mark is removed.
+JAX_CPU_FLOAT16 = pytest.mark.xfail(
+    keras.backend.backend() == "jax",
+    strict=True,
+    reason="jax.nn.dot_product_attention: float16 dot algorithm F16_F16_F32 refused on CPU",
+)
 
 
 # Representatives on every backend: CoAtNet under float16 (an image model, batch norms and
@@ -29,7 +40,12 @@ CASES = [(family, policy) for policy in POLICIES for family in FAMILIES]
 @pytest.mark.parametrize(
     *matrix(
         "family, policy",
-        CASES,
+        [
+            pytest.param(*case, marks=JAX_CPU_FLOAT16)
+            if case == ("shaw", "mixed_float16")
+            else case
+            for case in CASES
+        ],
         keep=[CASES.index(("coatnet", "mixed_float16")), CASES.index(("shaw", "mixed_bfloat16"))],
     )
 )
