@@ -99,7 +99,7 @@ class _SingleTableLayer(_RelativeTableLayer):
             f"{type(self).__name__}({self.name!r})", "table", [shape], self.variable_dtype
         )
         self.embeddings = self.add_weight(
-            name="embeddings",
+            name="table",
             shape=(self.table_size, self._table_columns()),
             initializer=self.embeddings_initializer,
         )
@@ -512,7 +512,7 @@ class MultiScaleRelativePositionEmbedding(_RelativeTableLayer):
         )
         self.embeddings = [
             self.add_weight(
-                name=f"embeddings_{index}",
+                name=f"table_{index}",
                 shape=(scheme.table_size, self.table_dim),
                 initializer=sublayer_initializer(
                     self.embeddings_initializer, f"embeddings_{index}"

@@ -21,6 +21,7 @@ from keras_posenc.zoo import (
     relative_transformers,  # noqa: F401  (registers shaw_transformer_*, music_transformer_*)
     t5,  # noqa: F401  (registers t5_small, t5_base, t5_1.1_small, t5_1.1_base)
 )
+from keras_posenc.zoo.adapt import ZooFunctional, ZooModel
 from keras_posenc.zoo.distribution import layout_map
 from keras_posenc.zoo.presets import from_preset, load_preset, save_preset
 from keras_posenc.zoo.registry import (
@@ -43,4 +44,6 @@ __all__ = [
     "register_model",
     "save_preset",
     "unregister_model",
+    "ZooFunctional",
+    "ZooModel",
 ]

@@ -50,6 +50,7 @@ from keras_posenc.layers._checks import (
 from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.layers.relative_position_2d import grid_size
+from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.registry import register_model
 
 _WHO = "build_coatnet"
@@ -548,8 +549,8 @@ def build_coatnet(
         outputs.append(x)
 
     if features:
-        return keras.Model(inputs, outputs, name=name)
-    return keras.Model(inputs, classifier_head(x, channels[-1], **head_options), name=name)
+        return ZooFunctional(inputs, outputs, name=name)
+    return ZooFunctional(inputs, classifier_head(x, channels[-1], **head_options), name=name)
 
 
 def check_head(

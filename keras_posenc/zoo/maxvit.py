@@ -42,6 +42,7 @@ from keras import ops
 from keras_posenc.layers._checks import check_bool, check_int
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.layers.relative_position_2d import grid_size
+from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.coatnet import (
     _block_options,
     _input_shape,
@@ -444,8 +445,8 @@ def build_maxvit(
         outputs.append(x)
 
     if features:
-        return keras.Model(inputs, outputs, name=name)
-    return keras.Model(inputs, classifier_head(x, channels[-1], **head_options), name=name)
+        return ZooFunctional(inputs, outputs, name=name)
+    return ZooFunctional(inputs, classifier_head(x, channels[-1], **head_options), name=name)
 
 
 for _name, (_blocks, _channels, _paper) in CONFIGS.items():

@@ -52,6 +52,7 @@ from keras import ops
 from keras_posenc.layers._checks import check_bool, check_int, check_rate
 from keras_posenc.layers._memory import check_allocation
 from keras_posenc.layers.muse import MUSEDecoderLayer, MUSEEncoderLayer
+from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
 
@@ -746,7 +747,7 @@ def build_muse_encoder(
         x = keras.layers.GlobalAveragePooling1D(name="pool")(x)
     x = keras.layers.Dropout(dropout, name="head_dropout")(x)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
-    return keras.Model(token_ids, logits, name=name)
+    return ZooFunctional(token_ids, logits, name=name)
 
 
 for _name, _config in CONFIGS.items():

@@ -29,6 +29,7 @@ import numpy as np
 
 from keras_posenc.layers._checks import check_int
 from keras_posenc.layers.padding import SpatialPadding2D
+from keras_posenc.zoo.adapt import ZooModel
 from keras_posenc.zoo.registry import create, register_model
 
 # The five target maps of the paper (H, V, G, HS, VS), one output channel each. The names are
@@ -177,7 +178,7 @@ class FeatureStandardization(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class PosENet(keras.Model):
+class PosENet(ZooModel, keras.Model):
     """PosENet: how much absolute position do a network's features encode?
 
     The backbone is frozen (in place: its layers become non-trainable). The

@@ -54,11 +54,12 @@ from keras import ops
 
 from keras_posenc import _compile
 from keras_posenc.layers._checks import check_int
+from keras_posenc.zoo.adapt import ZooModel
 
 _INPUT_NAMES = ("encoder_token_ids", "decoder_token_ids")
 
 
-class FunctionalModel(keras.Model):
+class FunctionalModel(ZooModel, keras.Model):
     """A functional ``keras.Model`` subclass that creates its layers before ``__init__``.
 
     Zoo models build their layers as attributes, wire them into a graph, then
