@@ -103,10 +103,10 @@ def _output_folder(path: str) -> None:
 # benchmarks/cli_quick.py from it; tests/test_first_contact.py checks that the two agree.
 # cli_timings measured
 MEASURED = {
-    "demo": (22.3, 15.6, 3.01),
-    "probe padding --quick": (115.4, 76.9, 3.28),
-    "experiment length --quick": (55.6, 103.0, 1.28),
-    "experiment layouts --quick": (89.0, 65.7, 3.88),
+    "demo": (24.8, 25.0, 0.45),
+    "probe padding --quick": (66.1, 75.5, 0.7),
+    "experiment length --quick": (85.2, 150.1, 0.91),
+    "experiment layouts --quick": (55.7, 56.4, 2.7),
 }
 # /cli_timings
 
