@@ -190,14 +190,20 @@ class RotaryPositions(Description):
             ``yarn_alpha``.
         yarn_truncate: the released ramp's rounding of its bounds to whole
             pairs (default True, Hugging Face's ``truncate``).
-        yarn_mscale, yarn_mscale_all_dim: ``None`` (default) or two positive
-            numbers, given together: the attention factor's ratio above.
+        yarn_mscale: ``None`` (default) or a positive number, given together
+            with ``yarn_mscale_all_dim``: the attention factor's ratio above.
+        yarn_mscale_all_dim: ``None`` (default) or a positive number, given
+            together with ``yarn_mscale``.
         attention_factor: ``None`` (default: the scaling's own) or a positive
             number that replaces the factor of ``"yarn"`` or ``"longrope"``.
-        low_freq_factor, high_freq_factor: ``"llama3"``'s (defaults 1 and 4,
-            Llama 3.1's), ``0 < low < high``.
-        short_factor, long_factor: ``"longrope"``'s ``lambda`` (needed), each
-            a sequence of ``d / 2`` positive numbers.
+        low_freq_factor: ``"llama3"``'s low-frequency factor (default 1,
+            Llama 3.1's), ``0 < low_freq_factor < high_freq_factor``.
+        high_freq_factor: ``"llama3"``'s high-frequency factor (default 4,
+            Llama 3.1's).
+        short_factor: ``"longrope"``'s ``lambda`` up to the original length
+            (needed): a sequence of ``d / 2`` positive numbers.
+        long_factor: ``"longrope"``'s ``lambda`` beyond it (needed): a sequence
+            of ``d / 2`` positive numbers.
         partial_rotary_factor: the fraction of each head that turns, in
             ``(0, 1]`` (default 1).
         interleaved: pairs ``(2k, 2k + 1)`` instead of ``(k, k + d / 2)``
