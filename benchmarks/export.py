@@ -108,7 +108,8 @@ def convs2s_rows(cache: str, batches: list[int], repeats: int, vocab: int) -> li
     import onnxruntime
 
     from keras_posenc import zoo
-    from keras_posenc._compile import TORCH_TRACE_AFTER, compile_inference
+    from keras_posenc.backend import compile_function
+    from keras_posenc.backend.torch_trace import TORCH_TRACE_AFTER
     from keras_posenc.export import export_seq2seq
     from keras_posenc.zoo.seq2seq import decoding_names
 
@@ -133,7 +134,7 @@ def convs2s_rows(cache: str, batches: list[int], repeats: int, vocab: int) -> li
     session = onnxruntime.InferenceSession(
         os.path.join(folder, "decoder_step.onnx"), providers=["CPUExecutionProvider"]
     )
-    step = compile_inference(
+    step = compile_function(
         lambda tokens, cache, index: model.decode_step(tokens, cache, index), model.variables
     )
     rows = []

@@ -10,7 +10,7 @@ self-attention, one forward pass):
 
       eager      layer(x), op by op
       compiled   the same call compiled by the backend (tf.function, jax.jit;
-                 PyTorch runs it eagerly under no_grad), via keras_posenc._compile
+                 PyTorch runs it eagerly under no_grad), via keras_posenc.backend.compile_function
 
 - memory: a fresh subprocess per implementation; extra peak memory is the
   growth of the peak resident set (ru_maxrss) over one eager warm-up call and
@@ -146,14 +146,14 @@ def measure_times(implementations: list[str], length: int, batch: int, repeats: 
     import keras
     from keras import ops
 
-    from keras_posenc._compile import compile_inference
+    from keras_posenc.backend import compile_function
 
     inputs = _inputs(length, batch)
     functions = {}
     for implementation in implementations:
         layer, forward = _build(implementation)
         functions[(implementation, "eager")] = forward
-        functions[(implementation, "compiled")] = compile_inference(forward, layer.variables)
+        functions[(implementation, "compiled")] = compile_function(forward, layer.variables)
     for function in functions.values():
         ops.convert_to_numpy(function(inputs))  # warm-up: tracing, compilation, allocation
     times: dict = {key: [] for key in functions}

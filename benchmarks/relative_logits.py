@@ -1,38 +1,43 @@
 """Building relative logits: the ways of reading a relative table, timed against each other.
 
 `MultiHeadRelativeAttention` reads its relative tables into (heads, q_len, k_len)
-logits in one of several ways that give the same numbers; `_compile.relative_gather`
-picks one per backend, by the times this script measures (docs/benchmarks.md,
-"Building the relative logits"). For each length L (8 heads, head size 64, batch 1,
-self-attention, a clip table of 33 rows) one process times every way in turn,
+logits through the backend kernels (`keras_posenc.backend`): each has a reference and
+portable variants (`keras_posenc.backend.algorithms`) that give the same numbers, and a
+backend overrides the reference with one where this script measured it faster
+(docs/benchmarks.md, "Building the relative logits"). For each length L (8 heads,
+head size 64, batch 1, self-attention, a clip table of 33 rows) one process times every way in turn,
 round-robin (``--repeats`` rounds, each way once per round, medians), in inference
 mode (`_timing.inference`: on PyTorch under ``torch.no_grad``):
 
-    bias   gather        `RelativePositionBias.per_head` read through an (L, L) index
-                         into heads-first order (the baseline)
+    bias   gather        a bias table read through an (L, L) index into heads-first
+                         order (`common.gather_heads_first`, the baseline)
            rows          the same gathered as rows of 8 (heads) values, then transposed
+                         (`algorithms.gather_rows_then_transpose`)
+           reference     the same built from its diagonals by one gather
+                         (`common.toeplitz`)
            toeplitz      the same built from its diagonals in strips
-                         (`relative_index.toeplitz`)
+                         (`algorithms.toeplitz_by_strips`)
            windows       the same built from its diagonals by runs of 16 keys
-                         (`relative_index.toeplitz(method="windows")`)
+                         (`algorithms.toeplitz_by_windows`)
     keys   flat          ``q_i . w[idx(i, j)]``: one gather from the flattened
-                         (batch, heads, L * rows) products (the baseline)
-           flat_2d       the same from a (batch * heads, L * rows) view
+                         (batch, heads, L * rows) products (`common.relative_key_logits`,
+                         the baseline)
            rows          rows of the transposed (L * rows, batch * heads) products
+                         (`algorithms.relative_key_logits_by_rows`)
            gather        PyTorch only: ``torch.gather`` with the (L, L) index broadcast
-                         as a view (`_compile.take_along_last_axis`)
+                         as a view (keras_posenc/backend/torch.py)
     fused  built_bias    PyTorch only: keras.ops.dot_product_attention with the
-                         (1, heads, L, L) bias built by the fastest way (the baseline)
-           strided_bias  `_compile.attention_with_toeplitz_bias`: the bias as a
-                         strided view of its diagonals, never built
+                         (1, heads, L, L) bias built (the baseline)
+           strided_bias  PyTorch's `toeplitz_attention`: the bias as a strided view of
+                         its diagonals, never built
     cumsum ops           the value term's cumulative sums of (1, heads, L, L)
                          probabilities: ``keras.ops.cumsum`` (the baseline)
-           blocked       `_compile.blocked_cumulative_sum`: blocks of 32 keys, each
-                         summed by one matrix product (the layer's way on TensorFlow)
+           blocked       `algorithms.blocked_cumulative_sum`: blocks of 32 keys, each
+                         summed by one matrix product (TensorFlow's override)
     fill   fresh         PyTorch only: the "gather" way of "keys" into a new tensor,
                          as each call allocates it (the baseline)
            reused        the same written into one tensor kept between calls
-                         (``out=``, as `_compile.Workspace` does within a call)
+                         (``out=``, as PyTorch's `backend.scratch` does within a call)
 
 ``x base`` is each way's time over its group's baseline, per round, then the median.
 
@@ -67,7 +72,7 @@ def _ways(length: int) -> dict:
     import numpy as np
     from keras import ops
 
-    from keras_posenc import _compile
+    from keras_posenc.backend import algorithms, common
     from keras_posenc.layers import MultiHeadRelativeAttention
 
     rng = np.random.default_rng(0)
@@ -80,58 +85,55 @@ def _ways(length: int) -> dict:
         layer(x[:, :8], x[:, :8])
         layers[relative] = layer
     q = layers["keys"].query_dense(x)
-    original = _compile.relative_gather
 
-    def forced(kind: str, method: str, run):
-        def call():
-            _compile.relative_gather = lambda asked: method if asked == kind else original(asked)
-            try:
-                return ops.convert_to_numpy(run())
-            finally:
-                _compile.relative_gather = original
-
-        return call
+    def numpy(function, *args):
+        return lambda: ops.convert_to_numpy(function(*args))
 
     bias_layer = layers["bias"].relative_bias
-    ways = {}
-    for method in ("gather", "rows", "toeplitz", "windows"):
-        run = lambda: bias_layer.per_head(length, length, 0, "float32")  # noqa: E731
-        ways["bias", method] = forced("bias", method, run)
+    table = ops.cast(bias_layer.table(), "float32")
+    bias_index = bias_layer.indices(length, length, 0)
+    diagonals = bias_layer.diagonals(length, length, 0, "float32")
+    ways = {
+        ("bias", "gather"): numpy(common.gather_heads_first, table, bias_index),
+        ("bias", "rows"): numpy(algorithms.gather_rows_then_transpose, table, bias_index),
+        ("bias", "reference"): numpy(common.toeplitz, diagonals, length, length),
+        ("bias", "toeplitz"): numpy(algorithms.toeplitz_by_strips, diagonals, length, length),
+        ("bias", "windows"): numpy(algorithms.toeplitz_by_windows, diagonals, length, length),
+    }
     keys_layer = layers["keys"]
+    key_table = keys_layer.relative_keys.table()
+    index = keys_layer.relative_keys.indices(length, length, 0)
+    ways["keys", "flat"] = numpy(common.relative_key_logits, q, key_table, index)
+    ways["keys", "rows"] = numpy(algorithms.relative_key_logits_by_rows, q, key_table, index)
     on_torch = keras.backend.backend() == "torch"
-    for method in ("flat", "flat_2d", "rows") + (("gather",) if on_torch else ()):
-        run = lambda: keys_layer._gathered_key_logits(q, length, length, 0)  # noqa: E731
-        ways["keys", method] = forced("keys", method, run)
     if on_torch:
+        from keras_posenc.backend import torch as torch_kernels
+
+        ways["keys", "gather"] = numpy(torch_kernels.relative_key_logits, q, key_table, index)
         k = v = ops.reshape(x, (1, length, HEADS, HEAD_DIM))
         scaled = k * (HEAD_DIM**-0.5)
-        diagonals = bias_layer.diagonals(length, length, 0, "float32")
 
         def built():
-            bias = ops.expand_dims(bias_layer.per_head(length, length, 0, "float32"), 0)
+            bias = ops.expand_dims(common.toeplitz(diagonals, length, length), 0)
             return ops.dot_product_attention(scaled, k, v, bias=bias, scale=1.0)
 
-        ways["fused", "built_bias"] = lambda: ops.convert_to_numpy(built())
-        ways["fused", "strided_bias"] = lambda: ops.convert_to_numpy(
-            _compile.attention_with_toeplitz_bias(scaled, k, v, diagonals)
+        ways["fused", "built_bias"] = numpy(built)
+        ways["fused", "strided_bias"] = numpy(
+            torch_kernels.toeplitz_attention, scaled, k, v, diagonals
         )
     probabilities = ops.softmax(
         ops.convert_to_tensor(rng.standard_normal((1, HEADS, length, length), "float32"))
     )
-    ways["cumsum", "ops"] = lambda: ops.convert_to_numpy(ops.cumsum(probabilities, axis=-1))
-    ways["cumsum", "blocked"] = lambda: ops.convert_to_numpy(
-        _compile.blocked_cumulative_sum(probabilities)
-    )
+    ways["cumsum", "ops"] = numpy(common.cumulative_sum, probabilities)
+    ways["cumsum", "blocked"] = numpy(algorithms.blocked_cumulative_sum, probabilities)
     if on_torch:
         import torch
 
-        table = ops.cast(keys_layer.relative_keys.table(), q.dtype)
-        per_row = ops.cast(ops.einsum("bqhd,rd->bhqr", q * (HEAD_DIM**-0.5), table), "float32")
-        index = keys_layer.relative_keys.indices(length, length, 0)
+        per_row = ops.cast(ops.einsum("bqhd,rd->bhqr", q, key_table), "float32")
         kept = torch.empty((1, HEADS, length, length))
         # Only the gather is timed (no copy to numpy: that would read the tensor again).
-        ways["fill", "fresh"] = lambda: _compile.take_along_last_axis(per_row, index)
-        ways["fill", "reused"] = lambda: _compile.take_along_last_axis(per_row, index, kept)
+        ways["fill", "fresh"] = lambda: torch_kernels._gather(per_row, index)
+        ways["fill", "reused"] = lambda: torch_kernels._gather(per_row, index, kept)
     return ways
 
 

@@ -10,7 +10,8 @@ compiles. Prints seconds per model; ``--json`` writes the rows.
 
 On JAX the initializers' draws are traced once and evaluated with NumPy, their
 random bits from one Threefry program compiled once per process
-(``keras_posenc._compile.initialize_together``); TensorFlow and PyTorch draw eagerly.
+(``keras_posenc.backend.initialize_together``, keras_posenc/backend/jax_init.py);
+TensorFlow and PyTorch draw eagerly.
 
 Usage:
     KERAS_BACKEND=jax python benchmarks/zoo_create.py [--models coatnet_0,muse_tiny]

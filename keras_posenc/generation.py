@@ -19,12 +19,12 @@ one implementation of each search serves both. The step (cache reordering,
 the decoder step, the rules below) is compiled once per batch shape
 (``tf.function`` on TensorFlow, ``jax.jit`` on JAX; on PyTorch a graph traced
 with ``torch.export`` once a shape has run eagerly a few times, see
-``keras_posenc._compile``), and its cost does not grow with the prefix. Greedy
-search and sampling are one compiled loop (on PyTorch, the compiled step in a
-Python loop); beam search's bookkeeping between steps (beam candidates,
-finished hypotheses) runs in numpy. Work on the weights alone (the model's
-``step_constants()``, e.g. ConvS2S's weight normalisation) is done once per
-search, not once per step.
+``keras_posenc.backend.compile_function``), and its cost does not grow
+with the prefix. Greedy search and sampling are one compiled loop (on
+PyTorch, the compiled step in a Python loop); beam search's bookkeeping
+between steps (beam candidates, finished hypotheses) runs in numpy. Work on
+the weights alone (the model's ``step_constants()``, e.g. ConvS2S's weight
+normalisation) is done once per search, not once per step.
 
 ``use_cache=False`` decodes by recomputing the whole prefix at every step
 (the full decoder on a fixed-length buffer, also compiled); it gives the same
@@ -91,8 +91,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc._compile import compile_inference, compiled_while_loop
 from keras_posenc._quiet import quiet_import
+from keras_posenc.backend import compile_function, compiled_while_loop
 from keras_posenc.layers._checks import (
     check_bool,
     check_int,
@@ -593,14 +593,14 @@ def _compiled(
 
     if kind == "loop":
         # All of the search in one compiled loop: no Python between steps
-        # (on PyTorch, the compiled step and a Python loop; see _compile.py).
-        # A random draw cannot be traced on PyTorch (see compile_inference): eager there.
+        # (on PyTorch, the compiled step and a Python loop: `backend.compiled_while_loop`).
+        # A random draw cannot be traced on PyTorch (see `backend.compile_function`): eager there.
         function = compiled_while_loop(
             loop_cond, loop_body, model.variables, traceable=sampler is None
         )
     else:
         named = {"reordering_step": reordering_step, "constants": constants}
-        function = compile_inference(named[kind], model.variables)
+        function = compile_function(named[kind], model.variables)
     functions[key] = function
     return function
 

@@ -135,7 +135,8 @@ def test_cli_probe_padding_quick(tmp_path, capsys):
 
 
 # Backend branches live in named places only ("Architecture" in docs/development.md).
-_BACKEND_BRANCH_MODULES = {"_compile.py", "export.py"}
+_BACKEND_BRANCH_MODULES = {"export.py"}
+_BACKEND_PACKAGE = "backend" + os.sep
 
 
 def _backend_comparisons(source: str) -> list[int]:
@@ -171,7 +172,7 @@ def _backend_comparisons(source: str) -> list[int]:
     ]
 
 
-def test_backend_comparisons_only_in_compile_and_export():
+def test_backend_comparisons_only_in_the_backend_package_and_export():
     root = os.path.dirname(keras_posenc.__file__)
     found = []
     for folder, _, files in os.walk(root):
@@ -180,9 +181,79 @@ def test_backend_comparisons_only_in_compile_and_export():
             relative = os.path.relpath(path, root)
             if not name.endswith(".py") or relative in _BACKEND_BRANCH_MODULES:
                 continue
+            if relative.startswith(_BACKEND_PACKAGE):
+                continue
             with open(path, encoding="utf-8") as file:
                 found += [f"{relative}:{line}" for line in _backend_comparisons(file.read())]
-    assert not found, f"backend comparisons outside _compile.py / export.py: {found}"
+    assert not found, f"backend comparisons outside keras_posenc/backend/, export.py: {found}"
+
+
+# Private or version-specific APIs live in keras_posenc/backend/ only, behind a guard
+# ("Backend kernels" in docs/development.md).
+_PRIVATE_MODULES = ("keras.src", "jax.extend", "jax._src", "torch._", "torch.utils._")
+_PRIVATE_VARIABLE_METHODS = {"_value", "_initializer", "_initialize", "_deferred_initialize"}
+
+
+def _private_api_uses(source: str) -> list[int]:
+    """Lines that import or read a private API (`_PRIVATE_MODULES`, private Variable methods)."""
+    import ast
+
+    def private(dotted: str) -> bool:
+        return any(
+            dotted == p or dotted.startswith(p.rstrip("_") + "_") or dotted.startswith(p + ".")
+            for p in _PRIVATE_MODULES
+        )
+
+    def dotted(node: ast.AST) -> str | None:
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        return ".".join([node.id, *reversed(parts)])
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and private(node.module):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Import) and any(private(a.name) for a in node.names):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Attribute):
+            name = dotted(node)
+            if node.attr in _PRIVATE_VARIABLE_METHODS or (name and private(name)):
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_private_apis_only_in_the_backend_package():
+    root = os.path.dirname(keras_posenc.__file__)
+    found = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            relative = os.path.relpath(path, root)
+            if not name.endswith(".py") or relative.startswith(_BACKEND_PACKAGE):
+                continue
+            with open(path, encoding="utf-8") as file:
+                found += [f"{relative}:{line}" for line in _private_api_uses(file.read())]
+    assert not found, f"private APIs outside keras_posenc/backend/: {found}"
+
+
+def test_private_api_finder_sees_every_form():
+    source = (
+        "import keras\n"
+        "from keras.src.backend.common import global_state\n"
+        "import torch._dynamo\n"
+        "x = torch._ops.OpOverload\n"
+        "from torch.utils._pytree import tree_flatten\n"
+        "v._deferred_initialize()\n"
+        "from jax.extend import core\n"
+        "y = keras.ops.add\n"
+        "z = torch.utils.data\n"
+        "w = layer.kernel_initializer\n"
+    )
+    assert _private_api_uses(source) == [2, 3, 4, 5, 6, 7]
 
 
 def test_backend_comparison_finder_sees_every_form():

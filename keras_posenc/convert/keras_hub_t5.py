@@ -30,8 +30,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from keras_posenc._compile import initialize_together
 from keras_posenc._quiet import quiet_import
+from keras_posenc.backend import initialize_together
 from keras_posenc.zoo.t5 import T5, query_kernel_scale
 
 __all__ = ["from_keras_hub_t5"]

@@ -33,7 +33,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc import _compile
+from keras_posenc import backend
 from keras_posenc.layers import relative_index
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._memory import check_allocation
@@ -51,7 +51,7 @@ FLOAT16_MASK_FILL = -3.0e4
 
 # Automatic query blocking (`query_block`): a block has at least this many
 # queries (fewer would make the per-block overhead of small ops dominate); its
-# size in bytes depends on the backend (`_compile.auto_block_bytes`).
+# size in bytes depends on the backend (`backend.query_block_bytes`).
 MIN_AUTO_BLOCK = 64
 
 
@@ -313,7 +313,8 @@ def use_fused_attention(
     """Whether ``keras.ops.dot_product_attention`` computes this call.
 
     ``enabled="auto"`` is on where the backend's fused kernel was measured to
-    pay (`_compile.fused_attention_pays`: PyTorch). Otherwise only when the
+    pay (`backend.prefers_fused_attention`: PyTorch on CPU without gradients).
+    Otherwise only when the
     layer's ``fused_attention`` is on, the computation is one it
     can express (``expressible``: no per-pair value term, no probabilities
     returned, equal query/key and value head sizes, which JAX's version needs)
@@ -321,7 +322,7 @@ def use_fused_attention(
     a symbolic ``training`` counts as possibly true): the fused kernels have none.
     """
     if enabled == "auto":
-        enabled = _compile.fused_attention_pays()
+        enabled = backend.prefers_fused_attention()
     if not enabled or not expressible:
         return False
     if dropout == 0:
@@ -329,24 +330,18 @@ def use_fused_attention(
     return isinstance(training, bool | int | type(None)) and not training
 
 
-def _fused(q: Any, k: Any, v: Any, bias: Any, workspace: Any = None) -> Any:
-    """`keras.ops.dot_product_attention` with one additive float32 bias (or None).
+def _fused(q: Any, k: Any, v: Any, bias: Any) -> Any:
+    """`backend.fused_attention` with one additive float32 bias (or None).
 
     PyTorch's version refuses a bias and a mask together, so the mask is in
     the bias. Every backend casts the bias to the compute dtype of q, k, v; it
     is cast here (float16: first clipped at a finite fill, as -1e9 would
-    overflow to -inf). ``q`` is already scaled, hence ``scale=1``. With a
-    ``workspace`` (float32 PyTorch) `_compile.fused_attention` computes it.
+    overflow to -inf). ``q`` is already scaled.
     """
-    output = _compile.fused_attention(q, k, v, bias, workspace)
-    if output is not None:
-        return output
     dtype = keras.backend.result_type(q.dtype, k.dtype, v.dtype)
     if bias is not None:
         bias = cast_bias(bias, dtype)
-    return ops.dot_product_attention(
-        ops.cast(q, dtype), ops.cast(k, dtype), ops.cast(v, dtype), bias=bias, scale=1.0
-    )
+    return backend.fused_attention(ops.cast(q, dtype), ops.cast(k, dtype), ops.cast(v, dtype), bias)
 
 
 def attend(
@@ -362,7 +357,6 @@ def attend(
     return_scores: bool = False,
     value_term: Callable[[Any], Any] | None = None,
     bias_diagonals: Any = None,
-    workspace: Any = None,
 ) -> tuple:
     """Scaled dot-product attention of (batch, length, heads, head_dim) tensors.
 
@@ -383,15 +377,11 @@ def attend(
         bias_diagonals: None, or a float32 bias that depends on ``j - i`` only (a
             Toeplitz matrix per head), given as its ``(heads, q_len + k_len - 1)``
             diagonals (`relative_index.toeplitz`; static lengths). With ``fused``
-            and no ``mask`` or ``bias``, a backend whose fused kernel takes it as
-            a strided view gets it so (`_compile.attention_with_toeplitz_bias`:
-            nothing of size (heads, q_len, k_len) is built); otherwise it is
-            expanded and added to ``bias``.
-        workspace: None, or a `_compile.Workspace` (PyTorch without gradients,
-            no scores returned): the unfused path then computes the logits and
-            their softmax in one of its buffers (`_compile.softmax_logits`), the
-            fused one transposes the keys and values once per call
-            (`_compile.fused_attention`).
+            and no ``mask`` or ``bias``, where the backend prefers it
+            (`backend.prefers_toeplitz_attention`) the fused kernel takes the
+            diagonals (`backend.toeplitz_attention`: PyTorch on CPU reads them as
+            a strided view, building nothing of size (heads, q_len, k_len));
+            otherwise the bias is built and added to ``bias``.
 
     Returns:
         ``(output, probabilities)``: output (batch, q_len, heads, value_dim),
@@ -409,10 +399,13 @@ def attend(
         check_allocation("attention", "logits, bias and their sum", [logits] * 3)
     if bias_diagonals is not None:
         bias_diagonals = ops.convert_to_tensor(bias_diagonals, "float32")
-        if fused and mask is None and bias is None:
-            output = _compile.attention_with_toeplitz_bias(q, k, v, bias_diagonals)
-            if output is not None:
-                return output, None
+        if (
+            fused
+            and mask is None
+            and bias is None
+            and backend.prefers_toeplitz_attention(q, k, v, bias_diagonals)
+        ):
+            return backend.toeplitz_attention(q, k, v, bias_diagonals), None
         query_length, key_length = q.shape[1], k.shape[1]
         toeplitz = relative_index.toeplitz(bias_diagonals, query_length, key_length)[None]
         bias = toeplitz if bias is None else bias + toeplitz
@@ -429,16 +422,12 @@ def attend(
         del fill
         row_valid = ops.any(mask, axis=-1)  # (batch or 1, q_len)
     if fused:
-        output = _fused(q, k, v, bias, workspace)
+        output = _fused(q, k, v, bias)
         probabilities = None
     else:
-        probabilities = None if return_scores else _compile.softmax_logits(q, k, bias, workspace)
-        if probabilities is None:
-            logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
-            if bias is not None:
-                logits = logits + bias
-            probabilities = ops.softmax(logits, axis=-1)
-            del logits
+        # PyTorch without gradients writes the logits and softmax into one scratch
+        # buffer of the call (`backend.scratch`), the bias's own where it is one.
+        probabilities = backend.attention_probabilities(q, k, bias)
         del bias
         dropped = probabilities if dropout is None else dropout(probabilities, training=training)
         if not return_scores:
@@ -479,7 +468,7 @@ def query_block(
     output (and its scores when they are requested: those are S anyway).
 
     ``requested=None`` ("auto") blocks only when one example's score tensor,
-    heads * q_len * k_len float32, exceeds `_compile.auto_block_bytes` (per
+    heads * q_len * k_len float32, exceeds `backend.query_block_bytes` (per
     backend, measured: 64 MiB on TensorFlow, 32 MiB on JAX, 16 MiB on PyTorch;
     with 32 MiB and 8 heads: above q_len = k_len = 1024), with blocks of about
     that size (32 MiB, 8 heads: 512 queries at k_len = 2048, 256 at 4096; at
@@ -499,7 +488,7 @@ def query_block(
         if not isinstance(key_length, int):
             return None
         row_bytes = 4 * num_heads * key_length  # one query's float32 logits
-        block_bytes = _compile.auto_block_bytes()
+        block_bytes = backend.query_block_bytes()
         if row_bytes * query_length <= block_bytes:
             return None
         block = max(block_bytes // row_bytes, MIN_AUTO_BLOCK)

@@ -8,7 +8,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_posenc import _compile
+from keras_posenc import backend
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -18,9 +18,10 @@ def exact_gelu(x: Any) -> Any:
     Numerically the same function as ``keras.activations.gelu(x, approximate=False)``,
     but that one lowers on TensorFlow to ``erfc``, which tf2onnx emits as an ``Erfc``
     node that no ONNX opset defines (onnxruntime rejects the graph). Written with
-    ``erf`` it becomes the standard ONNX ``Erf`` op on every route. On PyTorch it is
-    ``keras.ops.gelu(x, approximate=False)``, one fused kernel there (the formula
-    took five passes over the tensor; `_compile.exact_gelu_as_one_op`).
+    ``erf`` it becomes the standard ONNX ``Erf`` op on every route. It is the kernel
+    `keras_posenc.backend.exact_gelu`: on PyTorch's CPU ``keras.ops.gelu(x,
+    approximate=False)``, one fused kernel there (the formula took five passes over
+    the tensor).
 
     Args:
         x: a floating tensor.
@@ -37,10 +38,7 @@ def exact_gelu(x: Any) -> Any:
 
     Reference: Hendrycks and Gimpel, "Gaussian Error Linear Units (GELUs)", 2016.
     """
-    x = ops.convert_to_tensor(x)
-    if _compile.exact_gelu_as_one_op():
-        return ops.gelu(x, approximate=False)
-    return 0.5 * x * (1.0 + ops.erf(x * ops.cast(1.0 / math.sqrt(2.0), x.dtype)))
+    return backend.exact_gelu(ops.convert_to_tensor(x))
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")

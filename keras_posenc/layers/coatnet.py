@@ -15,8 +15,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_posenc import _compile
-from keras_posenc._compile import check_synchronized_batch_norm
+from keras_posenc import backend
 from keras_posenc.layers import _attention
 from keras_posenc.layers._checks import (
     check_activation,
@@ -123,52 +122,21 @@ def symmetric_pad(x: Any, kernel_size: int, strides: int) -> Any:
 
 
 def pointwise(conv: keras.layers.Conv2D, x: Any) -> Any:
-    """``conv(x)`` for a 1 x 1 ``Conv2D`` as one matrix product over the channels.
+    """``conv(x)``; a 1 x 1 ``Conv2D`` through the kernel `backend.pointwise_conv2d`.
 
-    The same numbers as the convolution (its own weights, in ``x``'s dtype), without
-    the layout copies Keras' PyTorch and JAX convolutions make around a channels-last
-    map (docs/benchmarks.md, "CoAtNet: where the time goes"). On PyTorch and JAX only
-    (`_compile.pointwise_as_matmul`); other convolutions run as they are.
+    The same numbers as the convolution (its own weights, in ``x``'s dtype); PyTorch
+    and JAX on CPU compute it as one matrix product over the channels, without the
+    layout copies their Keras convolutions make around a channels-last map
+    (docs/benchmarks.md, "CoAtNet: where the time goes"). Other convolutions run as
+    they are.
     """
-    if (
-        tuple(conv.kernel_size) != (1, 1)
-        or tuple(conv.dilation_rate) != (1, 1)
-        or not _compile.pointwise_as_matmul()
-    ):
+    if tuple(conv.kernel_size) != (1, 1) or tuple(conv.dilation_rate) != (1, 1):
         return conv(x)
     row_step, column_step = conv.strides
     if (row_step, column_step) != (1, 1):
         # A 1 x 1 kernel reads every stride-th pixel, the same for "same" and "valid".
         x = x[:, ::row_step, ::column_step]
-    kernel = ops.cast(conv.kernel, x.dtype)
-    y = ops.matmul(x, ops.reshape(kernel, tuple(kernel.shape[2:])))
-    if conv.use_bias:
-        y = y + ops.cast(conv.bias, x.dtype)
-    return y
-
-
-def depthwise_by_shifts(x: Any, kernel: Any, strides: int, pad: int) -> Any:
-    """A depthwise convolution as ``k * k`` shifted multiply-adds (channels last).
-
-    ``kernel``: Keras' (k, k, channels, 1) depthwise kernel; zero padding ``pad``
-    on each side, then a valid convolution with ``strides``. JAX's
-    `_compile.depthwise_method`: XLA fuses the sum into one loop, where its CPU
-    convolution with feature groups was several times slower.
-    """
-    size = kernel.shape[0]
-    if pad:
-        x = ops.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    height = (x.shape[1] - size) // strides + 1
-    width = (x.shape[2] - size) // strides + 1
-    kernel = ops.cast(kernel[..., 0], x.dtype)  # (k, k, channels)
-    total = None
-    for dy in range(size):
-        for dx in range(size):
-            rows = x[:, dy : dy + (height - 1) * strides + 1 : strides]
-            window = rows[:, :, dx : dx + (width - 1) * strides + 1 : strides]
-            term = window * kernel[dy, dx]
-            total = term if total is None else total + term
-    return total
+    return backend.pointwise_conv2d(x, conv.kernel, conv.bias if conv.use_bias else None)
 
 
 def _partition(who: str, partition: Any, size: Any) -> tuple[str | None, tuple | None]:
@@ -525,7 +493,7 @@ class MBConv(keras.layers.Layer):
         self.stride_on = check_choice(who, "stride_on", stride_on, STRIDE_ON)
         self.drop_path_rate = check_rate(who, "drop_path_rate", drop_path_rate)
         self.synchronized = check_bool(who, "synchronized", synchronized)
-        check_synchronized_batch_norm(who, synchronized)
+        backend.check_synchronized_batch_norm(who, synchronized)
         self.kernel_size = check_int(who, "kernel_size", kernel_size, 1)
         self.norm_epsilon = check_rate(who, "norm_epsilon", norm_epsilon)
         self.norm_momentum = check_rate(who, "norm_momentum", norm_momentum)
@@ -663,13 +631,8 @@ class MBConv(keras.layers.Layer):
             pad = ((strides - 1) + (self.kernel_size - 1)) // 2
         elif strides == 1 and self.kernel_size % 2:
             pad = (self.kernel_size - 1) // 2
-        method = _compile.depthwise_method()
-        static = None not in tuple(x.shape[1:3])
-        if pad is not None and static and method == "shifts":
-            return depthwise_by_shifts(x, self.depthwise_conv.kernel, strides, pad)
-        if pad is not None and method == "torch_channels_last":
-            kernel = ops.convert_to_tensor(self.depthwise_conv.kernel)
-            return _compile.torch_depthwise_conv(x, kernel, strides, pad)
+        if pad is not None:  # the kernel `backend.depthwise_conv2d` (shifts on JAX's CPU)
+            return backend.depthwise_conv2d(x, self.depthwise_conv.kernel, strides, pad)
         if self.padding == "symmetric":
             x = symmetric_pad(x, self.kernel_size, strides)
         return self.depthwise_conv(x)

@@ -478,7 +478,7 @@ class _ColumnNormOf(keras.initializers.Initializer):
     Weight normalisation's ``g`` starts at ``||v||``. Its draw of ``v`` repeats the
     kernel's: the same initializer with the same seed, held here as ``seed`` so that a
     caller may draw it from a ``keras.random.SeedGenerator`` whose state is that seed
-    (`_compile.initialize_together` does), as it may for the kernel's own initializer.
+    (`backend.initialize_together` does), as it may for the kernel's own initializer.
     """
 
     def __init__(self, initializer: Any, kernel_shape: tuple) -> None:

@@ -7,13 +7,14 @@ tensor that the textbook formula suggests; see the comments in
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc import _compile
+from keras_posenc import backend
 from keras_posenc.layers import _attention, position_schemes, relative_index
 from keras_posenc.layers._checks import (
     check_bool,
@@ -552,9 +553,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             (query.shape[0], self.num_heads, query.shape[1], k.shape[1]),
             ("batch", "num_heads", "q_len", "k_len"),
         )
-        # Block-sized scratch tensors reused within this call (PyTorch without
-        # gradients, `_compile.Workspace`); not with scores, which are kept per block.
-        workspace = None if return_attention_scores else _compile.workspace(q, k, v)
 
         def attend_rows(first: int, last: int | None) -> tuple:
             # Query blocking (see `_attention.query_block`): the block's queries
@@ -573,15 +571,13 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 rows = (rows, q_relative if last is None else q_relative[:, first:last])
             block_offset = offset if first == 0 else offset + first
             masks = (block_mask, value_mask, key_mask, block_attention_mask)
-            # One compiled program per block shape where that pays (eager TensorFlow:
-            # `_compile.compiled_block`); the offset is then a tensor, so every block of
-            # one size shares it.
-            attend_block = _compile.compiled_block(
-                self, "_attend_block", self.num_heads * length * key_length, training, self.dropout
+            # One compiled program per block shape where that pays (eager TensorFlow on
+            # CPU: `backend.compiled_block`); the offset is then a tensor, so every
+            # block of one size shares it.
+            attend_block = backend.compiled_block(
+                self._attend_block, self.num_heads * length * key_length, training, self.dropout
             )
-            if attend_block is None:
-                attend_block = self._attend_block
-            else:
+            if attend_block != self._attend_block:
                 block_offset = ops.convert_to_tensor(block_offset, "int32")
             return attend_block(
                 rows,
@@ -593,7 +589,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 use_causal_mask=use_causal_mask,
                 training=training,
                 return_attention_scores=return_attention_scores,
-                workspace=workspace,
             )
 
         output = self._toeplitz_attend(
@@ -609,12 +604,17 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         if output is not None:
             return self._finish(self.output_dense(output), None, cache, return_attention_scores)
         block = self._query_block(query_length, key_length, attention_mask, attention_bias)
-        if block is None:
-            output, probabilities = attend_rows(0, None)
-        else:
-            output, probabilities = _attention.attend_in_blocks(
-                attend_rows, query_length, block, return_attention_scores
-            )
+        # Block-sized buffers reused within this call where the backend keeps them
+        # (`backend.scratch`: PyTorch without gradients); not with scores, which are
+        # kept per block.
+        scope = contextlib.nullcontext() if return_attention_scores else backend.scratch()
+        with scope:
+            if block is None:
+                output, probabilities = attend_rows(0, None)
+            else:
+                output, probabilities = _attention.attend_in_blocks(
+                    attend_rows, query_length, block, return_attention_scores
+                )
         return self._finish(
             self.output_dense(output), probabilities, cache, return_attention_scores
         )
@@ -630,7 +630,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         use_causal_mask: bool,
         training: Any,
         return_attention_scores: bool,
-        workspace: Any = None,
     ) -> tuple:
         """Attention of one block of (scaled) queries ``q`` at ``offset`` to every key.
 
@@ -652,7 +651,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             offset,
             training,
             return_attention_scores,
-            workspace,
         )
 
     def _check_causal(self, use_causal_mask: bool) -> None:
@@ -698,8 +696,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
 
         A bias table read by distance is a Toeplitz matrix, and so is a causal
         mask; where the backend's fused kernel takes it as a view of its
-        ``q_len + k_len - 1`` diagonals (`_compile.attention_with_toeplitz_bias`:
-        PyTorch without gradients), neither the (heads, q_len, k_len) bias nor
+        ``q_len + k_len - 1`` diagonals (`backend.toeplitz_attention`: PyTorch on
+        CPU without gradients), neither the (heads, q_len, k_len) bias nor
         the probabilities are built and no query blocking is needed. Only
         without padding masks, ``attention_mask`` or ``attention_bias`` (those
         are not Toeplitz), with static lengths and when `use_fused_attention`
@@ -719,7 +717,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             )
         ):
             return None
-        if not _compile.takes_toeplitz_bias(q, k, v):
+        if not backend.prefers_toeplitz_attention(q, k, v):
             return None  # the general path (query blocking included) builds the bias
         diagonals = self.relative_bias.diagonals(query_length, key_length, offset, "float32")
         if use_causal_mask:
@@ -803,7 +801,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         offset: Any,
         training: Any,
         return_attention_scores: bool,
-        workspace: Any = None,
     ) -> tuple:
         """Attention of the (scaled) queries ``q`` at ``offset`` to every key (the core's).
 
@@ -813,9 +810,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         their sum (3 S without query blocking).
         """
         q, q_relative = q if isinstance(q, tuple) else (q, q)
-        relative_logits = self._relative_logits(
-            q_relative, query_length, key_length, offset, workspace
-        )
+        relative_logits = self._relative_logits(q_relative, query_length, key_length, offset)
         if attention_bias is not None:
             attention_bias = _attention.float32_bias(attention_bias)
             relative_logits = (
@@ -835,9 +830,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         if self.relative == "keys_values":
 
             def value_term(probabilities: Any) -> Any:
-                return self._relative_value_term(
-                    probabilities, query_length, key_length, offset, workspace
-                )
+                return self._relative_value_term(probabilities, query_length, key_length, offset)
 
         return _attention.attend(
             q,
@@ -850,7 +843,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             fused=fused,
             return_scores=return_attention_scores,
             value_term=value_term,
-            workspace=workspace,
         )
 
     def _use_cache(self, cache: Any, key: Any, value: Any, cache_update_index: Any) -> tuple:
@@ -876,13 +868,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
 
     # ------------------------------------------------------------------ relative terms
 
-    def _relative_logits(
-        self, q: Any, query_length: Any, key_length: Any, offset: Any, workspace: Any = None
-    ) -> Any:
+    def _relative_logits(self, q: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
         """The relative part of the logits, float32, (batch or 1, heads, q_len, k_len), or None.
 
-        With a ``workspace`` (`_compile.Workspace`) the gathered key logits are its
-        buffer "bias", which the attention core may then overwrite.
+        Within a call's `backend.scratch` the gathered key logits may be a scratch
+        buffer, which the attention core then overwrites.
         """
         if self.relative is None:
             return None
@@ -891,7 +881,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             return ops.expand_dims(bias, 0)
         if self._use_skew(query_length, key_length, offset):
             return self._skewed_key_logits(q, query_length, key_length, offset)
-        return self._gathered_key_logits(q, query_length, key_length, offset, workspace)
+        return self._gathered_key_logits(q, query_length, key_length, offset)
 
     def _use_skew(self, query_length: Any, key_length: Any, offset: Any) -> bool:
         """Whether the skew applies: "clip" table with a row for every distance, static lengths.
@@ -912,39 +902,17 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             return False
         return self.position.has_row_per_distance(query_length, key_length, offset)
 
-    def _gathered_key_logits(
-        self, q: Any, query_length: Any, key_length: Any, offset: Any, workspace: Any = None
-    ) -> Any:
+    def _gathered_key_logits(self, q: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
         """``q_i . w^K[idx(i, j)]`` by a gather, for any bucketing and length.
 
-        ``Q W_K^T`` is computed once for every table row, (batch, heads,
-        q_len, rows), and read at column ``idx(i, j)`` of row i (`_take_columns`)
-        with an index matrix of (q_len, k_len), never broadcast to the batch and
-        heads (``keras.ops.take_along_axis`` with a broadcast index made PyTorch
-        build a full int64 index, 2 S). On TensorFlow the products are gathered
-        as rows of (q_len * rows, batch * heads) instead, which was faster there.
-        The (q_len, k_len, key_dim) tensor a^K is never built.
+        The kernel `keras_posenc.backend.relative_key_logits`: ``Q W_K^T`` once for
+        every table row, read at column ``idx(i, j)`` of row i with an index matrix
+        of (q_len, k_len), never broadcast to the batch and heads (a broadcast
+        index made PyTorch build a full int64 index, 2 S). The (q_len, k_len,
+        key_dim) tensor a^K is never built.
         """
-        table = ops.cast(self.relative_keys.table(), q.dtype)
         index = self.relative_keys.indices(query_length, key_length, offset)
-        # The same numbers several ways, the fastest per backend (`_compile.relative_gather`).
-        method = _compile.relative_gather("keys")
-        if method == "rows":
-            batch, heads = ops.shape(q)[0], self.num_heads
-            rows = self.relative_keys.table_size
-            flat_index = ops.arange(query_length, dtype="int32")[:, None] * rows + index
-            # (q_len * rows, batch * heads): each gathered row is batch * heads floats.
-            per_row = ops.cast(ops.einsum("bqhd,rd->qrbh", q, table), "float32")
-            per_row = ops.reshape(per_row, (-1, batch * heads))
-            gathered = ops.take(per_row, flat_index, axis=0)  # (q_len, k_len, batch * heads)
-            gathered = ops.reshape(gathered, (query_length, key_length, batch, heads))
-            return ops.transpose(gathered, (2, 3, 0, 1))
-        per_row = ops.cast(ops.einsum("bqhd,rd->bhqr", q, table), "float32")
-        out = None
-        if workspace is not None and method == "gather":
-            shape = tuple(ops.shape(per_row)[:3]) + (key_length,)
-            out = workspace.buffer("bias", shape, per_row)
-        return _take_columns(per_row, index, method, out)
+        return backend.relative_key_logits(q, self.relative_keys.table(), index)
 
     def _skewed_key_logits(self, q: Any, query_length: int, key_length: int, offset: Any) -> Any:
         """``q_i . w^K[idx(i, j)]`` by Music Transformer's skew (Huang et al. 2018).
@@ -988,7 +956,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         query_length: Any,
         key_length: Any,
         offset: Any,
-        workspace: Any = None,
     ) -> Any:
         """``sum_j a_ij w^V[idx(i, j)]`` as (batch, q_len, heads, value_dim).
 
@@ -1001,9 +968,9 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         diagonals (band extraction) and the two end rows the tail sums. Cost:
         ``C`` (one S) and two (batch, heads, q_len, rows) gathers; no
         transposed copy of the weights (a segment sum needed one), and a^V,
-        (q_len, k_len, value_dim), is never built. With a ``workspace`` the
-        cumulative sums overwrite the probabilities when they are its buffer
-        (`_compile.cumulative_sum`): the caller reads them no more.
+        (q_len, k_len, value_dim), is never built. Within a call's
+        `backend.scratch` the cumulative sums may overwrite the probabilities
+        (`backend.cumulative_sum`): the caller reads them no more.
         """
         table = self.relative_values.table()
         lowest, highest, nonempty = self._bucket_intervals(query_length, key_length, offset)
@@ -1013,14 +980,12 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         last_key = ops.minimum(positions + highest[None, :], last_key)
         nonempty = ops.logical_and(nonempty[None, :], ops.less_equal(first_key, last_key))
 
-        cumulative = _compile.cumulative_sum(probabilities, workspace)
-        # "rows" would transpose the cumulative sums (one more S) for a small read.
-        method = "flat" if _compile.relative_gather("keys") == "rows" else None
+        cumulative = backend.cumulative_sum(probabilities)
 
         def read(cumulative: Any, column: Any) -> Any:
             # C[i, column[i, r]]; empty rows read any valid column (masked below).
             column = ops.clip(column, 0, ops.cast(key_length, "int32") - 1)
-            return _take_columns(cumulative, column, method)
+            return backend.take_columns(cumulative, column)
 
         upto_last = read(cumulative, last_key)
         before_first = read(cumulative, first_key - 1)
@@ -1144,27 +1109,3 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             fused_attention=self.fused_attention,
         )
         return config
-
-
-def _take_columns(values: Any, columns: Any, method: str | None = None, out: Any = None) -> Any:
-    """``values[b, h, i, columns[i, c]]``: (batch, heads, q_len, n) read at (q_len, m) columns.
-
-    ``method`` (default `_compile.relative_gather("keys")`) only changes the speed:
-    ``"gather"`` is `_compile.take_along_last_axis` (PyTorch's ``gather`` with the
-    index broadcast as a view); ``"flat_2d"`` reads the flattened last two axes
-    from a (batch * heads, q_len * n) view; anything else from (batch, heads,
-    q_len * n). On PyTorch, with 8 heads at L = 1024 / 2048, "gather" took 0.29 /
-    0.32 and "flat_2d" 0.45 / 0.54 of the 3-D read's time (its index_select on
-    the last axis is slow; docs/benchmarks.md, "Building the relative logits").
-    ``out``: a tensor that "gather" writes into (a `_compile.Workspace` buffer).
-    """
-    method = method or _compile.relative_gather("keys")
-    if method == "gather":
-        return _compile.take_along_last_axis(values, columns, out)
-    batch, heads, query_length, width = (ops.shape(values)[axis] for axis in range(4))
-    flat_index = ops.arange(query_length, dtype="int32")[:, None] * ops.cast(width, "int32")
-    flat_index = flat_index + columns
-    if method == "flat_2d":
-        gathered = ops.take(ops.reshape(values, (batch * heads, -1)), flat_index, axis=1)
-        return ops.reshape(gathered, (batch, heads) + tuple(ops.shape(flat_index)))
-    return ops.take(ops.reshape(values, (batch, heads, -1)), flat_index, axis=2)

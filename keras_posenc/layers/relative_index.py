@@ -34,10 +34,12 @@ import functools
 import math
 from typing import Any
 
+import keras
 import numpy as np
-from keras import backend, ops
+from keras import ops
 
-from keras_posenc.layers._checks import check_bool, check_choice, check_int
+from keras_posenc import backend
+from keras_posenc.layers._checks import check_bool, check_int
 
 __all__ = [
     "BUCKETINGS",  # noqa: F822 (a lazy module attribute, `__getattr__` below)
@@ -81,7 +83,7 @@ def _check_length(caller: str, name: str, value: Any) -> Any:
         )
     shape = tuple(getattr(value, "shape", ()))
     try:
-        dtype = backend.standardize_dtype(value.dtype)
+        dtype = keras.backend.standardize_dtype(value.dtype)
     except (AttributeError, ValueError):  # not a tensor, or a dtype Keras does not know
         dtype = str(getattr(value, "dtype", type(value).__name__))
     if shape != () or "int" not in dtype:
@@ -165,51 +167,21 @@ def distances_in_order(query_length: Any, key_length: Any, offset: Any = 0) -> A
     return ops.arange(count, dtype="int32") - first
 
 
-# Rows of one strip in `toeplitz(method="strips")` (see there for the measurement behind it).
-TOEPLITZ_STRIP_ROWS = 64
-
-# Keys of one window in `toeplitz(method="windows")` (see there for the measurement).
-TOEPLITZ_WINDOW_KEYS = 16
-
-TOEPLITZ_METHODS = ("strips", "windows")
-
-
-def toeplitz(diagonals: Any, query_length: int, key_length: int, method: str = "strips") -> Any:
+def toeplitz(diagonals: Any, query_length: int, key_length: int) -> Any:
     """``out[..., i, j] = diagonals[..., j - i + query_length - 1]``, a (..., q_len, k_len) tensor.
 
     A table read through a relative index depends on ``j - i`` only, so the
     (q_len, k_len) result of gathering it is a Toeplitz matrix of its
-    ``q_len + k_len - 1`` diagonals (`distances_in_order`). Both methods build
-    it without a (q_len, k_len) index and give the same numbers; only their
-    speed differs, by backend (`_compile.relative_gather`):
-
-    - ``"strips"``: the rows are cut into strips of ``s = TOEPLITZ_STRIP_ROWS``
-      (64); every strip is a window of one (s, q_len + k_len - s) strip gathered
-      from ``diagonals`` (strip ``g`` starts ``g * s`` columns further left), so
-      the gather reads O(s L) indices and the rest is copying contiguous rows.
-      PyTorch builds a relative bias this way: with 8 heads it took 0.56 / 0.45
-      of the gather's time at L = 1024 / 2048.
-    - ``"windows"``: the keys are cut into runs of ``w = TOEPLITZ_WINDOW_KEYS``
-      (16). The run of row ``i`` that starts at key ``g * w`` is ``w``
-      consecutive diagonals from entry ``q_len - 1 - i + g * w``, so the
-      ``(q_len + k_len - w)`` runs of ``w`` consecutive diagonals are gathered
-      once (a small tensor), and the result is one gather of whole runs at a
-      (q_len, k_len / w) index, already in the (..., q_len, k_len) order.
-      TensorFlow builds a relative bias this way: with 8 heads it took 0.80x /
-      0.56x / 0.48x the time of gathering rows of heads and transposing them at
-      L = 512 / 1024 / 2048, whose transposed copy alone cost more than the
-      whole windowed build there; its gathers of single elements were slower still.
-
-    The measurements are in docs/benchmarks.md ("Building the relative logits").
+    ``q_len + k_len - 1`` diagonals (`distances_in_order`). Computed by the
+    backend kernel `keras_posenc.backend.toeplitz` (one gather by default; by
+    strips of rows or runs of keys where a backend measured those faster).
 
     Args:
         diagonals: a tensor whose last axis has ``query_length + key_length - 1``
             entries (e.g. ``(heads, q_len + k_len - 1)``), whose other axes are
             static.
-        query_length: the number of rows, a Python int >= 1 (the number of
-            strips must be known).
+        query_length: the number of rows, a Python int >= 1.
         key_length: the number of columns, a Python int >= 1.
-        method: ``"strips"`` or ``"windows"`` (see above).
 
     Examples:
 
@@ -218,66 +190,17 @@ def toeplitz(diagonals: Any, query_length: int, key_length: int, method: str = "
         >>> print(keras.ops.convert_to_numpy(relative_index.toeplitz([1, 2, 3, 4], 2, 3)))
         [[2 3 4]
          [1 2 3]]
-        >>> windows = relative_index.toeplitz([1, 2, 3, 4], 2, 3, method="windows")
-        >>> print(keras.ops.convert_to_numpy(windows))
-        [[2 3 4]
-         [1 2 3]]
     """
     query_length = check_int("toeplitz", "query_length", query_length, minimum=1)
     key_length = check_int("toeplitz", "key_length", key_length, minimum=1)
     diagonals = ops.convert_to_tensor(diagonals)
-    method = check_choice("toeplitz", "method", method, TOEPLITZ_METHODS)
     count = diagonals.shape[-1] if len(diagonals.shape) else None
     if count is not None and count != query_length + key_length - 1:
         raise ValueError(
             f"toeplitz: the last axis of `diagonals` must have query_length + key_length - 1 "
             f"= {query_length + key_length - 1} entries, got shape {tuple(diagonals.shape)}."
         )
-    if method == "windows":
-        return _toeplitz_by_windows(diagonals, query_length, key_length)
-    rows = min(TOEPLITZ_STRIP_ROWS, query_length)
-    strips = -(-query_length // rows)
-    padded = strips * rows
-    if padded > query_length:
-        # The padded rows read diagonals below the first; they are cut off below.
-        extra = ops.zeros(tuple(diagonals.shape[:-1]) + (padded - query_length,), diagonals.dtype)
-        diagonals = ops.concatenate([extra, diagonals], axis=-1)
-    # strip[r, x] = diagonals[x - r + rows - 1]: row g * rows + r of the result is
-    # strip[r, (strips - 1 - g) * rows + j].
-    width = padded + key_length - rows
-    index = np.arange(width)[None, :] - np.arange(rows)[:, None] + rows - 1
-    strip = ops.take(diagonals, ops.convert_to_tensor(index.astype("int32")), axis=-1)
-    if strips == 1:
-        return strip[..., :query_length, :key_length]
-    windows = [
-        strip[..., (strips - 1 - g) * rows : (strips - 1 - g) * rows + key_length]
-        for g in range(strips)
-    ]
-    out = ops.stack(windows, axis=-3)  # (..., strips, rows, k_len)
-    out = ops.reshape(out, tuple(out.shape[:-3]) + (padded, key_length))
-    return out if padded == query_length else out[..., :query_length, :]
-
-
-def _toeplitz_by_windows(diagonals: Any, query_length: int, key_length: int) -> Any:
-    """`toeplitz` by runs of ``TOEPLITZ_WINDOW_KEYS`` keys (``method="windows"``, see there)."""
-    width = TOEPLITZ_WINDOW_KEYS
-    runs = -(-key_length // width)
-    padded = runs * width  # keys, rounded up to whole runs (the extra keys are cut off)
-    lead = tuple(diagonals.shape[:-1])
-    # Row 0's last run ends at entry query_length - 1 + padded - 1.
-    needed = query_length - 1 + padded
-    count = query_length + key_length - 1
-    if needed > count:
-        extra = ops.zeros(lead + (needed - count,), diagonals.dtype)
-        diagonals = ops.concatenate([diagonals, extra], axis=-1)
-    # window[..., s, c] = diagonals[..., s + c]: every run of `width` consecutive entries.
-    starts = np.arange(needed - width + 1)[:, None] + np.arange(width)[None, :]
-    window = ops.take(diagonals, ops.convert_to_tensor(starts.astype("int32")), axis=-1)
-    # Row i, keys g * width + c: entry (query_length - 1 - i) + g * width + c.
-    first = (query_length - 1 - np.arange(query_length))[:, None] + width * np.arange(runs)
-    out = ops.take(window, ops.convert_to_tensor(first.astype("int32")), axis=-2)
-    out = ops.reshape(out, lead + (query_length, padded))  # (..., q_len, runs, width) flattened
-    return out if padded == key_length else out[..., :key_length]
+    return backend.toeplitz(diagonals, query_length, key_length)
 
 
 # --------------------------------------------------------------------------- clip (Shaw)

@@ -18,7 +18,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_posenc import _compile
+from keras_posenc import backend
 from keras_posenc.layers import _attention, position_schemes, relative_index
 from keras_posenc.layers._checks import check_int
 from keras_posenc.layers._initializers import sublayer_initializer
@@ -228,14 +228,11 @@ class RelativePositionBias(_SingleTableLayer):
     ) -> Any:
         """The bias as ``(num_heads, query_length, key_length)``, in ``dtype`` (default: compute).
 
-        Four ways with the same result, the fastest on the backend chosen by
-        `_compile.relative_gather("bias")`: read straight into heads-first
-        order from the transposed table (``"gather"``); gathered as rows of
-        ``heads`` values and transposed (``"rows"``); or, with static lengths,
-        built as the Toeplitz matrix it is (it depends on ``j - i`` only) from
-        its ``q_len + k_len - 1`` diagonals (`relative_index.toeplitz`), without
-        a (q_len, k_len) index, by strips of rows (``"toeplitz"``) or by runs of
-        keys (``"windows"``).
+        With static lengths it is built as the Toeplitz matrix it is (it depends
+        on ``j - i`` only) from its ``q_len + k_len - 1`` diagonals (the kernel
+        `keras_posenc.backend.toeplitz`); with lengths known only when run, the
+        table is read at a (q_len, k_len) index into heads-first order (the
+        kernel `keras_posenc.backend.gather_heads_first`).
 
         Examples:
 
@@ -255,11 +252,9 @@ class RelativePositionBias(_SingleTableLayer):
             positions = ops.arange(query_length, dtype="int32") + ops.cast(offset, "int32")
             return _attention.cast_bias(self._computed(r, positions[:, None]), dtype)
         static = isinstance(query_length, int) and isinstance(key_length, int)
-        method = _compile.relative_gather("bias")
-        if static and min(query_length, key_length) > 0 and method in ("toeplitz", "windows"):
+        if static and min(query_length, key_length) > 0:
             diagonals = self.diagonals(query_length, key_length, offset, dtype)
-            build = "strips" if method == "toeplitz" else "windows"
-            return relative_index.toeplitz(diagonals, query_length, key_length, build)
+            return relative_index.toeplitz(diagonals, query_length, key_length)
         if self.position.computed:
             # The bias of each of the q_len + k_len - 1 distances, read like a table
             # whose rows are the distances in order (cheaper than the formula per pair).
@@ -270,10 +265,7 @@ class RelativePositionBias(_SingleTableLayer):
         else:
             table = ops.cast(self.table(), dtype)  # (rows, heads)
             index = self.indices(query_length, key_length, offset)
-        if method in ("rows", "windows"):  # "windows" with lengths known only when run
-            # Rows of `heads` values into (q_len, k_len, heads), then one transposed copy.
-            return ops.transpose(ops.take(table, index, axis=0), (2, 0, 1))
-        return ops.take(ops.transpose(table), index, axis=1)
+        return backend.gather_heads_first(table, index)
 
     def diagonals(
         self, query_length: Any, key_length: Any, offset: Any = 0, dtype: Any = None

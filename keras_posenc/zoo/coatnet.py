@@ -39,7 +39,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from keras_posenc._compile import check_synchronized_batch_norm
+from keras_posenc import backend
 from keras_posenc.layers._checks import (
     check_bool,
     check_int,
@@ -582,7 +582,7 @@ def check_head(
         ("pre_logits", pre_logits),
     ):
         check_bool(who, flag_name, flag)
-    check_synchronized_batch_norm(who, synchronized)
+    backend.check_synchronized_batch_norm(who, synchronized)
     if include_top and not features:
         num_classes = check_int(who, "num_classes", num_classes, 1)
         if pooling is None:

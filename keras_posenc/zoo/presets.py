@@ -46,7 +46,6 @@ import numpy as np
 from keras import ops
 
 import keras_posenc
-from keras_posenc._compile import initialize_together
 from keras_posenc._quiet import quiet_import
 from keras_posenc._sources import (  # noqa: F401 (cache_folder: public here)
     HUB_PREFIX,
@@ -58,6 +57,7 @@ from keras_posenc._sources import (  # noqa: F401 (cache_folder: public here)
     hub_offline,
     reachable,
 )
+from keras_posenc.backend import initialize_together
 from keras_posenc.layers._checks import (
     check_choice,
     check_int,

@@ -33,7 +33,7 @@ from typing import Any
 import h5py
 import keras
 
-from keras_posenc._compile import initialize_together
+from keras_posenc.backend import initialize_together
 from keras_posenc.layers._checks import excerpt, innermost_error
 
 # Dots only between other characters, for release names such as "t5_1.1_small".

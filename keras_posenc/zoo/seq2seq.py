@@ -52,7 +52,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc import _compile
+from keras_posenc import backend
 from keras_posenc.layers._checks import check_int
 from keras_posenc.zoo.adapt import ZooModel
 
@@ -91,7 +91,7 @@ class GeneratingModel:
         # vocabulary or past the position table, TensorFlow and PyTorch failed inside a
         # gather and JAX clipped the index and returned logits. Inside a traced function
         # (fit, predict on TensorFlow and JAX, export) the values are not known and the
-        # graph runs unchecked (`_compile.concrete_values`).
+        # graph runs unchecked (`backend.concrete_values`).
         self._check_token_inputs(args[0] if args else kwargs.get("inputs"))
         return super().__call__(*args, **kwargs)
 
@@ -103,7 +103,7 @@ class GeneratingModel:
 
     def _check_token_inputs(self, inputs: Any) -> None:
         for name, tensor in self._token_inputs(inputs):
-            values = _compile.concrete_values(tensor)
+            values = backend.concrete_values(tensor)
             if values is not None and values.ndim == 2:
                 self.check_token_ids(values, name, **self._check_arguments(name))
 

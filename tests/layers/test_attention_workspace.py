@@ -1,13 +1,13 @@
 """Relative attention's per-backend speed paths, each against the numpy reference.
 
-- `_compile.cumulative_sum` (the value term's cumulative sums): blocks of matrix
-  products on TensorFlow, ``keras.ops.cumsum`` elsewhere, in place on PyTorch with
-  a workspace.
-- `_compile.Workspace` (PyTorch without gradients): block-sized buffers reused by
-  every block of queries in one call, the logits and softmax written into them
-  (`_compile.softmax_logits`), the keys and values transposed once for the fused
-  kernel (`_compile.fused_attention`).
-- `_compile.auto_block_bytes`: the automatic query block, per backend.
+- `backend.cumulative_sum` (the value term's cumulative sums): blocks of matrix
+  products on TensorFlow, ``keras.ops.cumsum`` elsewhere, in place on PyTorch in a
+  call's scratch.
+- `backend.scratch` (PyTorch without gradients, `keras_posenc.backend.torch.Workspace`):
+  block-sized buffers reused by every block of queries in one call, the logits and
+  softmax written into them (`backend.attention_probabilities`), the keys and values
+  transposed once for the fused kernel (`backend.fused_attention`).
+- `backend.query_block_bytes`: the automatic query block, per backend.
 
 The PyTorch-only tests say why in their skip reason; the decision functions are
 tested on every backend.
@@ -22,7 +22,8 @@ from keras import ops
 from test_relative_attention import assert_close, built_layer, inputs, layer_weights, to_numpy
 from test_relative_gather import ON_TORCH, no_gradients
 
-from keras_posenc import _compile
+from keras_posenc import backend
+from keras_posenc.backend import _registry
 from keras_posenc.layers import _attention
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from reference.relative_attention import causal_mask, clip_index_matrix, relative_attention
@@ -31,17 +32,17 @@ pytestmark = pytest.mark.contract
 
 TORCH_ONLY = pytest.mark.skipif(
     not ON_TORCH,
-    reason="the workspace exists only for eager PyTorch without gradients: PyTorch has no "
-    "caching CPU allocator (`_compile.Workspace`); `_compile.workspace` is None elsewhere "
-    "(test_workspace_only_for_eager_float32_torch_without_gradients)",
+    reason="scratch buffers exist only for eager PyTorch without gradients: PyTorch has no "
+    "caching CPU allocator (keras_posenc/backend/torch.py, Workspace); elsewhere "
+    "`backend.scratch` is the reference's null context",
 )
 
 
-# Around `_compile._CUMSUM_BLOCK` (32): shorter, exact, one more, several with a padded end.
+# Around `algorithms.CUMSUM_BLOCK` (32): shorter, exact, one more, several with a padded end.
 @pytest.mark.parametrize("length", [1, 5, 32, 33, 64, 100])
 def test_cumulative_sum_matches_numpy(length, rng):
     values = rng.random((2, 3, 4, length)).astype("float32")
-    actual = ops.convert_to_numpy(_compile.cumulative_sum(ops.convert_to_tensor(values)))
+    actual = ops.convert_to_numpy(backend.cumulative_sum(ops.convert_to_tensor(values)))
     expected = np.cumsum(values.astype("float64"), axis=-1)
     assert actual.shape == expected.shape and actual.dtype == np.float32
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
@@ -49,27 +50,16 @@ def test_cumulative_sum_matches_numpy(length, rng):
 
 def test_cumulative_sum_casts_to_float32(rng):
     values = rng.random((1, 2, 3, 40)).astype("float16")
-    actual = _compile.cumulative_sum(ops.convert_to_tensor(values))
+    actual = backend.cumulative_sum(ops.convert_to_tensor(values))
     assert keras.backend.standardize_dtype(actual.dtype) == "float32"
     expected = np.cumsum(values.astype("float64"), axis=-1)
     np.testing.assert_allclose(ops.convert_to_numpy(actual), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_workspace_only_for_eager_float32_torch_without_gradients(rng):
-    q = ops.convert_to_tensor(inputs(rng, 1, 4, 8))
-    assert _compile.workspace(q) is None  # gradients are recorded (or not PyTorch)
-    with no_gradients():
-        assert (_compile.workspace(q) is not None) is ON_TORCH
-        assert _compile.workspace(ops.cast(q, "float16")) is None
-        assert _compile.softmax_logits(q, q, None, None) is None
-        assert _compile.fused_attention(q, q, q, None, None) is None
-
-
 def test_automatic_query_block_size_per_backend():
-    block_bytes = _compile.auto_block_bytes()
-    assert (
-        block_bytes == {"tensorflow": 64, "jax": 32, "torch": 16}[keras.backend.backend()] * 2**20
-    )
+    block_bytes = backend.query_block_bytes()
+    measured = {"tensorflow": 64, "jax": 32, "torch": 16}[keras.backend.backend()]
+    assert block_bytes == (measured if backend.device() == "cpu" else 32) * 2**20
     layer = MultiHeadRelativeAttention(8, 64)
     for length in (512, 1024, 2048, 4096):
         logits = 4 * 8 * length * length
@@ -86,23 +76,27 @@ def test_automatic_query_block_size_per_backend():
 
 
 def _count(monkeypatch, name):
-    """Records, for each call of `_compile.<name>`, whether it computed the result."""
+    """Records, for each call of the backend's override of kernel ``name``, whether it
+    computed the result (rather than leaving it to the reference)."""
     taken = []
-    original = getattr(_compile, name)
+    entry = _registry.overrides()[name]
+    original = entry.function
 
     def counting(*args):
         result = original(*args)
-        taken.append(result is not None)
+        taken.append(result is not backend.REFERENCE)
         return result
 
-    monkeypatch.setattr(_compile, name, counting)
+    monkeypatch.setattr(entry, "function", counting)
     return taken
 
 
 def _count_buffers(monkeypatch):
     """The buffers `Workspace.buffer` allocates, as (name, shape)."""
+    from keras_posenc.backend import torch as torch_kernels
+
     allocated = []
-    original = _compile.Workspace.buffer
+    original = torch_kernels.Workspace.buffer
 
     def counting(self, name, shape, like):
         before = self._buffers.get(name)
@@ -111,8 +105,23 @@ def _count_buffers(monkeypatch):
             allocated.append((name, tuple(shape)))
         return result
 
-    monkeypatch.setattr(_compile.Workspace, "buffer", counting)
+    monkeypatch.setattr(torch_kernels.Workspace, "buffer", counting)
     return allocated
+
+
+@TORCH_ONLY
+def test_scratch_only_for_eager_float32_torch_without_gradients(rng, monkeypatch):
+    q = ops.convert_to_tensor(inputs(rng, 1, 4, 8).reshape(1, 4, 2, 4))
+    taken = _count(monkeypatch, "attention_probabilities")
+    with backend.scratch():
+        backend.attention_probabilities(q, q, None)  # gradients are recorded
+    with no_gradients():
+        backend.attention_probabilities(q, q, None)  # no scratch opened
+        with backend.scratch():
+            backend.attention_probabilities(q, q, None)
+            half = ops.cast(q, "float16")
+            backend.attention_probabilities(half, half, None)
+    assert taken == [False, False, True, False]
 
 
 @TORCH_ONLY
@@ -140,7 +149,7 @@ def test_workspace_path_matches_reference(relative, case, block, rng, monkeypatc
     expected, _ = relative_attention(
         query, value, None, layer_weights(layer), relative, index, mask, attention_bias=bias
     )
-    path = "fused_attention" if relative == "keys" else "softmax_logits"
+    path = "fused_attention" if relative == "keys" else "attention_probabilities"
     taken = _count(monkeypatch, path)
     allocated = _count_buffers(monkeypatch)
     with no_gradients():
@@ -188,17 +197,13 @@ def test_no_workspace_with_scores_or_half_precision(rng, monkeypatch):
     expected, probabilities = relative_attention(
         query, query, None, layer_weights(layer), "keys_values", clip_index_matrix(20, 20, 3)
     )
-    workspaces = []
-    original = _compile.workspace
-    monkeypatch.setattr(
-        _compile, "workspace", lambda *a: workspaces.append(original(*a)) or workspaces[-1]
-    )
+    taken = _count(monkeypatch, "attention_probabilities")
     with no_gradients():
         output, scores = layer(query, query, return_attention_scores=True)
-    assert workspaces == [], "scores are kept per block: no buffers reused"
+    assert taken and not any(taken), "scores are kept per block: no buffers reused"
     assert_close(output, expected, what="output with scores")
     assert_close(scores, probabilities, what="scores")
     half = MultiHeadRelativeAttention(2, 4, relative="keys_values", max_distance=3, dtype="float16")
     with no_gradients():
         result = to_numpy(half(query, query))
-    assert workspaces == [None] and np.isfinite(result).all()
+    assert not any(taken) and np.isfinite(result).all()

@@ -701,8 +701,8 @@ def test_layer_scale_accepts_numpy_scalars():
     "size, kernel, strides", [(9, 3, 1), (8, 3, 2), (9, 3, 2), (7, 5, 1), (6, 5, 2)], ids=str
 )
 def test_depthwise_by_shifts_matches_reference(rng, size, kernel, strides):
-    """JAX's depthwise path (`_compile.depthwise_method`), checked on every backend."""
-    from keras_posenc.layers.coatnet import depthwise_by_shifts
+    """JAX's depthwise override (keras_posenc/backend/jax.py), checked on every backend."""
+    from keras_posenc.backend.algorithms import depthwise_by_shifts
 
     x = images(rng, (2, size, size, 5))
     weights = rng.standard_normal((kernel, kernel, 5, 1)).astype("float32")
@@ -718,12 +718,14 @@ def test_depthwise_by_shifts_matches_reference(rng, size, kernel, strides):
 
 @pytest.mark.parametrize("strides", [1, 2])
 @pytest.mark.parametrize("use_bias", [False, True])
-@pytest.mark.parametrize("as_matmul", [False, True])
-def test_pointwise_matches_reference(rng, strides, use_bias, as_matmul, monkeypatch):
-    from keras_posenc import _compile
+@pytest.mark.parametrize("kernels", ["backend", "reference"])
+def test_pointwise_matches_reference(rng, strides, use_bias, kernels):
+    import contextlib
+
+    from keras_posenc import backend
     from keras_posenc.layers.coatnet import pointwise
 
-    monkeypatch.setattr(_compile, "pointwise_as_matmul", lambda: as_matmul)
+    scope = backend.references_only() if kernels == "reference" else contextlib.nullcontext()
 
     x = images(rng, (2, 7, 7, 6))
     conv = keras.layers.Conv2D(4, 1, strides=strides, padding="same", use_bias=use_bias)
@@ -734,5 +736,6 @@ def test_pointwise_matches_reference(rng, strides, use_bias, as_matmul, monkeypa
     expected = ref.conv2d(
         x.astype("float64"), ops.convert_to_numpy(conv.kernel).astype("float64"), bias, strides
     )
-    actual = ops.convert_to_numpy(pointwise(conv, ops.convert_to_tensor(x)))
+    with scope:
+        actual = ops.convert_to_numpy(pointwise(conv, ops.convert_to_tensor(x)))
     np.testing.assert_allclose(actual, expected, atol=1e-5)

@@ -1,4 +1,4 @@
-"""Blocks of relative attention compiled by XLA in eager TensorFlow (`_compile.compiled_block`).
+"""Blocks of relative attention compiled by XLA in eager TensorFlow (`backend.compiled_block`).
 
 Large eager blocks on TensorFlow run as one ``tf.function(jit_compile=True)`` per layer;
 here the size threshold is lowered so that small inputs take that path, and the results
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from test_relative_attention import MODES, assert_close, built_layer, inputs, layer_weights
 
-from keras_posenc import _compile
+from keras_posenc import backend
 from reference.relative_attention import causal_mask, clip_index_matrix, relative_attention
 
 pytestmark = pytest.mark.contract
@@ -28,9 +28,15 @@ TENSORFLOW_ONLY = pytest.mark.skipif(
 )
 
 
+def _tensorflow_kernels():
+    from keras_posenc.backend import tensorflow as tensorflow_kernels
+
+    return tensorflow_kernels
+
+
 def _compiled_traces(layer):
     """How often the layer's compiled block was traced (0: it never ran compiled)."""
-    compiled = _compile._COMPILED_BLOCKS.get(layer, {}).get("_attend_block")
+    compiled = _tensorflow_kernels()._COMPILED_BLOCKS.get(layer, {}).get("_attend_block")
     return 0 if compiled is None else compiled.experimental_get_tracing_count()
 
 
@@ -38,7 +44,7 @@ def _compiled_traces(layer):
 @pytest.mark.parametrize("relative", MODES)
 def test_compiled_blocks_match_reference(relative, rng, monkeypatch):
     """Masks, an attention bias, causal masking and scores, in blocks of 3 + 3 + 1 queries."""
-    monkeypatch.setattr(_compile, "COMPILED_BLOCK_MIN_LOGITS", 0)
+    monkeypatch.setattr(_tensorflow_kernels(), "COMPILED_BLOCK_MIN_LOGITS", 0)
     query, value = inputs(rng, 2, 7, 6), inputs(rng, 2, 9, 6)
     layer = built_layer(query, value, relative=relative, query_block_size=3)
     query_mask = np.ones((2, 7), bool)
@@ -93,7 +99,7 @@ def test_compiled_blocks_give_the_eager_gradients(rng, monkeypatch):
 
     eager = gradients()
     assert _compiled_traces(layer) == 0
-    monkeypatch.setattr(_compile, "COMPILED_BLOCK_MIN_LOGITS", 0)
+    monkeypatch.setattr(_tensorflow_kernels(), "COMPILED_BLOCK_MIN_LOGITS", 0)
     compiled = gradients()
     assert _compiled_traces(layer) > 0
     # The key projection's bias adds the same logit to a whole row: its gradient is 0 up
@@ -103,33 +109,44 @@ def test_compiled_blocks_give_the_eager_gradients(rng, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * scale)
 
 
+class _Owner(keras.layers.Layer):
+    def block(self, x):
+        return x
+
+
 @TENSORFLOW_ONLY
 def test_compiled_block_only_where_it_applies(monkeypatch):
-    layer = keras.layers.Layer()
-    big = _compile.COMPILED_BLOCK_MIN_LOGITS
-    assert _compile.compiled_block(layer, "call", big, None, 0.0) is not None
-    assert _compile.compiled_block(layer, "call", big - 1, None, 0.0) is None  # small: eager
-    assert _compile.compiled_block(layer, "call", big, True, 0.1) is None  # dropout active
-    assert _compile.compiled_block(layer, "call", big, False, 0.1) is not None
+    layer = _Owner()
+    big = _tensorflow_kernels().COMPILED_BLOCK_MIN_LOGITS
+
+    def compiled(owner, logits, training, dropout):
+        return backend.compiled_block(owner.block, logits, training, dropout) != owner.block
+
+    assert compiled(layer, big, None, 0.0)
+    assert not compiled(layer, big - 1, None, 0.0)  # small: eager
+    assert not compiled(layer, big, True, 0.1)  # dropout active
+    assert compiled(layer, big, False, 0.1)
+    with backend.references_only():
+        assert not compiled(layer, big, None, 0.0)
     import tensorflow as tf
 
-    owner = keras.layers.Layer()
+    owner = _Owner()
 
     @tf.function
     def in_graph():
-        return _compile.compiled_block(owner, "call", big, None, 0.0) is None
+        return not compiled(owner, big, None, 0.0)
 
     assert bool(in_graph())  # a graph is TensorFlow's to optimise
     # Kept per owner and method, and only while the owner lives.
-    assert _compile.compiled_block(layer, "call", big, None, 0.0) is (
-        _compile.compiled_block(layer, "call", 2 * big, None, 0.0)
+    assert backend.compiled_block(layer.block, big, None, 0.0) is (
+        backend.compiled_block(layer.block, 2 * big, None, 0.0)
     )
     del layer
     gc.collect()
-    assert not any(type(owner) is keras.layers.Layer for owner in _compile._COMPILED_BLOCKS)
+    assert not any(type(owner) is _Owner for owner in _tensorflow_kernels()._COMPILED_BLOCKS)
 
 
 @pytest.mark.skipif(ON_TENSORFLOW, reason="on TensorFlow large eager blocks are compiled")
 def test_no_compiled_blocks_on_other_backends():
-    layer = keras.layers.Layer()
-    assert _compile.compiled_block(layer, "call", 2**30, None, 0.0) is None
+    layer = _Owner()
+    assert backend.compiled_block(layer.block, 2**30, None, 0.0) == layer.block

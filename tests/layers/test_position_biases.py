@@ -3,6 +3,7 @@ the bias itself, attention with it, decoding, saving, training, mixed precision,
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import keras
@@ -11,7 +12,7 @@ import pytest
 from keras import ops
 from tiers import matrix
 
-from keras_posenc import _compile, layers
+from keras_posenc import backend, layers
 from layer_checks import decode_step_by_step, relative_attention_weights
 from reference import position_biases as reference
 from reference.relative_attention import causal_mask, relative_attention
@@ -78,22 +79,20 @@ def test_alibi_slopes_are_the_papers():
     np.testing.assert_allclose(layers.ALiBi.slopes(12)[8:], [2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5])
 
 
-@pytest.mark.parametrize("method", ["gather", "rows", "toeplitz", "windows"])
+@pytest.mark.parametrize("kernels", ["backend", "reference"])
 @pytest.mark.parametrize(*matrix("lengths", [(4, 4, 0), (3, 7, 2), (1, 9, 8)], keep=[0, 2]))
 @pytest.mark.parametrize("name", list(SCHEMES))
-def test_bias_matches_reference(name, lengths, method, rng, monkeypatch):
-    # Every way of reading a bias (`_compile.relative_gather`), forced on every backend.
-    original = _compile.relative_gather
-    monkeypatch.setattr(
-        _compile, "relative_gather", lambda kind: method if kind == "bias" else original(kind)
-    )
+def test_bias_matches_reference(name, lengths, kernels, rng):
+    # The backend's kernels and their references (`backend.references_only`).
+    scope = backend.references_only() if kernels == "reference" else contextlib.nullcontext()
     scheme = SCHEMES[name]
     layer = layers.RelativePositionBias(HEADS, position=scheme)
     layer.build()
     randomise(layer, rng)
     query_length, key_length, offset = lengths
     expected = expected_bias(scheme, layer, query_length, key_length, offset)
-    actual = to_numpy(layer(query_length, key_length, offset=offset))[0]
+    with scope:
+        actual = to_numpy(layer(query_length, key_length, offset=offset))[0]
     np.testing.assert_allclose(actual, expected, atol=ATOL, err_msg=name)
     if scheme.toeplitz:
         diagonals = to_numpy(layer.diagonals(query_length, key_length, offset))
@@ -297,20 +296,20 @@ def test_bad_arguments(build, error, message):
 @pytest.mark.skipif(
     keras.backend.backend() != "torch",
     reason="the strided view of a bias's diagonals is for PyTorch's fused kernel "
-    "(`_compile.attention_with_toeplitz_bias`); other backends take the general path",
+    "(`backend.toeplitz_attention`); other backends take the general path",
 )
 @pytest.mark.parametrize("name", ["alibi", "kerple_log", "continuous_cr"])
 def test_toeplitz_schemes_take_the_strided_view_on_torch(name, rng, monkeypatch):
     import torch
 
     taken = []
-    original = _compile.attention_with_toeplitz_bias
+    original = backend.toeplitz_attention
 
     def counting(*args, **kwargs):
         taken.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(_compile, "attention_with_toeplitz_bias", counting)
+    monkeypatch.setattr(backend, "toeplitz_attention", counting)
     scheme = SCHEMES[name]
     layer = layers.MultiHeadRelativeAttention(HEADS, 4, relative="bias", position=scheme)
     x = rng.standard_normal((2, 6, 8)).astype("float32")

@@ -9,7 +9,7 @@ from keras import ops
 from tiers import matrix
 
 import layer_checks
-from keras_posenc import _compile
+from keras_posenc import backend
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_position import RelativePositionEmbedding
 from reference.relative_attention import (
@@ -445,7 +445,7 @@ def test_query_blocks_mixed_precision_and_dropout(rng):
 
 def test_automatic_query_block_size(monkeypatch):
     # With 32 MiB blocks (the per-backend sizes: test_attention_workspace.py).
-    monkeypatch.setattr(_compile, "auto_block_bytes", lambda: 32 * 2**20)
+    monkeypatch.setattr(backend, "query_block_bytes", lambda: 32 * 2**20)
     layer = MultiHeadRelativeAttention(8, 64)
     assert layer._query_block(1024, 1024, None, None) is None  # 32 MiB of logits: one block
     assert layer._query_block(2048, 2048, None, None) == 512

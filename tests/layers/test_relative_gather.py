@@ -1,9 +1,11 @@
 """The ways relative logits are read from their tables, each against the numpy reference.
 
-`_compile.relative_gather` picks one way per backend by speed (docs/benchmarks.md);
-every way must give the same numbers on every backend, so each is forced here in turn.
-PyTorch's fused path with a strided Toeplitz bias (`_compile.attention_with_toeplitz_bias`)
-runs only on PyTorch without gradients; its tests say so.
+The backend kernels (`keras_posenc.backend`) read them by the reference or by a
+backend's override, and `keras_posenc.backend.algorithms` holds the portable variants
+the overrides choose: every way must give the same numbers on every backend, so each
+is run here (layers with the backend's kernels and with `backend.references_only`).
+PyTorch's fused path with a strided Toeplitz bias (`backend.toeplitz_attention`) runs
+only on PyTorch's CPU without gradients; its tests say so.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from keras import ops
 from test_relative_attention import assert_close, built_layer, inputs, layer_weights, to_numpy
 from tiers import matrix
 
-from keras_posenc import _compile
+from keras_posenc import backend
+from keras_posenc.backend import algorithms, common
 from keras_posenc.layers import position_schemes, relative_index
 from keras_posenc.layers.relative_position import RelativePositionBias
 from reference import relative_index as reference_index
@@ -45,12 +48,18 @@ LENGTHS = [
 ON_TORCH = keras.backend.backend() == "torch"
 
 
-def force(monkeypatch, **methods):
-    """Makes `_compile.relative_gather` answer ``methods[kind]`` (the others as before)."""
-    original = _compile.relative_gather
-    monkeypatch.setattr(
-        _compile, "relative_gather", lambda kind: methods.get(kind) or original(kind)
-    )
+def kernels(mode):
+    """The backend's kernels (``"backend"``) or only their references (``"reference"``)."""
+    return backend.references_only() if mode == "reference" else contextlib.nullcontext()
+
+
+KERNELS = ["backend", "reference"]
+TOEPLITZ_WAYS = {
+    "reference": common.toeplitz,
+    "strips": algorithms.toeplitz_by_strips,
+    "windows": algorithms.toeplitz_by_windows,
+    "kernel": relative_index.toeplitz,
+}
 
 
 def no_gradients():
@@ -62,12 +71,12 @@ def no_gradients():
     return contextlib.nullcontext()
 
 
-@pytest.mark.parametrize("method", relative_index.TOEPLITZ_METHODS)
+@pytest.mark.parametrize("way", list(TOEPLITZ_WAYS))
 @pytest.mark.parametrize(*matrix("lengths", LENGTHS, keep=[0, 1, 2]), ids=str)
-def test_toeplitz_matches_reference(lengths, method, rng):
+def test_toeplitz_matches_reference(lengths, way, rng):
     query_length, key_length = lengths
     diagonals = rng.standard_normal((2, 3, query_length + key_length - 1)).astype("float32")
-    actual = relative_index.toeplitz(diagonals, query_length, key_length, method)
+    actual = TOEPLITZ_WAYS[way](ops.convert_to_tensor(diagonals), query_length, key_length)
     expected = reference_index.toeplitz(diagonals, query_length, key_length)
     assert tuple(actual.shape) == expected.shape
     np.testing.assert_array_equal(ops.convert_to_numpy(actual), expected)
@@ -82,9 +91,9 @@ def test_distances_in_order_are_the_diagonals(offset):
     np.testing.assert_array_equal(reference_index.toeplitz(distances, 5, 9), expected)
 
 
-@pytest.mark.parametrize("method", ["toeplitz", "windows", "gather", "rows"])
+@pytest.mark.parametrize("mode", KERNELS)
 @pytest.mark.parametrize(
-    # Every method on every backend; the other index tables go down the same paths.
+    # Both kernels on every backend; the other index tables go down the same paths.
     *matrix(
         "position",
         [
@@ -96,8 +105,7 @@ def test_distances_in_order_are_the_diagonals(offset):
     ),
     ids=["clip", "log", "log_causal", "piecewise"],
 )
-def test_bias_methods_match_reference(method, position, rng, monkeypatch):
-    force(monkeypatch, bias=method)
+def test_bias_kernels_match_reference(mode, position, rng):
     layer = RelativePositionBias(num_heads=3, position=position)
     layer(2, 2)
     layer.embeddings.assign(rng.standard_normal(tuple(layer.embeddings.shape)).astype("float32"))
@@ -106,8 +114,22 @@ def test_bias_methods_match_reference(method, position, rng, monkeypatch):
         expected = relative_position_bias(
             table, lambda r: reference_bucket(position, r), query_length, key_length, offset
         )
-        actual = layer(query_length, key_length, offset=offset)
+        with kernels(mode):
+            actual = layer(query_length, key_length, offset=offset)
         np.testing.assert_array_equal(ops.convert_to_numpy(actual), expected)
+
+
+@pytest.mark.parametrize("way", ["reference", "rows"])
+def test_heads_first_gather_matches_reference(way, rng):
+    table = rng.standard_normal((9, 3)).astype("float32")
+    index = rng.integers(0, 9, (5, 7)).astype("int32")
+    gather = (
+        common.gather_heads_first if way == "reference" else algorithms.gather_rows_then_transpose
+    )
+    actual = gather(ops.convert_to_tensor(table), ops.convert_to_tensor(index))
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(actual), np.transpose(table[index], (2, 0, 1))
+    )
 
 
 def reference_bucket(position, r):
@@ -121,30 +143,20 @@ def reference_bucket(position, r):
     return reference_index.piecewise_index(r, position.num_buckets)
 
 
-# Each way to read "keys", with a way to read "bias" (each "bias" way appears once).
-GATHERS = {"rows": "rows", "flat": "gather", "flat_2d": "windows", "gather": "toeplitz"}
-TORCH_ONLY = pytest.mark.skipif(
-    not ON_TORCH,
-    reason="torch.gather with a broadcast index view: `_compile.relative_gather` "
-    "names this way on PyTorch only",
-)
-
-
-@pytest.mark.parametrize(
-    "keys", ["rows", "flat", "flat_2d", pytest.param("gather", marks=TORCH_ONLY)]
-)
+@pytest.mark.parametrize("mode", KERNELS)
 @pytest.mark.parametrize("relative", ["keys_values", "keys", "bias"])
-def test_gather_methods_match_reference(relative, keys, rng, monkeypatch):
-    force(monkeypatch, keys=keys, bias=GATHERS[keys])
+def test_gather_kernels_match_reference(relative, mode, rng):
     query, value = inputs(rng, 2, 70, 6), inputs(rng, 2, 66, 6)
     layer = built_layer(query, value, relative=relative)
     query_mask = np.ones((2, 70), bool)
     query_mask[0, 5] = False
     value_mask = np.ones((2, 66), bool)
     value_mask[1, 60:] = False
-    output, scores = layer(
-        query, value, query_mask=query_mask, value_mask=value_mask, return_attention_scores=True
-    )
+    with kernels(mode):
+        output, scores = layer(
+            query, value, query_mask=query_mask, value_mask=value_mask, return_attention_scores=True
+        )
+        blocked = to_numpy(layer(query, value, query_mask=query_mask, value_mask=value_mask))
     expected, probabilities = relative_attention(
         query,
         value,
@@ -154,44 +166,43 @@ def test_gather_methods_match_reference(relative, keys, rng, monkeypatch):
         clip_index_matrix(70, 66, 3),
         query_mask[:, :, None] & value_mask[:, None, :],
     )
-    assert_close(output, expected, what=f"{relative}, keys read by {keys}")
-    assert_close(scores, probabilities, what=f"{relative} scores, keys read by {keys}")
-    blocked = to_numpy(layer(query, value, query_mask=query_mask, value_mask=value_mask))
+    assert_close(output, expected, what=f"{relative}, {mode} kernels")
+    assert_close(scores, probabilities, what=f"{relative} scores, {mode} kernels")
     assert_close(blocked, expected, what="without scores")
 
 
-def test_fused_attention_pays_only_on_torch_without_gradients():
+def test_fused_attention_preferred_only_on_torch_without_gradients():
     with no_gradients():
-        assert _compile.fused_attention_pays() is ON_TORCH
-    assert _compile.fused_attention_pays() is False
+        assert backend.prefers_fused_attention() is ON_TORCH
+    assert backend.prefers_fused_attention() is False
 
 
-def test_toeplitz_attention_declines_where_it_does_not_pay(rng):
+def test_toeplitz_attention_preferred_only_where_it_pays(rng):
     q, k, v = (ops.convert_to_tensor(inputs(rng, 1, 4, 8).reshape(1, 4, 2, 4)) for _ in range(3))
     diagonals = ops.convert_to_tensor(rng.standard_normal((2, 7)).astype("float32"))
-    assert _compile.attention_with_toeplitz_bias(q, k, v, diagonals) is None  # gradients on
+    assert backend.prefers_toeplitz_attention(q, k, v, diagonals) is False  # gradients on
     with no_gradients():
-        result = _compile.attention_with_toeplitz_bias(q, k, v, diagonals)
-    assert (result is not None) is ON_TORCH
+        assert backend.prefers_toeplitz_attention(q, k, v, diagonals) is ON_TORCH
+        half = [ops.cast(x, "float16") for x in (q, k, v)]
+        assert backend.prefers_toeplitz_attention(*half, diagonals) is False
 
 
 def _count_toeplitz_attention(monkeypatch):
     taken = []
-    original = _compile.attention_with_toeplitz_bias
+    original = backend.toeplitz_attention
 
     def counting(*args):
-        result = original(*args)
-        taken.append(result is not None)
-        return result
+        taken.append(True)
+        return original(*args)
 
-    monkeypatch.setattr(_compile, "attention_with_toeplitz_bias", counting)
+    monkeypatch.setattr(backend, "toeplitz_attention", counting)
     return taken
 
 
 @pytest.mark.skipif(
     not ON_TORCH,
     reason="a strided (Toeplitz) bias view is what PyTorch's scaled_dot_product_attention "
-    "takes; elsewhere attention_with_toeplitz_bias returns None (tested above)",
+    "takes; elsewhere prefers_toeplitz_attention is False (tested above)",
 )
 @pytest.mark.parametrize("lengths", [(70, 70), (3, 8), (9, 4), (1, 1)], ids=str)
 def test_toeplitz_attention_matches_reference(lengths, rng, monkeypatch):
@@ -220,7 +231,7 @@ def test_toeplitz_attention_matches_reference(lengths, rng, monkeypatch):
 @pytest.mark.skipif(
     not ON_TORCH,
     reason="a strided (Toeplitz) bias view is what PyTorch's scaled_dot_product_attention "
-    "takes; elsewhere attention_with_toeplitz_bias returns None (tested above)",
+    "takes; elsewhere prefers_toeplitz_attention is False (tested above)",
 )
 def test_toeplitz_attention_decodes_like_the_full_pass(rng, monkeypatch):
     x = inputs(rng, 2, 6, 6)

@@ -305,11 +305,6 @@ def test_bad_input_errors(call, error, message):
     [
         (lambda: ri.toeplitz([1, 2, 3], 0, 4), ValueError, r"toeplitz: `query_length`"),
         (
-            lambda: ri.toeplitz([1, 2, 3, 4], 2, 3, method="diagonal"),
-            ValueError,
-            r"toeplitz: `method` must be one of 'strips', 'windows', got 'diagonal'",
-        ),
-        (
             lambda: ri.toeplitz([1, 2, 3], 2.0, 2),
             TypeError,
             r"toeplitz: `query_length`",

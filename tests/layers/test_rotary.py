@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_posenc import _compile
+from keras_posenc import backend
+from keras_posenc.backend import torch_trace
 from keras_posenc.layers.rotary import RotaryPositions
 from reference import rotary as reference
 
@@ -337,7 +338,7 @@ def test_rotate_compiled_with_tensor_start_and_length(name, rng):
     def function(x, start, length):
         return rotary.rotate(x, start, role="query", length=length)
 
-    compiled = _compile.compile_inference(function, [])
+    compiled = backend.compile_function(function, [])
     for sequence, start in ((SEQUENCE, 30), (3, 40), (5, 1)):
         x = inputs(rng, sequence=sequence)
         args = (
@@ -345,14 +346,14 @@ def test_rotate_compiled_with_tensor_start_and_length(name, rng):
             ops.convert_to_tensor(start, "int32"),
             ops.convert_to_tensor(start + sequence, "int32"),
         )
-        for _ in range(_compile.TORCH_TRACE_AFTER + 1):
+        for _ in range(torch_trace.TORCH_TRACE_AFTER + 1):
             got = compiled(*args)
         want = expected(arguments, x, np.arange(start, start + sequence), "query", start + sequence)
         np.testing.assert_allclose(to_numpy(got), want, atol=ATOL, err_msg=f"{name} {sequence}")
     tracing_count = getattr(compiled, "experimental_get_tracing_count", None)
     if tracing_count is not None:  # tf.function: the 2nd length relaxed it to (2, None, 3, 8)
         assert tracing_count() == 2
-    if isinstance(compiled, _compile.TorchTracedFunction):
+    if isinstance(compiled, torch_trace.TorchTracedFunction):
         assert compiled.trace_errors == {} and len(compiled.graphs) == 3
 
 

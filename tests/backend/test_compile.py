@@ -1,4 +1,4 @@
-"""keras_posenc._compile: compiled inference functions and loops, on every backend.
+"""keras_posenc.backend: compiled inference functions and loops, on every backend.
 
 The compiled function must equal the plain one, see weights assigned after it was made,
 and (PyTorch) switch from eager calls to a traced graph after TORCH_TRACE_AFTER calls of
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_posenc import _compile, generation
+from keras_posenc import backend, generation
+from keras_posenc.backend import jax_init, torch_trace
 from keras_posenc.zoo.convs2s import ConvS2S
 
 pytestmark = pytest.mark.contract
@@ -45,10 +46,10 @@ def call_many(compiled, args, times):
 
 def test_compiled_function_equals_the_function_and_sees_new_weights(rng):
     layer, function = dense_function()
-    compiled = _compile.compile_inference(function, layer.variables)
+    compiled = backend.compile_function(function, layer.variables)
     x = ops.convert_to_tensor(rng.normal(size=(2, 4)).astype("float32"))
     pair = (ops.convert_to_tensor(2.0), ops.convert_to_tensor(np.ones(3, "float32")))
-    times = _compile.TORCH_TRACE_AFTER + 2  # past the point where PyTorch traces
+    times = torch_trace.TORCH_TRACE_AFTER + 2  # past the point where PyTorch traces
     for new_kernel in (None, rng.normal(size=(4, 3)).astype("float32")):
         if new_kernel is not None:
             layer.kernel.assign(new_kernel)
@@ -61,12 +62,12 @@ def test_compiled_function_equals_the_function_and_sees_new_weights(rng):
 def test_compiled_function_takes_numpy_arrays(rng):
     # tf.function and jax.jit take NumPy arrays; so does the PyTorch path, eagerly and traced.
     layer, function = dense_function()
-    compiled = _compile.compile_inference(function, layer.variables)
+    compiled = backend.compile_function(function, layer.variables)
     x = rng.normal(size=(2, 4)).astype("float32")
     pair = (np.array(2.0, "float32"), np.ones(3, "float32"))
     tensors = keras.tree.map_structure(ops.convert_to_tensor, (x, pair))
     expected = [ops.convert_to_numpy(t) for t in function(*tensors)]
-    got = call_many(compiled, (x, pair), _compile.TORCH_TRACE_AFTER + 2)
+    got = call_many(compiled, (x, pair), torch_trace.TORCH_TRACE_AFTER + 2)
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(ops.convert_to_numpy(g), e, atol=1e-6)
 
@@ -80,9 +81,9 @@ def test_compiled_while_loop_equals_a_python_loop():
     def body(i, x, limit):
         return i + 1, layer(ops.concatenate([x, x[:, :1]], axis=-1)), limit
 
-    loop = _compile.compiled_while_loop(cond, body, layer.variables)
+    loop = backend.compiled_while_loop(cond, body, layer.variables)
     x = ops.convert_to_tensor(np.linspace(-1, 1, 6, dtype="float32").reshape(2, 3))
-    limit = 2 * _compile.TORCH_TRACE_AFTER  # the PyTorch body is traced on the way
+    limit = 2 * torch_trace.TORCH_TRACE_AFTER  # the PyTorch body is traced on the way
     i, got, _ = loop(ops.convert_to_tensor(0, "int32"), x, ops.convert_to_tensor(limit, "int32"))
     expected = ops.convert_to_numpy(x)
     for _ in range(limit):
@@ -96,10 +97,10 @@ def test_torch_traces_a_signature_after_its_eager_calls(rng):
     import torch
 
     layer, function = dense_function()
-    compiled = _compile.compile_inference(function, layer.variables)
+    compiled = backend.compile_function(function, layer.variables)
     pair = (ops.convert_to_tensor(2.0), ops.convert_to_tensor(np.ones(3, "float32")))
     x = ops.convert_to_tensor(rng.normal(size=(2, 4)).astype("float32"))
-    call_many(compiled, (x, pair), _compile.TORCH_TRACE_AFTER)
+    call_many(compiled, (x, pair), torch_trace.TORCH_TRACE_AFTER)
     assert compiled.graphs == {} and compiled.trace_errors == {}
     compiled(x, pair)
     assert len(compiled.graphs) == 1 and compiled.trace_errors == {}
@@ -114,7 +115,7 @@ def test_torch_traces_a_signature_after_its_eager_calls(rng):
             assert node.args[0].meta["val"].dtype != node.meta["val"].dtype, node
     # Another batch size is another signature: eager again, then traced on its own.
     other = ops.convert_to_tensor(rng.normal(size=(5, 4)).astype("float32"))
-    call_many(compiled, (other, pair), _compile.TORCH_TRACE_AFTER + 1)
+    call_many(compiled, (other, pair), torch_trace.TORCH_TRACE_AFTER + 1)
     assert len(compiled.graphs) == 2
 
 
@@ -124,8 +125,8 @@ def test_torch_keeps_untraceable_functions_eager():
         # Python control flow on a tensor's value: torch.export cannot trace it.
         return x * 2 if bool(ops.convert_to_numpy(ops.sum(x)) > 0) else x - 1
 
-    compiled = _compile.compile_inference(branching, [])
-    for sign in (1.0, -1.0) * (_compile.TORCH_TRACE_AFTER + 1):
+    compiled = backend.compile_function(branching, [])
+    for sign in (1.0, -1.0) * (torch_trace.TORCH_TRACE_AFTER + 1):
         x = ops.convert_to_tensor(np.full(3, sign, "float32"))
         expected = x * 2 if sign > 0 else x - 1
         np.testing.assert_allclose(ops.convert_to_numpy(compiled(x)), expected)
@@ -141,12 +142,12 @@ def test_torch_runs_functions_marked_untraceable_eagerly_without_trying():
         calls.append(1)
         return x * 2
 
-    compiled = _compile.compile_inference(double, [], traceable=False)
+    compiled = backend.compile_function(double, [], traceable=False)
     x = ops.convert_to_tensor(np.ones(3, "float32"))
-    for _ in range(_compile.TORCH_TRACE_AFTER + 3):
+    for _ in range(torch_trace.TORCH_TRACE_AFTER + 3):
         np.testing.assert_allclose(ops.convert_to_numpy(compiled(x)), 2.0)
     assert compiled.graphs == {} and compiled.trace_errors == {}
-    assert len(calls) == _compile.TORCH_TRACE_AFTER + 3  # the Python ran every time
+    assert len(calls) == torch_trace.TORCH_TRACE_AFTER + 3  # the Python ran every time
 
 
 def _graph_ops(compiled) -> list[str]:
@@ -170,9 +171,9 @@ def test_torch_folds_constants_and_merges_repeated_operations(rng):
             total = total + ops.where(inside[None, :, None], layer(x)[:, None, :], 0.5)
         return total
 
-    compiled = _compile.compile_inference(function, layer.variables)
+    compiled = backend.compile_function(function, layer.variables)
     x = ops.convert_to_tensor(rng.normal(size=(2, 4)).astype("float32"))
-    for position in range(_compile.TORCH_TRACE_AFTER + 4):
+    for position in range(torch_trace.TORCH_TRACE_AFTER + 4):
         index = ops.convert_to_tensor(position % 5, "int32")
         expected = ops.convert_to_numpy(function(x, index))
         np.testing.assert_allclose(ops.convert_to_numpy(compiled(x, index)), expected, atol=1e-6)
@@ -197,10 +198,10 @@ def test_torch_merges_only_constants_of_the_same_bytes():
         positive, negative = ops.zeros((3,)), ops.zeros((3,)) * -1.0  # folded constants
         return 1.0 / (positive * ones), 1.0 / (negative * ones)  # inf and -inf
 
-    compiled = _compile.compile_inference(function, [])
+    compiled = backend.compile_function(function, [])
     x = ops.convert_to_tensor(np.array([1.0, -1.0, 2.0], "float32"))
     expected = [ops.convert_to_numpy(t) for t in function(x)]
-    for _ in range(_compile.TORCH_TRACE_AFTER + 2):
+    for _ in range(torch_trace.TORCH_TRACE_AFTER + 2):
         got = [ops.convert_to_numpy(t) for t in compiled(x)]
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_array_equal(g, e)
@@ -214,18 +215,18 @@ def test_torch_keeps_random_operations_and_large_constants_in_the_graph():
         # A draw from a fixed shape depends on no input but must change at each call;
         # a constant over the folding limit stays computed at each call.
         noise = torch.rand(3)
-        big = ops.ones((_compile._FOLD_LIMIT_BYTES // 4 + 1,), "float32")
+        big = ops.ones((torch_trace._FOLD_LIMIT_BYTES // 4 + 1,), "float32")
         return x + noise, ops.sum(big) + x
 
-    compiled = _compile.compile_inference(function, [])
+    compiled = backend.compile_function(function, [])
     x = ops.convert_to_tensor(np.zeros(3, "float32"))
-    draws = [ops.convert_to_numpy(compiled(x)[0]) for _ in range(_compile.TORCH_TRACE_AFTER + 3)]
+    draws = [ops.convert_to_numpy(compiled(x)[0]) for _ in range(torch_trace.TORCH_TRACE_AFTER + 3)]
     assert len(compiled.graphs) == 1 and compiled.trace_errors == {}
     assert not np.array_equal(draws[-1], draws[-2])  # both traced calls drew anew
     found = _graph_ops(compiled)
     assert "aten.rand.default" in found and "aten.ones.default" in found, found
     np.testing.assert_allclose(
-        ops.convert_to_numpy(compiled(x)[1]), _compile._FOLD_LIMIT_BYTES // 4 + 1
+        ops.convert_to_numpy(compiled(x)[1]), torch_trace._FOLD_LIMIT_BYTES // 4 + 1
     )
 
 
@@ -246,13 +247,13 @@ def test_torch_traces_the_decoding_step_of_a_zoo_model():
         max_target_positions=48,
     )
     source = np.array([[5, 6, 7, 2], [8, 9, 2, 0]], "int32")
-    length = _compile.TORCH_TRACE_AFTER + 8
+    length = torch_trace.TORCH_TRACE_AFTER + 8
     greedy = generation.greedy_search(model, source, max_length=length, min_length=length)
     beam, _ = generation.beam_search(model, source, beam_size=2, max_length=length)
     compiled = generation._COMPILED[model]
     for kind in (("loop", True, None, 0), ("reordering_step", True)):
         traced = getattr(compiled[kind], "step", compiled[kind])  # a loop's traced body
-        assert isinstance(traced, _compile.TorchTracedFunction), kind
+        assert isinstance(traced, torch_trace.TorchTracedFunction), kind
         assert len(traced.graphs) == 1 and traced.trace_errors == {}, (kind, traced.trace_errors)
     full = generation.greedy_search(
         model, source, max_length=length, min_length=length, use_cache=False
@@ -318,7 +319,7 @@ def test_initialize_together_keeps_the_weights(family):
         keras.utils.set_random_seed(seed)
         plain = build()
         keras.utils.set_random_seed(seed)
-        with _compile.initialize_together():
+        with backend.initialize_together():
             together = build()
         assert not global_state.get_global_attribute("uninitialized_variables")
         assert len(plain.weights) == len(together.weights)
@@ -348,7 +349,7 @@ def test_initialize_together_draws_once_and_falls_back_for_untraceable_initializ
         def __call__(self, shape, dtype=None):
             return keras.random.normal(shape, dtype=dtype)
 
-    with _compile.initialize_together():
+    with backend.initialize_together():
         layer = keras.layers.Dense(4, kernel_initializer=GlobalRandom())
         layer.build((None, 3))
         assert layer.kernel._value is None  # deferred until the block ends
@@ -360,7 +361,7 @@ def test_initialize_together_draws_once_and_falls_back_for_untraceable_initializ
 def test_initialize_together_refuses_to_assign_older_variables():
     older = keras.Variable(np.zeros(2, "float32"))
     with pytest.raises(RuntimeError, match="zoo.create\\('x'\\): 1 variable"):
-        with _compile.initialize_together("zoo.create('x')"):
+        with backend.initialize_together("zoo.create('x')"):
             older.assign(np.ones(2, "float32"))
 
 
@@ -368,7 +369,7 @@ def test_initialize_together_refuses_to_assign_older_variables():
 
 
 @jax_only
-@pytest.mark.parametrize("size", [1, 5, _compile._BITS_CHUNK, _compile._BITS_CHUNK + 3])
+@pytest.mark.parametrize("size", [1, 5, jax_init._BITS_CHUNK, jax_init._BITS_CHUNK + 3])
 def test_threefry_bits_are_jax_random_bits(size):
     """The bits program's chunks, laid end to end, are JAX's own draw of that size."""
     import jax
@@ -376,7 +377,7 @@ def test_threefry_bits_are_jax_random_bits(size):
     for seed in (0, 2**31 + 7):
         key = np.array([seed, 0], "uint32")
         expected = np.asarray(jax.random.bits(key, (size,), dtype="uint32"))
-        np.testing.assert_array_equal(_compile._threefry_bits(key, size), expected)
+        np.testing.assert_array_equal(jax_init._threefry_bits(key, size), expected)
 
 
 @jax_only
@@ -388,19 +389,19 @@ def test_initialize_together_draws_on_the_host(family, monkeypatch):
     import jax
 
     evaluated, compiled = [], []
-    original = _compile._evaluate_on_host
+    original = jax_init._evaluate_on_host
     monkeypatch.setattr(
-        _compile,
+        jax_init,
         "_evaluate_on_host",
         lambda *args: evaluated.append(1) or original(*args),
     )
     jit = jax.jit
     monkeypatch.setattr(jax, "jit", lambda *a, **k: compiled.append(1) or jit(*a, **k))
-    monkeypatch.setattr(_compile, "_DRAW_PROGRAMS", {})
+    monkeypatch.setattr(jax_init, "_DRAW_PROGRAMS", {})
     keras.utils.set_random_seed(3)
     plain = _builders()[family]()
     keras.utils.set_random_seed(3)
-    with _compile.initialize_together():
+    with backend.initialize_together():
         together = _builders()[family]()
     assert evaluated and not compiled
     for a, b in zip(plain.weights, together.weights, strict=True):
@@ -416,7 +417,7 @@ def test_host_draw_falls_back_to_the_compiled_program(monkeypatch):
     import jax
 
     programs = {}
-    monkeypatch.setattr(_compile, "_DRAW_PROGRAMS", programs)
+    monkeypatch.setattr(jax_init, "_DRAW_PROGRAMS", programs)
 
     def dense():
         layer = keras.layers.Dense(5, kernel_initializer=keras.initializers.Orthogonal(seed=9))
@@ -424,7 +425,7 @@ def test_host_draw_falls_back_to_the_compiled_program(monkeypatch):
         return layer
 
     plain = dense()
-    with _compile.initialize_together():
+    with backend.initialize_together():
         together = dense()
     np.testing.assert_allclose(
         ops.convert_to_numpy(together.kernel), ops.convert_to_numpy(plain.kernel), atol=1e-5
@@ -443,8 +444,66 @@ def test_host_evaluation_writes_in_place_only_into_dead_values():
 
     x = np.random.default_rng(0).random((300, 4000)).astype("float32")  # above the thread limit
     closed = jax.make_jaxpr(function)(x)
-    outputs = _compile._evaluate_on_host(
-        closed.jaxpr, closed.consts, [x.copy()], _compile._host_primitives()
+    outputs = jax_init._evaluate_on_host(
+        closed.jaxpr, closed.consts, [x.copy()], jax_init._host_primitives()
     )
     np.testing.assert_allclose(outputs[0], np.sqrt(x * 2) + x, rtol=1e-6)
     np.testing.assert_allclose(outputs[1], x - 1, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- guards
+
+
+def _fresh_guard(monkeypatch, name):
+    """The override of ``name`` as if no failure had been seen in this process."""
+    from keras_posenc.backend import _registry
+
+    monkeypatch.setattr(_registry, "_WARNED", set())
+    entry = _registry.overrides().get(name)
+    if entry is not None:
+        monkeypatch.setattr(entry, "failed", None)
+    return _registry
+
+
+@jax_only
+def test_initialize_together_falls_back_when_keras_internals_move(monkeypatch):
+    """Keras' private variable state moved: one warning, and Keras' own initialisation
+    (the reference) gives the weights of plain construction."""
+    registry = _fresh_guard(monkeypatch, "initialize_together")
+
+    def moved():
+        raise AttributeError("keras.Variable has no method _deferred_initialize")
+
+    monkeypatch.setattr(jax_init, "_private_api", moved)
+    build = _builders()["coatnet"]
+    keras.utils.set_random_seed(3)
+    plain = build()
+    keras.utils.set_random_seed(3)
+    with pytest.warns(RuntimeWarning, match="initialize_together.*portable reference"):
+        with backend.initialize_together():
+            together = build()
+    for a, b in zip(plain.weights, together.weights, strict=True):
+        np.testing.assert_array_equal(ops.convert_to_numpy(b), ops.convert_to_numpy(a))
+    assert registry.chosen("initialize_together") is None  # not tried again
+
+
+@torch_only
+def test_torch_trace_keeps_the_exported_graph_when_clean_up_fails(monkeypatch, rng):
+    """PyTorch's private graph API moved: the export's own graph runs, after one warning."""
+    _fresh_guard(monkeypatch, "compile_function")
+
+    def moved(module):
+        raise AttributeError("module 'torch._ops' has no attribute 'OpOverload'")
+
+    monkeypatch.setattr(torch_trace, "_without_no_ops", moved)
+    layer, function = dense_function()
+    compiled = backend.compile_function(function, layer.variables)
+    x = rng.standard_normal((2, 4)).astype("float32")
+    pair = (np.array(2.0, "float32"), np.ones(3, "float32"))
+    tensors = keras.tree.map_structure(ops.convert_to_tensor, (x, pair))
+    expected = [ops.convert_to_numpy(t) for t in function(*tensors)]
+    with pytest.warns(RuntimeWarning, match="torch graph clean-up"):
+        got = call_many(compiled, (x, pair), torch_trace.TORCH_TRACE_AFTER + 2)
+    assert compiled.graphs, "traced, with the uncleaned graph"
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_allclose(ops.convert_to_numpy(g), e, atol=1e-6)
