@@ -37,7 +37,6 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_posenc._quiet import quiet_import
 from keras_posenc.layers import position_schemes
 from keras_posenc.layers._attention import unmasked, zero_invalid
 from keras_posenc.layers._checks import (
@@ -453,10 +452,17 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
     cross-attention (the original encoder-decoder Transformer). Which one is
     fixed by the first call (``build``), as in keras_hub.
 
-    The cross-attention is ``keras_hub.layers.CachedMultiHeadAttention``, with
-    no relative term: relative positions are defined within one sequence, and
-    Shaw et al. and T5 use them in self-attention only. A query whose encoder
-    keys are all masked gets uniform weights there (Keras' convention), not NaN.
+    The cross-attention is ``keras_hub.layers.CachedMultiHeadAttention`` (its
+    arguments, weights and cache), with no relative term: relative positions are
+    defined within one sequence, and Shaw et al. and T5 use them in self-attention
+    only. Its attention itself is computed by the library's attention core, as
+    every other attention of keras-posenc is (float32 logits and softmax, dropout
+    on the probabilities): Keras' own computation goes through
+    ``keras.ops.dot_product_attention``, which on JAX asks XLA's CPU backend for a
+    float16 dot algorithm it does not have, so the block did not train under
+    ``mixed_float16`` there (tests/zoo/test_mixed_precision_training.py). A query
+    whose encoder keys are all masked gets a zero attention output (the core's
+    convention), not NaN.
 
     ``bidirectional`` defaults to ``False`` (T5's decoder): under the causal
     mask a query never sees later keys, so with ``bucketing="log"`` all buckets
@@ -658,11 +664,13 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         self.cross_attention = None
         if encoder_sequence_shape is not None:
             encoder_shape = self._check_sequence("encoder_sequence", encoder_sequence_shape)
-            keras_hub = quiet_import("keras_hub")  # imports TensorFlow: only when needed
+            # keras_hub's CachedMultiHeadAttention attending through the core; its module
+            # imports keras_hub (and TensorFlow): only when needed.
+            from keras_posenc.layers._cross_attention import CoreCachedMultiHeadAttention
 
             kernel_initializer = sublayer_initializer(self.kernel_initializer, "cross_attention")
             bias_initializer = sublayer_initializer(self.bias_initializer, "cross_attention")
-            self.cross_attention = keras_hub.layers.CachedMultiHeadAttention(
+            self.cross_attention = CoreCachedMultiHeadAttention(
                 num_heads=self.num_heads,
                 key_dim=key_dim,
                 value_dim=key_dim,
@@ -835,10 +843,11 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
                 encoder_padding_mask = self._mask_reader(encoder_sequence)
             if encoder_padding_mask is not None:
                 # Padding zeroed by a select (a fresh tensor, so it carries no Keras mask,
-                # which the projections do not support): keras_hub's cross-attention
-                # multiplies masked weights by the values, and 0 * NaN would carry a
-                # non-finite padding into real outputs ("Architecture" in
-                # docs/development.md: masked keys and values are zeroed).
+                # which the projections do not support). The core zeroes the projected keys
+                # and values no query may see ("Architecture" in docs/development.md), so a
+                # non-finite padding never reaches a real output; zeroed here first, the
+                # cache written at `cross_attention_cache_update_index=0` holds finite
+                # projections too, those of `cross_attention_cache`.
                 encoder_sequence = zero_invalid(encoder_sequence, encoder_padding_mask)
             cross_mask = encoder_attention_mask
             if encoder_padding_mask is not None:

@@ -3,7 +3,8 @@
 Both are Transformers whose only position information is learned relative positions
 inside self-attention, assembled from `keras_posenc.layers.RelativeTransformerEncoder`
 and `RelativeTransformerDecoder` (every attention is `MultiHeadRelativeAttention`; the
-decoder's cross-attention is keras_hub's `CachedMultiHeadAttention`).
+decoder's cross-attention is keras_hub's `CachedMultiHeadAttention`, attending through the
+library's attention core).
 
 **Shaw's relative Transformer** (:class:`ShawTransformer`, family ``shaw_transformer``):
 the encoder-decoder of Vaswani et al. with ``relative="keys_values"`` (``a^K`` and

@@ -50,9 +50,8 @@ def multi_head_attention(
 
     ``weights`` as in ``relative_attention`` (query/key/value/output kernels and
     biases); ``mask`` bool broadcastable to (batch, q_len, k_len), True = may
-    attend. A fully masked row gets uniform weights (Keras' convention for
-    its MultiHeadAttention), which ``masked_softmax`` would make zeros; the
-    tests never mask a whole row.
+    attend. A fully masked row gets zero weights (``masked_softmax``), as in the
+    decoder's cross-attention, which attends through the library's core.
     """
     q = project(query, weights["query_kernel"], weights.get("query_bias"))
     k = project(value, weights["key_kernel"], weights.get("key_bias"))
