@@ -37,6 +37,11 @@ rounds (ratios are taken within one script run, against the baseline measured in
 and then their median); the comparison lists each ratio for both trees and their relative
 change, e.g. ``impl=rel_keys L=2048 x_mha: 1.53 -> 1.49 (-2.6%)``.
 
+``--against reference-kernels`` measures the working tree twice instead: as it is, and with
+``KERAS_POSENC_KERNELS=reference`` (every backend override off, the ``keras.ops``
+references of ``keras_posenc/backend/common.py`` on), so a kernel override's gain is
+measured on a benchmark a user runs, in one run (docs/development.md, "Backend kernels").
+
 This module uses only the standard library and imports none of its sibling scripts, so
 tests can load it from its file (tests/test_benchmark_runner.py).
 """
@@ -76,6 +81,7 @@ DATA_FOLDER = pathlib.Path("docs", "data", "benchmarks")
 # Environment variables that change speed or memory: recorded (and printed above the
 # tables) when set, since the scripts inherit them.
 ENVIRONMENT = (
+    "KERAS_POSENC_KERNELS",
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
@@ -538,6 +544,10 @@ def comparison_line(benchmark: Benchmark, item: dict) -> str:
     )
 
 
+# ``--against`` this instead of a git ref: the working tree with every kernel's reference.
+REFERENCE_KERNELS = "reference-kernels"
+
+
 def run(
     benchmark: Benchmark,
     *,
@@ -588,14 +598,24 @@ def run(
     replacements = {str(tree): "<tree>", sys.prefix: "<python>"}
     with contextlib.ExitStack() as stack:
         sides = {"current": tree}
-        if against:
+        side_env = {"current": {}, "ref": {}}
+        if against == REFERENCE_KERNELS:
+            record["trees"]["ref"] = {"name": REFERENCE_KERNELS, **tree_info(tree)}
+            sides["ref"] = tree
+            side_env = {
+                "current": {"KERAS_POSENC_KERNELS": ""},
+                "ref": {"KERAS_POSENC_KERNELS": "reference"},
+            }
+        elif against:
             ref_root = stack.enter_context(ref_worktree(tree, against))
             record["trees"]["ref"] = {"name": against, **tree_info(ref_root)}
             replacements[str(ref_root)] = "<ref>"
             sides["ref"] = ref_root
         for backend in backends:
             envs = {
-                side: dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(root))
+                side: dict(
+                    os.environ, KERAS_BACKEND=backend, PYTHONPATH=str(root), **side_env[side]
+                )
                 for side, root in sides.items()
             }
             versions = {
@@ -935,7 +955,12 @@ def main(argv: list[str] | None = None) -> int:
     runner = commands.add_parser("run", help="run one benchmark; options after -- go to it")
     runner.add_argument("name", choices=sorted(BENCHMARKS))
     runner.add_argument("--backends", default=",".join(BACKENDS))
-    runner.add_argument("--against", metavar="REF", help="also measure this git ref, interleaved")
+    runner.add_argument(
+        "--against",
+        metavar="REF",
+        help="also measure this git ref, interleaved; or reference-kernels: this tree with "
+        "KERAS_POSENC_KERNELS=reference",
+    )
     runner.add_argument(
         "--rounds", type=int, help="runs per case and tree (default 1; 2 with --against)"
     )

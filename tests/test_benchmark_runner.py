@@ -270,6 +270,31 @@ def test_against_runs_both_trees_interleaved(runner, fake, capsys):
 
 
 @needs_git
+def test_against_reference_kernels_runs_the_tree_twice(runner, fake):
+    """``--against reference-kernels``: the same tree, the ref side with every kernel's
+    reference (KERAS_POSENC_KERNELS=reference), interleaved; no git worktree."""
+    repo, benchmark = fake
+    (repo / "keras_posenc" / "__init__.py").write_text(
+        "import os\nSPEED = 5.0 if os.environ.get('KERAS_POSENC_KERNELS') == 'reference' else 3.0\n"
+    )
+    record = runner.run(
+        benchmark,
+        tree=repo,
+        backends=["jax"],
+        script_args=["--sizes", "4"],
+        against=runner.REFERENCE_KERNELS,
+        settle=0,
+    )
+    result = record["backends"]["jax"]
+    assert [r["tree"] for r in result["runs"]] == ["current", "ref", "current", "ref"]
+    ours = {side: rows[1] for side, rows in result["results"].items()}
+    assert ours["ref"]["x_base"] == 5.0 and ours["current"]["x_base"] == 3.0
+    assert record["trees"]["ref"]["name"] == "reference-kernels"
+    line = runner.comparison_line(benchmark, result["comparison"][1])
+    assert line == "impl=ours size=4 x_base: 5.00 -> 3.00 (-40.0%)"
+
+
+@needs_git
 def test_against_an_unknown_ref_fails_cleanly(runner, fake):
     repo, benchmark = fake
     with pytest.raises(RuntimeError, match="rev-parse"):
