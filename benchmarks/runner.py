@@ -40,7 +40,8 @@ change, e.g. ``impl=rel_keys L=2048 x_mha: 1.53 -> 1.49 (-2.6%)``.
 ``--against reference-kernels`` measures the working tree twice instead: as it is, and with
 ``KERAS_POSENC_KERNELS=reference`` (every backend override off, the ``keras.ops``
 references of ``keras_posenc/backend/common.py`` on), so a kernel override's gain is
-measured on a benchmark a user runs, in one run (docs/development.md, "Backend kernels").
+measured on a benchmark a user runs, in one run (docs/development.md, "Backend kernels");
+``--against reference-kernels:NAME,NAME`` turns off the named kernels' overrides only.
 
 This module uses only the standard library and imports none of its sibling scripts, so
 tests can load it from its file (tests/test_benchmark_runner.py).
@@ -599,12 +600,12 @@ def run(
     with contextlib.ExitStack() as stack:
         sides = {"current": tree}
         side_env = {"current": {}, "ref": {}}
-        if against == REFERENCE_KERNELS:
-            record["trees"]["ref"] = {"name": REFERENCE_KERNELS, **tree_info(tree)}
+        if against and against.split(":")[0] == REFERENCE_KERNELS:
+            record["trees"]["ref"] = {"name": against, **tree_info(tree)}
             sides["ref"] = tree
             side_env = {
                 "current": {"KERAS_POSENC_KERNELS": ""},
-                "ref": {"KERAS_POSENC_KERNELS": "reference"},
+                "ref": {"KERAS_POSENC_KERNELS": "reference" + against[len(REFERENCE_KERNELS) :]},
             }
         elif against:
             ref_root = stack.enter_context(ref_worktree(tree, against))

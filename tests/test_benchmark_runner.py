@@ -275,7 +275,9 @@ def test_against_reference_kernels_runs_the_tree_twice(runner, fake):
     reference (KERAS_POSENC_KERNELS=reference), interleaved; no git worktree."""
     repo, benchmark = fake
     (repo / "keras_posenc" / "__init__.py").write_text(
-        "import os\nSPEED = 5.0 if os.environ.get('KERAS_POSENC_KERNELS') == 'reference' else 3.0\n"
+        "import os\n"
+        "kernels = os.environ.get('KERAS_POSENC_KERNELS')\n"
+        "SPEED = {'reference': 5.0, 'reference:scratch': 4.0}.get(kernels, 3.0)\n"
     )
     record = runner.run(
         benchmark,
@@ -292,6 +294,18 @@ def test_against_reference_kernels_runs_the_tree_twice(runner, fake):
     assert record["trees"]["ref"]["name"] == "reference-kernels"
     line = runner.comparison_line(benchmark, result["comparison"][1])
     assert line == "impl=ours size=4 x_base: 5.00 -> 3.00 (-40.0%)"
+    one = runner.run(
+        benchmark,
+        tree=repo,
+        backends=["jax"],
+        script_args=["--sizes", "4"],
+        against="reference-kernels:scratch",
+        settle=0,
+        rounds=1,
+    )
+    assert one["backends"]["jax"]["results"]["ref"][1]["x_base"] == 4.0, one["backends"]["jax"][
+        "results"
+    ]
 
 
 @needs_git

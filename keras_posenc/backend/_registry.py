@@ -55,11 +55,21 @@ class Override:
 # imported, so only its overrides are here.
 _OVERRIDES: dict[str, Override] = {}
 _loaded: list[str] = []
-# KERAS_POSENC_KERNELS=reference: every kernel runs its reference in this process.
-_references_only = contextvars.ContextVar(
-    "keras_posenc_references_only",
-    default=os.environ.get("KERAS_POSENC_KERNELS", "").strip().lower() == "reference",
-)
+
+
+def _from_environment() -> bool | frozenset:
+    """``KERAS_POSENC_KERNELS``: ``reference`` (every kernel's reference in this process) or
+    ``reference:NAME,NAME`` (those kernels' references, the other overrides kept)."""
+    value = os.environ.get("KERAS_POSENC_KERNELS", "").strip().lower()
+    if value == "reference":
+        return True
+    if value.startswith("reference:"):
+        return frozenset(name.strip() for name in value.split(":", 1)[1].split(",") if name)
+    return False
+
+
+_references_only = contextvars.ContextVar("keras_posenc_references_only", default=False)
+_ENVIRONMENT = _from_environment()
 
 
 def override(
@@ -128,7 +138,9 @@ def device() -> str:
 def chosen(name: str) -> Override | None:
     """The override that would run for kernel ``name`` here, or None for the reference."""
     _load_backend()
-    if _references_only.get():
+    if _references_only.get() or _ENVIRONMENT is True:
+        return None
+    if _ENVIRONMENT and name in _ENVIRONMENT:
         return None
     entry = _OVERRIDES.get(name)
     if entry is None or entry.failed is not None:
@@ -197,8 +209,9 @@ def references_only() -> Iterator[None]:
     """Every kernel called inside runs its portable reference (no backend override).
 
     For comparing an override with its reference (tests) and for ruling an override
-    out when debugging; ``KERAS_POSENC_KERNELS=reference`` does it for a whole process
-    (``benchmarks/``).
+    out when debugging; ``KERAS_POSENC_KERNELS=reference`` does it for a whole process,
+    and ``KERAS_POSENC_KERNELS=reference:NAME,NAME`` for the named kernels only
+    (``benchmarks/``: ``--against reference-kernels[:NAME,NAME]``).
 
     Examples:
 

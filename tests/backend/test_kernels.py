@@ -229,3 +229,19 @@ def test_environment_variable_selects_the_references():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "references" in result.stdout
+    # reference:NAME: that kernel's reference only (TensorFlow's and PyTorch's
+    # query_block_bytes override; JAX has none and answers the reference either way).
+    code = (
+        "from keras_posenc import backend\n"
+        "from keras_posenc.backend import _registry\n"
+        "assert _registry.chosen('query_block_bytes') is None\n"
+        "others = [n for n in backend.overrides() if n != 'query_block_bytes']\n"
+        "assert all(_registry.chosen(n) is not None for n in others), others\n"
+        "print(backend.query_block_bytes())\n"
+    )
+    env = dict(os.environ, KERAS_POSENC_KERNELS="reference:query_block_bytes")
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-1] == str(32 * 2**20)
