@@ -31,6 +31,7 @@ Examples:
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,17 +50,29 @@ from keras_posenc.layers._checks import check_int, excerpt
 DEFAULT_LORA_LAYER_NAMES = ("query", "value", "qkv", "in_projection", "out_projection")
 
 
+#: The variable name of a learned *absolute* position table (ConvS2S's
+#: ``position_embedding`` layer, a ``convs2s.PositionEmbedding``): not ``embeddings``,
+#: the token tables' name, so that a name can exclude it from weight decay.
+POSITION_TABLE_NAME = "position_embeddings"
+
+# The names of the position tables: the relative tables (``table``, ``table_0``, ...
+# for several scales) and the learned absolute ones.
+_POSITION_TABLE = re.compile(rf"(table|{POSITION_TABLE_NAME})(_\d+)?")
+
+
 def is_no_decay(variable: keras.Variable) -> bool:
     """Whether weight decay should leave ``variable`` alone.
 
     timm's rule (``param_groups_weight_decay``: one dimension or fewer, or a bias),
     which covers biases, normalisation scales and offsets and layer scales, plus the
-    relative position tables, which the zoo names ``table`` (``table_0``, ... for
-    several scales): CoAtNet's and MaxViT's papers and timm (their ``no_weight_decay``:
-    ``relative_position_bias_table``) exclude them.
+    position tables: the relative tables, which the zoo names ``table`` (``table_0``,
+    ... for several scales), as CoAtNet's and MaxViT's papers and timm (their
+    ``no_weight_decay``: ``relative_position_bias_table``) exclude them, and the
+    learned absolute position tables, named ``position_embeddings`` (ConvS2S's), as
+    timm excludes its ``pos_embed``.
     """
     name = variable.name
-    return len(variable.shape) <= 1 or name == "bias" or name.split("_")[0] == "table"
+    return len(variable.shape) <= 1 or name == "bias" or bool(_POSITION_TABLE.fullmatch(name))
 
 
 _QUANTIZED = "quantized_layers"
@@ -211,12 +224,12 @@ class ZooModel:
         ``optimizer.exclude_from_weight_decay(var_names=...)``.
 
         Biases, normalisation scales and offsets, other one-dimensional weights (layer
-        scales, MUSE's kernel gates, ConvS2S's weight-norm magnitudes) and the relative
-        position tables (`is_no_decay`). Keras matches these strings inside each
-        variable's ``name`` (its last path component), so a table cannot be named
-        apart from a decayed variable of the same name: learned *absolute* position
-        embeddings (ConvS2S's), named ``embeddings`` as the token embeddings are, are
-        decayed (pass them in ``var_list`` to exclude them too).
+        scales, MUSE's kernel gates, ConvS2S's weight-norm magnitudes) and the position
+        tables (`is_no_decay`): the relative tables (``table``) and the learned absolute
+        ones (ConvS2S's ``position_embeddings``; its token tables, ``embeddings``,
+        decay). Keras matches these strings inside each variable's ``name`` (its last
+        path component), so every zoo variable weight decay should leave alone has a
+        name no decayed variable contains (checked here).
 
         Raises:
             ValueError: a no-decay name occurs in the name of a variable that should

@@ -53,6 +53,7 @@ from keras_posenc.layers.convs2s import (
     GradMultiply,
     folded_weight_norm,
 )
+from keras_posenc.zoo.adapt import POSITION_TABLE_NAME
 from keras_posenc.zoo.language_model import LanguageModel
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
@@ -185,6 +186,47 @@ class _ZeroRow(keras.initializers.RandomNormal):
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
+class PositionEmbedding(keras.layers.Embedding):
+    """A ``keras.layers.Embedding`` whose table is the variable ``position_embeddings``.
+
+    A learned absolute position table: the same layer as Keras' ``Embedding`` (its
+    build, call, int8 and int4 quantization, LoRA and saved variables), with the table
+    named ``position_embeddings`` instead of ``embeddings``, so that a variable name
+    tells it apart from a token table (:func:`~keras_posenc.zoo.adapt.is_no_decay`, and
+    Keras' ``exclude_from_weight_decay(var_names=...)``, which matches names). The
+    attribute stays ``embeddings``; a ``.keras`` file saved before the rename loads
+    (Keras stores a layer's variables by their order, not by their names). Its
+    arguments are ``keras.layers.Embedding``'s: ``input_dim`` the rows (positions),
+    ``output_dim`` the embedding width.
+
+    Examples:
+
+        >>> from keras_posenc.zoo.convs2s import PositionEmbedding
+        >>> layer = PositionEmbedding(8, 4)
+        >>> layer.build()
+        >>> [(v.name, tuple(v.shape)) for v in layer.weights]
+        [('position_embeddings', (8, 4))]
+    """
+
+    def add_weight(self, *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+        # Keras' build, _int8_build and _int4_build name the table "embeddings"; its
+        # other variables (embeddings_scale, lora_embeddings_a, ...) keep their names.
+        if name == "embeddings":
+            name = POSITION_TABLE_NAME
+        return super().add_weight(*args, name=name, **kwargs)
+
+    def quantize(self, mode: Any = None, type_check: bool = True, config: Any = None) -> None:
+        # Keras' Embedding.quantize refuses subclasses (their call may differ); this one
+        # computes what Embedding computes, so it quantizes as Embedding does (and the
+        # position tables of int8 models saved before the rename load quantized).
+        if type_check and type(self) is not PositionEmbedding:
+            raise NotImplementedError(
+                f"Layer {type(self).__name__} does not have a `quantize` method implemented."
+            )
+        super().quantize(mode, type_check=False, config=config)
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
 class ConvS2SEmbedding(keras.layers.Layer):
     """Token embedding plus learned absolute positions that count only real tokens.
 
@@ -192,7 +234,11 @@ class ConvS2SEmbedding(keras.layers.Layer):
     the number of real (non-``pad_id``) tokens before each token, so a
     left-padded sequence starts at position 0 like a right-padded one (fairseq's
     ``make_positions``). Padded positions get a zero embedding. Both tables are
-    initialised ``N(0, 0.1)`` (the token table's ``pad_id`` row zero).
+    initialised ``N(0, 0.1)`` (the token table's ``pad_id`` row zero). The token
+    table is the variable ``token_embedding/embeddings``, the position table
+    ``position_embedding/position_embeddings`` (a :class:`PositionEmbedding`), so
+    weight decay can leave the position table alone by its name (timm's convention
+    for learned absolute positions, ``pos_embed``; ``ZooModel.no_weight_decay_names``).
 
     Args:
         vocab_size: rows of the token table.
@@ -255,7 +301,7 @@ class ConvS2SEmbedding(keras.layers.Layer):
         )
         self.position_embedding = None
         if self.max_positions:
-            self.position_embedding = keras.layers.Embedding(
+            self.position_embedding = PositionEmbedding(
                 self.max_positions,
                 self.embed_dim,
                 embeddings_initializer=_normal(0.1),

@@ -18,12 +18,14 @@ import pytest
 from keras import ops
 from zoo_families import FAMILIES, make, numpy
 
+from keras_posenc import zoo
 from keras_posenc.layers.relative_position import (
     MultiScaleRelativePositionEmbedding,
     RelativePositionBias,
     RelativePositionEmbedding,
 )
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
+from keras_posenc.zoo.convs2s import ConvS2SEmbedding, PositionEmbedding
 from reference.adapt import decayed, head_projection, lora_kernel
 
 pytestmark = pytest.mark.contract
@@ -121,19 +123,23 @@ def test_enable_lora_refuses_bad_arguments():
 # -------------------------------------------------------------------- weight decay
 
 
-# The layers whose weights are relative position tables.
-TABLES = (
+# The layers whose weights are relative position tables, and those whose weight is a
+# learned absolute position table (ConvS2S's).
+RELATIVE_TABLES = (
     RelativePositionBias2D,
     RelativePositionBias,
     RelativePositionEmbedding,
     MultiScaleRelativePositionEmbedding,
 )
+ABSOLUTE_TABLES = (PositionEmbedding,)
+TABLES = RELATIVE_TABLES + ABSOLUTE_TABLES
 
 
 def _no_decay_by_owner(model):
     """The paths of the variables to exclude, chosen by the layers that own them: timm's
-    `param_groups_weight_decay` (one dimension or fewer, or a bias) and the relative
-    position tables (timm's `no_weight_decay` of CoAtNet and MaxViT)."""
+    `param_groups_weight_decay` (one dimension or fewer, or a bias) and the position
+    tables (timm's `no_weight_decay`: CoAtNet's and MaxViT's relative tables, the ViTs'
+    learned absolute `pos_embed`)."""
     excluded = set()
     for layer in model._flatten_layers():
         own = layer._trainable_variables
@@ -158,6 +164,68 @@ def _check_weight_decay(model):
     return names
 
 
+@pytest.mark.neutral
+def test_convs2s_position_tables_are_excluded_by_name():
+    """ConvS2S's learned absolute position tables are named apart from its token tables
+    (`position_embeddings`, `embeddings`), so the no-decay names keep Keras' AdamW off
+    the position tables and on the token tables (timm's `no_weight_decay`: `pos_embed`).
+    Before, both were `embeddings` and the position tables were decayed."""
+    model = zoo.create("convs2s_small", src_vocab_size=20, tgt_vocab_size=20)
+    names = model.no_weight_decay_names()
+    assert "position_embeddings" in names
+    optimizer = keras.optimizers.AdamW(learning_rate=0.1, weight_decay=0.5)
+    optimizer.exclude_from_weight_decay(var_names=names)
+    embeddings = [layer for layer in model._flatten_layers() if isinstance(layer, ConvS2SEmbedding)]
+    assert len(embeddings) == 2  # the encoder's and the decoder's
+    for layer in embeddings:
+        positions, tokens = layer.position_embedding.embeddings, layer.token_embedding.embeddings
+        assert not optimizer._use_weight_decay(positions), positions.path
+        assert optimizer._use_weight_decay(tokens), tokens.path
+    # And every other variable as its owning layer says.
+    excluded = _no_decay_by_owner(model)
+    for variable in model.trainable_variables:
+        assert optimizer._use_weight_decay(variable) is (variable.path not in excluded), (
+            variable.path
+        )
+
+
+def test_convs2s_files_saved_before_the_position_table_rename_load(tmp_path, monkeypatch):
+    """A `.keras` file of a ConvS2S model whose position tables were plain Embedding
+    layers (variable `embeddings`, before the rename) loads into `PositionEmbedding`:
+    Keras stores a layer's variables by their order, not by their names. Float and int8
+    (the int8 file lists the position tables among the quantized layers, which the new
+    class must quantize again)."""
+    from keras_posenc.zoo import convs2s
+
+    monkeypatch.setattr(convs2s, "PositionEmbedding", keras.layers.Embedding)
+    old, x = make("convs2s", seed=1)
+    paths = [v.path for v in old.weights if "position_embedding/" in v.path]
+    assert [path.rsplit("/", 1)[1] for path in paths] == ["embeddings"] * 2
+    tables = [numpy(v) for v in old.weights if v.path in paths]
+    float_outputs = outputs(old, x)
+    old.save(tmp_path / "float.keras")
+    old.quantize("int8")
+    int8_outputs = outputs(old, x)
+    old.save(tmp_path / "int8.keras")
+    monkeypatch.undo()
+
+    for file, expected, dtype in (
+        ("float.keras", float_outputs, "float32"),
+        ("int8.keras", int8_outputs, "int8"),
+    ):
+        loaded = keras.saving.load_model(tmp_path / file)
+        layers = [
+            layer for layer in loaded._flatten_layers() if isinstance(layer, PositionEmbedding)
+        ]
+        assert len(layers) == 2
+        for layer, table in zip(layers, tables):
+            variable = layer.embeddings
+            assert variable.name == "position_embeddings" and variable.dtype == dtype, file
+            if dtype == "float32":
+                np.testing.assert_array_equal(numpy(variable), table)
+        np.testing.assert_allclose(outputs(loaded, x), expected, atol=1e-6, err_msg=file)
+
+
 # ----------------------------------------------------------------- every family
 
 
@@ -174,8 +242,9 @@ def test_family_adapts_and_ships(family, tmp_path):
     of the int8 model reloads them exactly."""
     model, x = make(family)
     names = _check_weight_decay(model)
-    tables = any(isinstance(layer, TABLES) and layer.trainable for layer in model._flatten_layers())
-    assert ("table" in names) is tables
+    for kinds, name in ((RELATIVE_TABLES, "table"), (ABSOLUTE_TABLES, "position_embeddings")):
+        owners = [layer for layer in model._flatten_layers() if isinstance(layer, kinds)]
+        assert (name in names) is any(layer.trainable for layer in owners), name
 
     reference = outputs(model, x)
     model.enable_lora(2)
