@@ -11,29 +11,19 @@ mode (`_timing.inference`: on PyTorch under ``torch.no_grad``):
 
     bias   gather        a bias table read through an (L, L) index into heads-first
                          order (`common.gather_heads_first`, the baseline)
-           rows          the same gathered as rows of 8 (heads) values, then transposed
-                         (`algorithms.gather_rows_then_transpose`)
            reference     the same built from its diagonals by one gather
                          (`common.toeplitz`)
-           toeplitz      the same built from its diagonals in strips
-                         (`algorithms.toeplitz_by_strips`)
            windows       the same built from its diagonals by runs of 16 keys
                          (`algorithms.toeplitz_by_windows`)
     keys   flat          ``q_i . w[idx(i, j)]``: one gather from the flattened
                          (batch, heads, L * rows) products (`common.relative_key_logits`,
                          the baseline)
-           rows          rows of the transposed (L * rows, batch * heads) products
-                         (`algorithms.relative_key_logits_by_rows`)
            gather        PyTorch only: ``torch.gather`` with the (L, L) index broadcast
                          as a view (keras_posenc/backend/torch.py)
     fused  built_bias    PyTorch only: keras.ops.dot_product_attention with the
                          (1, heads, L, L) bias built (the baseline)
            strided_bias  PyTorch's `toeplitz_attention`: the bias as a strided view of
                          its diagonals, never built
-    cumsum ops           the value term's cumulative sums of (1, heads, L, L)
-                         probabilities: ``keras.ops.cumsum`` (the baseline)
-           blocked       `algorithms.blocked_cumulative_sum`: blocks of 32 keys, each
-                         summed by one matrix product (TensorFlow's override)
     fill   fresh         PyTorch only: the "gather" way of "keys" into a new tensor,
                          as each call allocates it (the baseline)
            reused        the same written into one tensor kept between calls
@@ -61,7 +51,6 @@ BASELINES = {
     "bias": "gather",
     "keys": "flat",
     "fused": "built_bias",
-    "cumsum": "ops",
     "fill": "fresh",
 }
 
@@ -95,16 +84,13 @@ def _ways(length: int) -> dict:
     diagonals = bias_layer.diagonals(length, length, 0, "float32")
     ways = {
         ("bias", "gather"): numpy(common.gather_heads_first, table, bias_index),
-        ("bias", "rows"): numpy(algorithms.gather_rows_then_transpose, table, bias_index),
         ("bias", "reference"): numpy(common.toeplitz, diagonals, length, length),
-        ("bias", "toeplitz"): numpy(algorithms.toeplitz_by_strips, diagonals, length, length),
         ("bias", "windows"): numpy(algorithms.toeplitz_by_windows, diagonals, length, length),
     }
     keys_layer = layers["keys"]
     key_table = keys_layer.relative_keys.table()
     index = keys_layer.relative_keys.indices(length, length, 0)
     ways["keys", "flat"] = numpy(common.relative_key_logits, q, key_table, index)
-    ways["keys", "rows"] = numpy(algorithms.relative_key_logits_by_rows, q, key_table, index)
     on_torch = keras.backend.backend() == "torch"
     if on_torch:
         from keras_posenc.backend import torch as torch_kernels
@@ -121,11 +107,6 @@ def _ways(length: int) -> dict:
         ways["fused", "strided_bias"] = numpy(
             torch_kernels.toeplitz_attention, scaled, k, v, diagonals
         )
-    probabilities = ops.softmax(
-        ops.convert_to_tensor(rng.standard_normal((1, HEADS, length, length), "float32"))
-    )
-    ways["cumsum", "ops"] = numpy(common.cumulative_sum, probabilities)
-    ways["cumsum", "blocked"] = numpy(algorithms.blocked_cumulative_sum, probabilities)
     if on_torch:
         import torch
 

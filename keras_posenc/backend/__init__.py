@@ -52,12 +52,10 @@ __all__ = [
     "cumulative_sum",
     "depthwise_conv2d",
     "device",
-    "exact_gelu",
     "fused_attention",
     "gather_heads_first",
     "initialize_together",
     "overrides",
-    "pointwise_conv2d",
     "prefers_fused_attention",
     "prefers_toeplitz_attention",
     "query_block_bytes",
@@ -87,10 +85,8 @@ query_block_bytes = kernel(common.query_block_bytes)
 compiled_block = kernel(common.compiled_block)
 scratch = kernel(common.scratch)
 
-# Convolutions and activations.
+# Convolutions.
 depthwise_conv2d = kernel(common.depthwise_conv2d)
-pointwise_conv2d = kernel(common.pointwise_conv2d)
-exact_gelu = kernel(common.exact_gelu)
 
 # The framework: compiling, creating variables, reading values, its limits.
 compile_function = kernel(common.compile_function)

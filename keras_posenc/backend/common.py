@@ -12,7 +12,6 @@ logits and probabilities are (batch, heads, q_len, k_len) float32.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -140,17 +139,6 @@ def depthwise_conv2d(x: Any, kernel: Any, strides: int, pad: int) -> Any:
     if pad:
         x = ops.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
     return ops.depthwise_conv(x, kernel, strides, "valid")
-
-
-def pointwise_conv2d(x: Any, kernel: Any, bias: Any) -> Any:
-    """A 1 x 1, stride-1 convolution of channels-last ``x`` (``bias`` None or a vector)."""
-    y = ops.conv(x, ops.cast(kernel, x.dtype), 1, "valid")
-    return y if bias is None else y + ops.cast(bias, x.dtype)
-
-
-def exact_gelu(x: Any) -> Any:
-    """``0.5 x (1 + erf(x / sqrt(2)))``: exports as ONNX's ``Erf`` on every route."""
-    return 0.5 * x * (1.0 + ops.erf(x * ops.cast(1.0 / math.sqrt(2.0), x.dtype)))
 
 
 # --------------------------------------------------------------------------- the framework

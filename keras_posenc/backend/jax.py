@@ -37,13 +37,6 @@ def depthwise_conv2d(x: Any, kernel: Any, strides: int, pad: int) -> Any:
     return algorithms.depthwise_by_shifts(x, kernel, strides, pad)
 
 
-override(
-    common.pointwise_conv2d,
-    measured="CoAtNet-0, 2 CPU cores: Keras' JAX convolution copies the channels-last map "
-    "around the kernel; one matrix product does not (benchmarks/coatnet_parts.py)",
-)(algorithms.pointwise_by_matmul)
-
-
 @override(
     common.compile_function,
     devices=None,

@@ -31,39 +31,6 @@ override(
     "time of gathering rows of heads and transposing them (benchmarks/relative_logits.py)",
 )(algorithms.toeplitz_by_windows)
 
-override(
-    common.gather_heads_first,
-    measured="lengths known only when run; rows of heads then one transpose were faster "
-    "than TensorFlow's gathers of single elements (benchmarks/relative_logits.py)",
-)(algorithms.gather_rows_then_transpose)
-
-override(
-    common.relative_key_logits,
-    measured="8 heads, L = 512-2048, eager, 2 CPU cores: rows of batch * heads floats "
-    "gathered faster than the flattened read (benchmarks/relative_logits.py)",
-)(algorithms.relative_key_logits_by_rows)
-
-
-@override(
-    common.cumulative_sum,
-    measured="8 heads, L = 2048, 2 CPU cores: TensorFlow's Cumsum scans element by element "
-    "(187 ms); blocks of 32 keys took 50 ms, 0.28x (benchmarks/relative_logits.py, cumsum)",
-)
-def cumulative_sum(values: Any) -> Any:
-    if not isinstance(values.shape[-1], int):
-        return REFERENCE
-    return algorithms.blocked_cumulative_sum(values)
-
-
-@override(
-    common.query_block_bytes,
-    measured="layer calls with query_block_size 128-1024 at L = 1024 and 2048, 8 heads, "
-    "2 CPU cores: fewer, larger blocks (each block is a few dozen eager operations)",
-)
-def query_block_bytes() -> int:
-    return 64 * 2**20
-
-
 # Eager TensorFlow: a block of attention with at least this many float32 logits per
 # example runs as one XLA program (`compiled_block`).
 COMPILED_BLOCK_MIN_LOGITS = 2**20

@@ -16,7 +16,7 @@ import keras
 import torch
 import torch.nn.functional as F
 
-from keras_posenc.backend import algorithms, common, torch_trace
+from keras_posenc.backend import common, torch_trace
 from keras_posenc.backend._registry import REFERENCE, device_query, override
 
 
@@ -124,12 +124,6 @@ def scratch() -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------- relative logits
-
-override(
-    common.toeplitz,
-    measured="8 heads, L = 1024 / 2048, 2 CPU cores: 0.56 / 0.45 of the gather's time "
-    "(benchmarks/relative_logits.py, bias)",
-)(algorithms.toeplitz_by_strips)
 
 
 def _gather(values: Any, columns: Any, out: Any = None) -> Any:
@@ -284,40 +278,6 @@ def toeplitz_attention(q: Any, k: Any, v: Any, diagonals: Any) -> Any:
 )
 def query_block_bytes() -> int:
     return 16 * 2**20
-
-
-# --------------------------------------------------------------------------- convolutions
-
-
-@override(
-    common.depthwise_conv2d,
-    measured="CoAtNet-0, 2 CPU cores: Keras copies the channels-last map to channels-first "
-    "and back around the convolution (benchmarks/coatnet_parts.py)",
-)
-def depthwise_conv2d(x: Any, kernel: Any, strides: int, pad: int) -> Any:
-    """PyTorch's convolution on the channels-first *view* of a channels-last map: no copies."""
-    kernel = keras.ops.convert_to_tensor(kernel)
-    weight = kernel.permute(2, 3, 0, 1).to(x.dtype)  # (channels, 1, k, k)
-    output = F.conv2d(
-        x.permute(0, 3, 1, 2), weight, stride=strides, padding=pad, groups=x.shape[-1]
-    )
-    return output.permute(0, 2, 3, 1)
-
-
-override(
-    common.pointwise_conv2d,
-    measured="CoAtNet-0, 2 CPU cores: Keras' PyTorch convolution copies the channels-last "
-    "map around the kernel; one matrix product does not (benchmarks/coatnet_parts.py)",
-)(algorithms.pointwise_by_matmul)
-
-
-@override(
-    common.exact_gelu,
-    measured="CoAtNet-0, 2 CPU cores: the erf formula's five elementwise passes were a fifth "
-    "of the model's time; PyTorch's gelu is one kernel (benchmarks/coatnet_parts.py)",
-)
-def exact_gelu(x: Any) -> Any:
-    return keras.ops.gelu(x, approximate=False)
 
 
 # --------------------------------------------------------------------------- the framework

@@ -469,7 +469,7 @@ def query_block(
 
     ``requested=None`` ("auto") blocks only when one example's score tensor,
     heads * q_len * k_len float32, exceeds `backend.query_block_bytes` (per
-    backend, measured: 64 MiB on TensorFlow, 32 MiB on JAX, 16 MiB on PyTorch;
+    backend, measured: 16 MiB on PyTorch, 32 MiB elsewhere;
     with 32 MiB and 8 heads: above q_len = k_len = 1024), with blocks of about
     that size (32 MiB, 8 heads: 512 queries at k_len = 2048, 256 at 4096; at
     least `MIN_AUTO_BLOCK` queries),

@@ -8,8 +8,6 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_posenc import backend
-
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
 def exact_gelu(x: Any) -> Any:
@@ -18,10 +16,9 @@ def exact_gelu(x: Any) -> Any:
     Numerically the same function as ``keras.activations.gelu(x, approximate=False)``,
     but that one lowers on TensorFlow to ``erfc``, which tf2onnx emits as an ``Erfc``
     node that no ONNX opset defines (onnxruntime rejects the graph). Written with
-    ``erf`` it becomes the standard ONNX ``Erf`` op on every route. It is the kernel
-    `keras_posenc.backend.exact_gelu`: on PyTorch's CPU ``keras.ops.gelu(x,
-    approximate=False)``, one fused kernel there (the formula took five passes over
-    the tensor).
+    ``erf`` it becomes the standard ONNX ``Erf`` op on every route. (PyTorch's one
+    fused ``gelu`` instead gained CoAtNet-0 less than 1.3x together with two other
+    overrides, so it was deleted: docs/development.md, "Backend kernels".)
 
     Args:
         x: a floating tensor.
@@ -38,7 +35,8 @@ def exact_gelu(x: Any) -> Any:
 
     Reference: Hendrycks and Gimpel, "Gaussian Error Linear Units (GELUs)", 2016.
     """
-    return backend.exact_gelu(ops.convert_to_tensor(x))
+    x = ops.convert_to_tensor(x)
+    return 0.5 * x * (1.0 + ops.erf(x * ops.cast(1.0 / math.sqrt(2.0), x.dtype)))
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")

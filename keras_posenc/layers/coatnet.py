@@ -121,24 +121,6 @@ def symmetric_pad(x: Any, kernel_size: int, strides: int) -> Any:
     return ops.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
 
 
-def pointwise(conv: keras.layers.Conv2D, x: Any) -> Any:
-    """``conv(x)``; a 1 x 1 ``Conv2D`` through the kernel `backend.pointwise_conv2d`.
-
-    The same numbers as the convolution (its own weights, in ``x``'s dtype); PyTorch
-    and JAX on CPU compute it as one matrix product over the channels, without the
-    layout copies their Keras convolutions make around a channels-last map
-    (docs/benchmarks.md, "CoAtNet: where the time goes"). Other convolutions run as
-    they are.
-    """
-    if tuple(conv.kernel_size) != (1, 1) or tuple(conv.dilation_rate) != (1, 1):
-        return conv(x)
-    row_step, column_step = conv.strides
-    if (row_step, column_step) != (1, 1):
-        # A 1 x 1 kernel reads every stride-th pixel, the same for "same" and "valid".
-        x = x[:, ::row_step, ::column_step]
-    return backend.pointwise_conv2d(x, conv.kernel, conv.bias if conv.use_bias else None)
-
-
 def _partition(who: str, partition: Any, size: Any) -> tuple[str | None, tuple | None]:
     """The checked ``(partition, partition_size)`` of `RelativeTransformerBlock2D`."""
     if partition is None:
@@ -278,7 +260,7 @@ class _PooledProjection:
         if layer.shortcut_pool is not None:
             x = layer.shortcut_pool(x)
         if layer.shortcut_projection is not None:
-            x = pointwise(layer.shortcut_projection, x)
+            x = layer.shortcut_projection(x)
         return x
 
 
@@ -645,14 +627,14 @@ class MBConv(keras.layers.Layer):
             x = activation(x)
         if self.down_pool is not None:
             x = self.down_pool(x)
-        x = activation(self.expand_norm(pointwise(self.expand_conv, x), training=training))
+        x = activation(self.expand_norm(self.expand_conv(x), training=training))
         x = self._depthwise(x)
         if self.squeeze_excite is not None and self.se_position == "before_norm":
             x = self.squeeze_excite(x)
         x = activation(self.depthwise_norm(x, training=training))
         if self.squeeze_excite is not None and self.se_position == "after_activation":
             x = self.squeeze_excite(x)
-        x = pointwise(self.project_conv, x)
+        x = self.project_conv(x)
         return shortcut + drop_path(x, self.drop_path_rate, self.seed_generator, training)
 
     def compute_output_shape(self, input_shape: Any) -> tuple:

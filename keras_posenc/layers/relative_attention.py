@@ -240,7 +240,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             ``(batch, heads, block, k_len)`` tensors). ``None`` (default):
             automatic, blocks only when one example's logits,
             ``heads * q_len * k_len`` float32, exceed a size measured per
-            backend (64 MiB on TensorFlow, 32 MiB on JAX, 16 MiB on PyTorch; 8
+            backend (16 MiB on PyTorch, 32 MiB elsewhere; 8
             heads at 32 MiB: longer than 1024 x 1024), in blocks of about that
             size (8 heads at 32 MiB: 512 queries at ``k_len = 2048``). On
             PyTorch without gradients the blocks of one call share their

@@ -174,7 +174,7 @@ def toeplitz(diagonals: Any, query_length: int, key_length: int) -> Any:
     (q_len, k_len) result of gathering it is a Toeplitz matrix of its
     ``q_len + k_len - 1`` diagonals (`distances_in_order`). Computed by the
     backend kernel `keras_posenc.backend.toeplitz` (one gather by default; by
-    strips of rows or runs of keys where a backend measured those faster).
+    runs of keys on TensorFlow, where that was measured faster).
 
     Args:
         diagonals: a tensor whose last axis has ``query_length + key_length - 1``

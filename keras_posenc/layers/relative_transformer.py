@@ -323,7 +323,8 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
         query_block_size: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
             automatically when one example's logits exceed a size measured per
-            backend (16-64 MiB); an int forces blocks of that many queries.
+            backend (16 MiB on PyTorch, 32 MiB elsewhere); an int forces blocks of
+            that many queries.
         relative_logits: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
             ``"skew"`` (Music Transformer's memory-efficient shift; ``"clip"`` tables
@@ -528,7 +529,8 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         query_block_size: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
             automatically when one example's logits exceed a size measured per
-            backend (16-64 MiB); an int forces blocks of that many queries.
+            backend (16 MiB on PyTorch, 32 MiB elsewhere); an int forces blocks of
+            that many queries.
         relative_logits: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
             ``"skew"`` (Music Transformer's memory-efficient shift; ``"clip"`` tables

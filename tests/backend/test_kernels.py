@@ -45,8 +45,6 @@ def _case(rng):
         "fused_attention": ((q, k, v, normal(2, 3, 5, 7)), ()),
         "toeplitz_attention": ((q, k, v, normal(3, 5 + 7 - 1)), ()),
         "depthwise_conv2d": ((normal(2, 9, 9, 5), normal(3, 3, 5, 1)), (2, 1)),
-        "pointwise_conv2d": ((normal(2, 7, 7, 6), normal(1, 1, 6, 4), normal(4)), ()),
-        "exact_gelu": ((normal(3, 17),), ()),
     }
 
 

@@ -714,28 +714,3 @@ def test_depthwise_by_shifts_matches_reference(rng, size, kernel, strides):
         x.astype("float64"), weights.astype("float64"), strides, padding="symmetric"
     )
     np.testing.assert_allclose(ops.convert_to_numpy(actual), expected, atol=1e-5)
-
-
-@pytest.mark.parametrize("strides", [1, 2])
-@pytest.mark.parametrize("use_bias", [False, True])
-@pytest.mark.parametrize("kernels", ["backend", "reference"])
-def test_pointwise_matches_reference(rng, strides, use_bias, kernels):
-    import contextlib
-
-    from keras_posenc import backend
-    from keras_posenc.layers.coatnet import pointwise
-
-    scope = backend.references_only() if kernels == "reference" else contextlib.nullcontext()
-
-    x = images(rng, (2, 7, 7, 6))
-    conv = keras.layers.Conv2D(4, 1, strides=strides, padding="same", use_bias=use_bias)
-    conv.build(x.shape)
-    for weight in conv.weights:
-        weight.assign(rng.standard_normal(tuple(weight.shape)).astype("float32"))
-    bias = ops.convert_to_numpy(conv.bias).astype("float64") if use_bias else None
-    expected = ref.conv2d(
-        x.astype("float64"), ops.convert_to_numpy(conv.kernel).astype("float64"), bias, strides
-    )
-    with scope:
-        actual = ops.convert_to_numpy(pointwise(conv, ops.convert_to_tensor(x)))
-    np.testing.assert_allclose(actual, expected, atol=1e-5)

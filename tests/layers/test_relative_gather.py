@@ -56,7 +56,6 @@ def kernels(mode):
 KERNELS = ["backend", "reference"]
 TOEPLITZ_WAYS = {
     "reference": common.toeplitz,
-    "strips": algorithms.toeplitz_by_strips,
     "windows": algorithms.toeplitz_by_windows,
     "kernel": relative_index.toeplitz,
 }
@@ -117,19 +116,6 @@ def test_bias_kernels_match_reference(mode, position, rng):
         with kernels(mode):
             actual = layer(query_length, key_length, offset=offset)
         np.testing.assert_array_equal(ops.convert_to_numpy(actual), expected)
-
-
-@pytest.mark.parametrize("way", ["reference", "rows"])
-def test_heads_first_gather_matches_reference(way, rng):
-    table = rng.standard_normal((9, 3)).astype("float32")
-    index = rng.integers(0, 9, (5, 7)).astype("int32")
-    gather = (
-        common.gather_heads_first if way == "reference" else algorithms.gather_rows_then_transpose
-    )
-    actual = gather(ops.convert_to_tensor(table), ops.convert_to_tensor(index))
-    np.testing.assert_array_equal(
-        ops.convert_to_numpy(actual), np.transpose(table[index], (2, 0, 1))
-    )
 
 
 def reference_bucket(position, r):
