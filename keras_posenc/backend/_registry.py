@@ -51,9 +51,10 @@ class Override:
     failed: str | None = None  # why a guarded override gave up (it is not called again)
 
 
-# Kernel name -> the active backend's override. Only the active backend's module is
-# imported, so only its overrides are here.
-_OVERRIDES: dict[str, Override] = {}
+# Backend -> kernel name -> override. Keyed by backend: a process may import another
+# backend's module (a docs build, a test importing every module), whose overrides must
+# not replace the active backend's.
+_OVERRIDES: dict[str, dict[str, Override]] = {}
 _loaded: list[str] = []
 
 
@@ -75,14 +76,16 @@ _ENVIRONMENT = _from_environment()
 def override(
     reference: Callable[..., Any],
     *,
+    backend: str,
     devices: tuple[str, ...] | None = ("cpu",),
     measured: str,
     guarded: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Registers the decorated function as this backend's override of ``reference``.
+    """Registers the decorated function as ``backend``'s override of ``reference``.
 
     Args:
         reference: the kernel of `keras_posenc.backend.common` it replaces.
+        backend: the Keras backend whose override it is (``"torch"``, ...).
         devices: the devices it applies on (those it was measured on), or None for
             any device (a framework's own compiler, a rule of the framework).
         measured: where and at which sizes it was measured to pay (or why it exists).
@@ -94,10 +97,42 @@ def override(
         raise ValueError(f"override: unknown devices {sorted(unknown)}; expected {DEVICES}")
 
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
-        _OVERRIDES[reference.__name__] = Override(function, devices, measured, guarded)
+        entry = Override(function, devices, measured, guarded)
+        _OVERRIDES.setdefault(backend, {})[reference.__name__] = entry
         return function
 
     return register
+
+
+class Registrar:
+    """The decorators of one backend module: ``override``, ``device_query``."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+
+    def override(
+        self,
+        reference: Callable[..., Any],
+        *,
+        devices: tuple[str, ...] | None = ("cpu",),
+        measured: str,
+        guarded: bool = False,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """`override` for this module's backend."""
+        return override(
+            reference, backend=self.backend, devices=devices, measured=measured, guarded=guarded
+        )
+
+    def device_query(self, function: Callable[[], str]) -> Callable[[], str]:
+        """Registers this backend's answer to `device` (a decorator)."""
+        _DEVICE_QUERY[self.backend] = function
+        return function
+
+
+def _active() -> dict[str, Override]:
+    """The active backend's overrides by kernel name (its module imported first)."""
+    _load_backend()
+    return _OVERRIDES.setdefault(keras.backend.backend(), {})
 
 
 def _load_backend() -> None:
@@ -110,20 +145,15 @@ def _load_backend() -> None:
         importlib.import_module(f"keras_posenc.backend.{name}")
 
 
-# The active backend module's device query, registered with `device_query`.
-_DEVICE_QUERY: list[Callable[[], str]] = []
-
-
-def device_query(function: Callable[[], str]) -> Callable[[], str]:
-    """Registers the active backend's answer to `device` (a decorator)."""
-    _DEVICE_QUERY[:] = [function]
-    return function
+# Backend -> its device query, registered with `Registrar.device_query`.
+_DEVICE_QUERY: dict[str, Callable[[], str]] = {}
 
 
 @functools.cache
 def _detected_device() -> str:
     _load_backend()
-    return _DEVICE_QUERY[0]() if _DEVICE_QUERY else "cpu"
+    query = _DEVICE_QUERY.get(keras.backend.backend())
+    return query() if query is not None else "cpu"
 
 
 def device() -> str:
@@ -142,7 +172,7 @@ def chosen(name: str) -> Override | None:
         return None
     if _ENVIRONMENT and name in _ENVIRONMENT:
         return None
-    entry = _OVERRIDES.get(name)
+    entry = _active().get(name)
     if entry is None or entry.failed is not None:
         return None
     if entry.devices is not None and device() not in entry.devices:
@@ -152,8 +182,7 @@ def chosen(name: str) -> Override | None:
 
 def overrides() -> dict[str, Override]:
     """The active backend's overrides by kernel name (for docs, tests and benchmarks)."""
-    _load_backend()
-    return dict(_OVERRIDES)
+    return dict(_active())
 
 
 _WARNED: set[str] = set()
@@ -175,7 +204,7 @@ def warn_once(what: str, error: BaseException) -> None:
 
 def give_up(name: str, error: BaseException) -> None:
     """A guarded override of kernel ``name`` failed: one warning, the reference from now on."""
-    entry = _OVERRIDES.get(name)
+    entry = _active().get(name)
     if entry is not None and entry.failed is None:
         entry.failed = f"{type(error).__name__}: {error}"
     warn_once(name, error)

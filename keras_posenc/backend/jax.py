@@ -15,7 +15,10 @@ import keras
 import numpy as np
 
 from keras_posenc.backend import algorithms, common, jax_init
-from keras_posenc.backend._registry import REFERENCE, device_query, override
+from keras_posenc.backend._registry import REFERENCE, Registrar
+
+_HERE = Registrar("jax")
+override, device_query = _HERE.override, _HERE.device_query
 
 
 @device_query

@@ -14,7 +14,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_posenc.backend import algorithms, common
-from keras_posenc.backend._registry import REFERENCE, device_query, override
+from keras_posenc.backend._registry import REFERENCE, Registrar
+
+_HERE = Registrar("tensorflow")
+override, device_query = _HERE.override, _HERE.device_query
 
 
 @device_query

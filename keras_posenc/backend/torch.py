@@ -17,7 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from keras_posenc.backend import common, torch_trace
-from keras_posenc.backend._registry import REFERENCE, device_query, override
+from keras_posenc.backend._registry import REFERENCE, Registrar
+
+_HERE = Registrar("torch")
+override, device_query = _HERE.override, _HERE.device_query
 
 
 @device_query

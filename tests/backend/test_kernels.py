@@ -175,7 +175,7 @@ def test_a_failing_guarded_override_falls_back_once(monkeypatch, rng):
         raise AttributeError("module 'keras.src' has no attribute 'moved'")
 
     entry = _registry.Override(broken, None, "a test", guarded=True)
-    monkeypatch.setitem(_registry._OVERRIDES, "cumulative_sum", entry)
+    monkeypatch.setitem(_registry._active(), "cumulative_sum", entry)
     monkeypatch.setattr(_registry, "_WARNED", set())
     values = rng.standard_normal((2, 40)).astype("float32")
     with pytest.warns(RuntimeWarning, match="cumulative_sum.*portable reference"):
@@ -196,7 +196,7 @@ def test_an_unguarded_override_raises(monkeypatch):
         raise TypeError("a real error")
 
     entry = _registry.Override(broken, None, "a test", guarded=False)
-    monkeypatch.setitem(_registry._OVERRIDES, "cumulative_sum", entry)
+    monkeypatch.setitem(_registry._active(), "cumulative_sum", entry)
     with pytest.raises(TypeError, match="a real error"):
         backend.cumulative_sum(np.zeros((2, 3), "float32"))
 
@@ -204,7 +204,7 @@ def test_an_unguarded_override_raises(monkeypatch):
 @pytest.mark.neutral
 def test_override_refuses_unknown_devices():
     with pytest.raises(ValueError, match="unknown devices"):
-        _registry.override(common.toeplitz, devices=("cuda",), measured="x")
+        _registry.override(common.toeplitz, backend="jax", devices=("cuda",), measured="x")
 
 
 @pytest.mark.neutral
@@ -243,3 +243,17 @@ def test_environment_variable_selects_the_references():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split()[-1] == str(32 * 2**20)
+
+
+def test_importing_another_backends_module_changes_nothing():
+    """A process that imports every module (a docs build, doctests of every module)
+    keeps the active backend's overrides: each backend registers under its own name."""
+    import importlib
+
+    before = {name: entry.function for name, entry in backend.overrides().items()}
+    for other in ("tensorflow", "jax", "torch"):
+        importlib.import_module(f"keras_posenc.backend.{other}")
+    after = {name: entry.function for name, entry in backend.overrides().items()}
+    assert after == before
+    own = _registry.chosen("compile_function").function
+    assert own.__module__ == f"keras_posenc.backend.{BACKEND}"
