@@ -19,7 +19,7 @@ from keras_posenc import zoo
 
 pytestmark = pytest.mark.neutral
 
-FOLDER = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "zoo_before"
+FOLDER = pathlib.Path(__file__).resolve().parent / "fixtures" / "zoo_before"
 
 
 def _generator():
