@@ -249,6 +249,7 @@ BENCHMARKS = {
             columns=(
                 Column("model", "model", "text"),
                 Column("cold s", "cold_seconds", "num"),
+                Column("cached s", "cached_seconds", "num"),
                 Column("warm s", "warm_seconds", "num"),
                 Column("predict ms", "predict_seconds", "ms"),
                 Column("parameters", "parameters", "num"),

@@ -54,7 +54,6 @@ __all__ = [
     "device",
     "fused_attention",
     "gather_heads_first",
-    "initialize_together",
     "overrides",
     "prefers_fused_attention",
     "prefers_toeplitz_attention",
@@ -88,10 +87,9 @@ scratch = kernel(common.scratch)
 # Convolutions.
 depthwise_conv2d = kernel(common.depthwise_conv2d)
 
-# The framework: compiling, creating variables, reading values, its limits.
+# The framework: compiling, reading values, its limits.
 compile_function = kernel(common.compile_function)
 compiled_while_loop = kernel(common.compiled_while_loop)
-initialize_together = kernel(common.initialize_together)
 concrete_values = kernel(common.concrete_values)
 check_synchronized_batch_norm = kernel(common.check_synchronized_batch_norm)
 training_jit_compile = kernel(common.training_jit_compile)

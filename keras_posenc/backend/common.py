@@ -12,7 +12,7 @@ logits and probabilities are (batch, heads, q_len, k_len) float32.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -182,12 +182,6 @@ def compiled_while_loop(
     return backend.compile_function(
         lambda *loop_vars: tuple(ops.while_loop(cond, body, loop_vars)), variables, traceable
     )
-
-
-@contextlib.contextmanager
-def initialize_together(who: str = "initialize_together") -> Iterator[None]:
-    """Variables created inside are initialised as Keras does, one at a time (reference)."""
-    yield
 
 
 def concrete_values(x: Any) -> np.ndarray | None:

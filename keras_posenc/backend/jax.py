@@ -1,8 +1,7 @@
 """JAX's overrides of the reference kernels (`keras_posenc.backend.common`).
 
 Each says where it was measured; the numbers are in docs/benchmarks.md and the list of
-kept overrides in docs/development.md ("Backend kernels"). Creating a model's variables
-together is `keras_posenc.backend.jax_init`.
+kept overrides in docs/development.md ("Backend kernels").
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import jax
 import keras
 import numpy as np
 
-from keras_posenc.backend import algorithms, common, jax_init
+from keras_posenc.backend import algorithms, common
 from keras_posenc.backend._registry import REFERENCE, Registrar
 
 _HERE = Registrar("jax")
@@ -70,11 +69,3 @@ def concrete_values(x: Any) -> Any:
     if isinstance(x, jax.core.Tracer) and not isinstance(x, np.ndarray):
         return None
     return REFERENCE
-
-
-override(
-    common.initialize_together,
-    measured="zoo.create('coatnet_0') at 64 x 64, 2 CPU cores: about 6 s with one compiled "
-    "draw per variable, 0.5 s on TensorFlow (benchmarks/zoo_create.py)",
-    guarded=True,
-)(jax_init.initialize_together)

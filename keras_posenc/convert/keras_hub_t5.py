@@ -31,7 +31,6 @@ import keras
 import numpy as np
 
 from keras_posenc._quiet import quiet_import
-from keras_posenc.backend import initialize_together
 from keras_posenc.zoo.t5 import T5, query_kernel_scale
 
 __all__ = ["from_keras_hub_t5"]
@@ -204,9 +203,7 @@ def from_keras_hub_t5(
             f"{_OWNER}: `backbone` must be a keras_hub.models.T5Backbone (e.g. "
             f"T5Backbone.from_preset('t5_small_multi')), got {type(backbone).__name__}."
         )
-    # On JAX, the initial weights are drawn together (as zoo.create does: initialize_together).
-    with initialize_together(_OWNER):
-        model = _build(backbone, max_source_length, max_target_length, fused_attention, name)
+    model = _build(backbone, max_source_length, max_target_length, fused_attention, name)
     embedding = backbone.token_embedding
     _copy(model.token_embedding.embeddings, embedding.embeddings, "token embedding")
     if not backbone.tie_embedding_weights:

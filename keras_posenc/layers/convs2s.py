@@ -275,8 +275,8 @@ class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
             )
             # g = ||v||, so the initial kernel g * v / ||v|| equals v.
             if _draws_repeatably(initializer):
-                # As an initializer that draws v again: no value is read while building,
-                # so on JAX both are drawn in the one program of `initialize_together`.
+                # As an initializer that draws v again: no value is read while building
+                # (a model built shape-only, in a keras.StatelessScope, reads none).
                 self.kernel_g = self.add_weight(
                     name="kernel_g",
                     shape=(2 * self.filters,),
@@ -477,8 +477,8 @@ class _ColumnNormOf(keras.initializers.Initializer):
 
     Weight normalisation's ``g`` starts at ``||v||``. Its draw of ``v`` repeats the
     kernel's: the same initializer with the same seed, held here as ``seed`` so that a
-    caller may draw it from a ``keras.random.SeedGenerator`` whose state is that seed
-    (`backend.initialize_together` does), as it may for the kernel's own initializer.
+    caller may draw it from a ``keras.random.SeedGenerator`` whose state is that seed, as
+    it may for the kernel's own initializer.
     """
 
     def __init__(self, initializer: Any, kernel_shape: tuple) -> None:

@@ -166,7 +166,7 @@ class _ZeroRow(keras.initializers.RandomNormal):
     """``N(0, stddev)`` with one row zero: fairseq's embedding with a padding index.
 
     A ``RandomNormal``, so it fixes its seed when created (as Keras' initializers do)
-    and can be drawn inside a compiled function (``initialize_together`` on JAX).
+    and draws the same values wherever it is called.
     """
 
     def __init__(self, stddev: float, row: int, seed: Any = None) -> None:

@@ -57,7 +57,6 @@ from keras_posenc._sources import (  # noqa: F401 (cache_folder: public here)
     hub_offline,
     reachable,
 )
-from keras_posenc.backend import initialize_together
 from keras_posenc.layers._checks import (
     check_choice,
     check_int,
@@ -557,8 +556,8 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
     who = "load_preset"
     folder = preset_path(source, progress=progress)
     config = _read_json(os.path.join(folder, CONFIG_FILE), who)
-    with initialize_together(who), configuration_errors(os.path.join(folder, CONFIG_FILE), who):
-        model = keras.saving.deserialize_keras_object(config)  # drawn together on JAX
+    with configuration_errors(os.path.join(folder, CONFIG_FILE), who):
+        model = keras.saving.deserialize_keras_object(config)
     if not isinstance(model, keras.Model):
         raise ValueError(
             f"{who}: {os.path.join(folder, CONFIG_FILE)!r} describes a "
@@ -754,8 +753,7 @@ def _archive_preset(source: str, progress: bool) -> str:
         extracted = archives.extract_archive(archive, os.path.join(scratch, "extracted"))
         if progress:
             print(f"converting {source}")
-        with initialize_together(f"preset_path({source!r})"):
-            model, preprocessor, details = from_fairseq_archive(extracted)
+        model, preprocessor, details = from_fairseq_archive(extracted)
         metadata = {
             "source": source,
             "archive_sha256": archives.file_digest(archive),
@@ -904,9 +902,7 @@ def _convert_timm_repo(repo: str, source: str, progress: bool) -> tuple:
     converter = getattr(importlib.import_module(module), function)
     if bar is not None:
         bar.update(1)
-    # On JAX every variable is drawn together (the values are then replaced).
-    with initialize_together(f"preset_path({source!r})"):
-        model = converter(weights, config=build)
+    model = converter(weights, config=build)
     if bar is not None:
         bar.update(2)
     classes = int(model.output_shape[-1])

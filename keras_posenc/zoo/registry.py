@@ -33,7 +33,6 @@ from typing import Any
 import h5py
 import keras
 
-from keras_posenc.backend import initialize_together
 from keras_posenc.layers._checks import excerpt, innermost_error
 
 # Dots only between other characters, for release names such as "t5_1.1_small".
@@ -271,9 +270,7 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
         if classes is not None and (accepted is None or "num_classes" in accepted):
             # A preset's head decides (timm's ImageNet-12k checkpoints have 11821 classes).
             overrides.setdefault("num_classes", classes)
-    # On JAX, every initial weight is drawn together (see initialize_together).
-    with initialize_together(f"zoo.create({name!r})"):
-        model = spec.builder(**{**spec.config, **overrides})
+    model = spec.builder(**{**spec.config, **overrides})
     if not isinstance(model, keras.Model):
         raise TypeError(
             f"zoo.create({name!r}): the builder returned {type(model).__name__}, "

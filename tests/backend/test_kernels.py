@@ -58,7 +58,6 @@ ELSEWHERE = {
     "scratch": "tests/layers/test_attention_workspace.py, and below",
     "compile_function": "tests/backend/test_compile.py",
     "compiled_while_loop": "tests/backend/test_compile.py",
-    "initialize_together": "tests/backend/test_compile.py",
     "concrete_values": "tests/test_bad_calls.py",
     "check_synchronized_batch_norm": "tests/layers/test_coatnet.py",
     "training_jit_compile": "tests/experiments",
