@@ -64,7 +64,6 @@ __all__ = [
     "take_columns",
     "toeplitz",
     "toeplitz_attention",
-    "training_jit_compile",
 ]
 
 # Relative logits.
@@ -92,4 +91,3 @@ compile_function = kernel(common.compile_function)
 compiled_while_loop = kernel(common.compiled_while_loop)
 concrete_values = kernel(common.concrete_values)
 check_synchronized_batch_norm = kernel(common.check_synchronized_batch_norm)
-training_jit_compile = kernel(common.training_jit_compile)

@@ -209,8 +209,3 @@ def check_synchronized_batch_norm(who: str, synchronized: bool) -> None:
             "BatchNormalization synchronises replicas only there); received "
             f"synchronized=True on the {keras.backend.backend()} backend"
         )
-
-
-def training_jit_compile() -> bool | str:
-    """``Model.compile``'s ``jit_compile`` for training small models: Keras' default."""
-    return "auto"

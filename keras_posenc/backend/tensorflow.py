@@ -104,12 +104,3 @@ def concrete_values(x: Any) -> Any:
 )
 def check_synchronized_batch_norm(who: str, synchronized: bool) -> None:
     return None
-
-
-@override(
-    common.training_jit_compile,
-    measured="CoAtNet-sized models, 2 CPU cores: tracing the step as a tf.function "
-    "compiled in less than half XLA's time and trained no slower",
-)
-def training_jit_compile() -> bool | str:
-    return False

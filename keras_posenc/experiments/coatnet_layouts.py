@@ -59,7 +59,6 @@ import numpy as np
 from keras import ops
 
 from keras_posenc import zoo
-from keras_posenc.backend import training_jit_compile
 from keras_posenc.experiments._figures import (
     new_figure,
     read_csv_rows,
@@ -398,7 +397,6 @@ def train_and_evaluate(
                 optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.05, clipnorm=1.0),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"],
-                jit_compile=training_jit_compile(),  # why: see keras_posenc/backend/tensorflow.py
             )
         else:
             model.set_weights(initial.get_weights())

@@ -60,7 +60,6 @@ ELSEWHERE = {
     "compiled_while_loop": "tests/backend/test_compile.py",
     "concrete_values": "tests/test_bad_calls.py",
     "check_synchronized_batch_norm": "tests/layers/test_coatnet.py",
-    "training_jit_compile": "tests/experiments",
 }
 
 
