@@ -34,14 +34,14 @@ import pytest
 from test_convert_timm import fixture as timm_fixture
 from test_convert_timm import write_safetensors
 
-from keras_posenc import cli, export, layers, zoo
+from keras_posenc import cli, layers, zoo
 from keras_posenc.convert import (
     config_from_timm,
     from_fairseq_fconv,
     from_timm_coatnet,
     parse_fairseq_layers,
 )
-from keras_posenc.export import export_model
+from keras_posenc.export import export_model, verification, worker
 from keras_posenc.generation import beam_search, greedy_search
 from keras_posenc.zoo.convs2s import ConvS2S, ConvS2SLanguageModel
 from reference.fairseq_checkpoint import fconv_checkpoint
@@ -114,14 +114,14 @@ def test_verification_fails_on_nan_outputs(tmp_path):
 @ONLY_ON_TENSORFLOW
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
 def test_verification_fails_when_only_the_artifact_is_not_finite(tmp_path, monkeypatch, bad):
-    real = export._run_artifact
+    real = verification._run_artifact
 
     def broken(report, inputs):
         outputs = real(report, inputs)
         outputs[0][0, 0, 0] = bad
         return outputs
 
-    monkeypatch.setattr(export, "_run_artifact", broken)
+    monkeypatch.setattr(verification, "_run_artifact", broken)
     expected = r"not finite \(1 of 56 values are NaN or Inf\) in the artifact's output 0"
     with pytest.raises(ValueError, match=expected):
         export_model(rescaling_model(), tmp_path / "m", format="tf_saved_model")
@@ -157,8 +157,8 @@ def test_zero_tolerance_is_allowed(tmp_path):
 
 def reject_the_artifact(monkeypatch):
     """A verification failure injected after a real export: the artifact's outputs are off."""
-    real = export._run_artifact
-    monkeypatch.setattr(export, "_run_artifact", lambda *args: [x + 1 for x in real(*args)])
+    real = verification._run_artifact
+    monkeypatch.setattr(verification, "_run_artifact", lambda *args: [x + 1 for x in real(*args)])
 
 
 @ONLY_ON_TENSORFLOW
@@ -489,7 +489,7 @@ def test_subprocess_export_failure_shows_the_workers_error_first(tmp_path):
     model = keras.Model(inputs, NotRegistered()(inputs))
     specs = [{"shape": [None, 4], "dtype": "float32"}]
     with pytest.raises(RuntimeError) as error:
-        export._export_in_subprocess(model, str(tmp_path / "m.onnx"), "onnx", specs)
+        worker._export_in_subprocess(model, str(tmp_path / "m.onnx"), "onnx", specs)
     first, *rest = str(error.value).splitlines()
     assert "Could not locate class 'NotRegistered'" in first
     assert "register_keras_serializable" in str(error.value)  # the hint, after the error
@@ -501,13 +501,13 @@ def test_a_worker_that_died_unheard_shows_its_last_lines(tmp_path):
     # Killed before writing its error (e.g. out of memory): its output is all there is.
     printed = "\n".join(f"line {i}" for i in range(30)) + "\nKilled"
     died = subprocess.CompletedProcess([], -9, "", printed)
-    message = export._worker_failure("onnx", str(tmp_path / "request"), died)
+    message = worker._worker_failure("onnx", str(tmp_path / "request"), died)
     assert "exit status -9, Killed" in message.splitlines()[0]
     assert message.endswith("Its last lines:\n" + "\n".join(printed.splitlines()[-15:]))
     # Where it named its error, that comes first and its traceback stays hidden.
     with open(tmp_path / "request.error", "w") as handle:
         json.dump({"stage": "export", "error": "ValueError: no"}, handle)
-    message = export._worker_failure("onnx", str(tmp_path / "request"), died)
+    message = worker._worker_failure("onnx", str(tmp_path / "request"), died)
     assert message.endswith("failed: ValueError: no") and "line 29" not in message
 
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from keras_posenc import export, layers
-from keras_posenc.export import export_model, export_names
+from keras_posenc.export import export_model, export_names, memory, verification
+from keras_posenc.export import model as exporting
 
 pytestmark = pytest.mark.contract
 
@@ -255,8 +256,8 @@ def skip_the_exporters(monkeypatch):
             "outputs": [(name, [], "float32") for name in output_names],
         }
 
-    monkeypatch.setattr(export, "_export_on_tensorflow", stub)
-    monkeypatch.setattr(export, "_export_in_subprocess", stub)
+    monkeypatch.setattr(exporting, "_export_on_tensorflow", stub)
+    monkeypatch.setattr(exporting, "_export_in_subprocess", stub)
 
 
 def test_verification_failure_names_the_difference(tmp_path, monkeypatch):
@@ -266,7 +267,7 @@ def test_verification_failure_names_the_difference(tmp_path, monkeypatch):
         arrays = inputs if isinstance(inputs, list) else [inputs]
         return [np.zeros((*arrays[0].shape[:2], 16), "float32") + 1.0]
 
-    monkeypatch.setattr(export, "_run_artifact", wrong)
+    monkeypatch.setattr(verification, "_run_artifact", wrong)
     pattern = r"differs from the Keras model by .*, more than atol=0.0001 \+ rtol=0.0001"
     with pytest.raises(ValueError, match=pattern):
         export_model(relative_model(), os.path.join(tmp_path, "m.onnx"))
@@ -286,10 +287,10 @@ def test_verification_tolerance_scales_with_the_output(tmp_path, monkeypatch):
 
         return artifact
 
-    monkeypatch.setattr(export, "_run_artifact", shifted(0.9))
+    monkeypatch.setattr(verification, "_run_artifact", shifted(0.9))
     report = export_model(model, os.path.join(tmp_path, "m.onnx"), atol=1e-4, rtol=1e-3)
     assert report.max_abs_difference > 1e-4  # beyond atol alone, accepted through rtol
-    monkeypatch.setattr(export, "_run_artifact", shifted(1.1))
+    monkeypatch.setattr(verification, "_run_artifact", shifted(1.1))
     with pytest.raises(ValueError, match=r"rtol=0.001 \* max\|expected\|"):
         export_model(model, os.path.join(tmp_path, "m2.onnx"), atol=1e-4, rtol=1e-3)
 
@@ -332,7 +333,7 @@ def test_unregistered_custom_layer(tmp_path):
 
 def test_too_large_for_memory_names_size_estimate_and_available(tmp_path, monkeypatch):
     # 1.0 GB available: the estimate for any model (5.7 GB + 91 bytes per parameter) is above.
-    monkeypatch.setattr(export, "available_memory", lambda: 1_000_000_000)
+    monkeypatch.setattr(memory, "available_memory", lambda: 1_000_000_000)
     inputs = keras.Input((4,))
     model = keras.Model(inputs, keras.layers.Dense(3)(inputs))
     with pytest.raises(MemoryError) as error:

@@ -147,6 +147,7 @@ def test_graphs_are_verified_on_real_decoding_inputs(tmp_path, monkeypatch):
     it leaves an empty file where the graph goes, which export_seq2seq moves into place.
     """
     from keras_posenc import export
+    from keras_posenc.export import decoding
 
     recorded = {}
 
@@ -158,7 +159,7 @@ def test_graphs_are_verified_on_real_decoding_inputs(tmp_path, monkeypatch):
         return export.ExportReport(kwargs["format"], path, "recorded", [], [])
 
     names, specs = {}, {}
-    monkeypatch.setattr(export, "export_model", record)
+    monkeypatch.setattr(decoding, "export_model", record)
     model = small_convs2s()
     export_seq2seq(model, tmp_path, format="onnx")
     # Each graph is exported with the names of the export guide, its specs named alike.
@@ -243,6 +244,7 @@ def test_language_model_step_is_verified_on_decoded_caches(tmp_path, monkeypatch
     """export_language_model verifies the step on the cache a decoded prompt leaves, under
     the names of the export guide (export_model replaced by a recorder: no conversion)."""
     from keras_posenc import export
+    from keras_posenc.export import decoding
 
     recorded = {}
 
@@ -251,7 +253,7 @@ def test_language_model_step_is_verified_on_decoded_caches(tmp_path, monkeypatch
         open(path, "wb").close()
         return export.ExportReport(kwargs["format"], path, "recorded", [], [])
 
-    monkeypatch.setattr(export, "export_model", record)
+    monkeypatch.setattr(decoding, "export_model", record)
     model = small_lm()
     export_language_model(model, tmp_path, format="onnx")
     assert recorded["name"] == "decoder_step"

@@ -452,7 +452,7 @@ def save_preset(
     >>> load_preset(folder).class_names
     ['no', 'yes']
     """
-    from keras_posenc.export import _staged  # the one home of staged, atomic writes
+    from keras_posenc.export.staging import staged as _staged  # the one home of atomic writes
 
     who = "save_preset"
     if not isinstance(model, keras.Model):

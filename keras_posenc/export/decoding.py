@@ -1,0 +1,250 @@
+"""Decoding graphs: a sequence-to-sequence model as an encoder graph and a one-step decoder
+graph (:func:`export_seq2seq`), a language model as its step graph
+(:func:`export_language_model`), each verified on the inputs decoding produces."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import keras
+import numpy as np
+
+from keras_posenc.export import staging
+from keras_posenc.export.inputs import _VERIFY_BATCH, _VERIFY_LENGTHS
+from keras_posenc.export.model import export_model
+from keras_posenc.export.report import ExportReport
+
+
+def export_seq2seq(
+    model: keras.Model,
+    directory: str | os.PathLike,
+    format: str = "onnx",  # noqa: A002 (as export_model)
+    verify: bool = True,
+    atol: float = 1e-4,
+    rtol: float = 1e-4,
+    check_memory: bool = True,
+    overwrite: bool = False,
+) -> dict[str, ExportReport]:
+    """Exports a sequence-to-sequence zoo model as an encoder graph and a one-step decoder graph.
+
+    The two graphs are :class:`~keras_posenc.zoo.seq2seq.Seq2SeqEncoder`
+    (``encoder_token_ids -> encoder state``) and
+    :class:`~keras_posenc.zoo.seq2seq.Seq2SeqDecoderStep` (``[token_ids,
+    index, *cache] -> [logits, *new_cache]``), each exported and verified by
+    :func:`export_model`. A runtime decodes with them as
+    :mod:`keras_posenc.generation` does: run the encoder once; the cache
+    starts as the encoder state followed by zeros for the decoder buffers
+    (their shapes are in the step's report); feed ``bos_id`` at index 0, then
+    each chosen token, passing the returned cache back in.
+
+    The graphs' inputs and outputs are named by
+    :func:`~keras_posenc.zoo.seq2seq.decoding_names`: the encoder takes
+    ``encoder_token_ids`` and returns the encoder state, each output named as
+    the step input it feeds (ConvS2S: ``encoder_keys``, ``encoder_values``,
+    ``source_mask``); the step takes ``token_ids``, ``index`` and the cache
+    (one tensor per decoder layer, ``cache_<layer>``) and returns ``logits``
+    and ``new_<name>`` for each cache tensor ``<name>``
+    (docs/guides/export.md lists them per model family).
+
+    Args:
+        model: a :class:`~keras_posenc.zoo.seq2seq.Seq2SeqModel`.
+        directory: folder for ``encoder`` and ``decoder_step`` (``.onnx`` files
+            or ``.savedmodel`` SavedModel folders).
+        format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
+        verify: verify each graph as :func:`export_model` does, on real
+            decoding inputs: sources of two lengths (one row padded), their
+            encoder states, and the cache after the ``bos`` step. Random-normal
+            caches would be states no encoder produces; with them, a full-size
+            WMT ConvS2S differs by ~1e-2 between eager Keras and a compiled
+            TensorFlow graph alone, and a correct export would fail.
+        atol: the verification tolerance's absolute part, as in :func:`export_model`.
+        rtol: its relative part, as in :func:`export_model`.
+        check_memory: as in :func:`export_model`.
+        overwrite: replace existing ``encoder`` / ``decoder_step`` artifacts in
+            ``directory``; False (default) refuses them. Both graphs are
+            written to a temporary folder and moved into ``directory`` only
+            after both have verified; other files in ``directory`` are left alone.
+
+    Returns:
+        ``{"encoder": report, "decoder_step": report}``.
+
+    Raises:
+        TypeError: if ``model`` does not follow the decoding contract.
+        FileExistsError: if a graph's target exists and ``overwrite`` is False.
+        ValueError, ImportError, MemoryError, RuntimeError: as :func:`export_model`.
+    """
+    from keras_posenc.zoo.seq2seq import (
+        Seq2SeqDecoderStep,
+        Seq2SeqEncoder,
+        Seq2SeqModel,
+        decoding_names,
+        decoding_signatures,
+    )
+
+    if not isinstance(model, Seq2SeqModel):
+        raise TypeError(
+            "export_seq2seq: `model` must be a keras_posenc.zoo.seq2seq.Seq2SeqModel "
+            f"(a sequence-to-sequence zoo model); got {type(model).__name__}."
+        )
+    encoder_signature, step_signature = decoding_signatures(model)
+    names = decoding_names(model)
+    encoder_runs, step_runs = _decoding_inputs(model) if verify else (None, None)
+    graphs = {
+        "encoder": (Seq2SeqEncoder(model, name="encoder"), encoder_signature, encoder_runs),
+        "decoder_step": (
+            Seq2SeqDecoderStep(model, name="decoder_step"),
+            step_signature,
+            step_runs,
+        ),
+    }
+    options = dict(verify=verify, atol=atol, rtol=rtol, check_memory=check_memory)
+    return _export_graphs("export_seq2seq", graphs, names, directory, format, overwrite, **options)
+
+
+def export_language_model(
+    model: keras.Model,
+    directory: str | os.PathLike,
+    format: str = "onnx",  # noqa: A002 (as export_model)
+    verify: bool = True,
+    atol: float = 1e-4,
+    rtol: float = 1e-4,
+    check_memory: bool = True,
+    overwrite: bool = False,
+) -> dict[str, ExportReport]:
+    """Exports a decoder-only zoo model's decoding step as a graph of its own.
+
+    The graph is :class:`~keras_posenc.zoo.language_model.LanguageModelStep`,
+    ``[token_ids, index, *cache] -> [logits, *new_cache]``, exported and
+    verified by :func:`export_model`, as :func:`export_seq2seq` exports an
+    encoder-decoder's step. A runtime generates with it as
+    :mod:`keras_posenc.generation` does: the cache starts as zeros (its
+    shapes are in the report), feed the prompt's tokens at indices 0, 1, ...
+    then each chosen token, passing the returned cache back in. Inputs and
+    outputs are named by :func:`keras_posenc.zoo.language_model.decoding_names`
+    (``convs2s_lm``: ``cache_decoder_conv_<i>``, one per convolution).
+
+    Args:
+        model: a :class:`~keras_posenc.zoo.language_model.LanguageModel`.
+        directory: folder for ``decoder_step`` (``.onnx`` or ``.savedmodel``).
+        format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
+        verify: verify the graph as :func:`export_model` does, on the cache that
+            decoding random prompts of two lengths leaves.
+        atol: the verification tolerance's absolute part.
+        rtol: its relative part.
+        check_memory: as in :func:`export_model`.
+        overwrite: replace an existing ``decoder_step`` artifact in ``directory``.
+
+    Returns:
+        ``{"decoder_step": report}``.
+
+    Raises:
+        TypeError: if ``model`` is not a language model.
+        FileExistsError, ValueError, ImportError, MemoryError, RuntimeError: as
+            :func:`export_seq2seq`.
+    """
+    from keras_posenc.zoo.language_model import (
+        LanguageModel,
+        LanguageModelStep,
+        decoding_names,
+        decoding_signatures,
+    )
+
+    if not isinstance(model, LanguageModel):
+        raise TypeError(
+            "export_language_model: `model` must be a keras_posenc.zoo.language_model."
+            f"LanguageModel (a decoder-only zoo model); got {type(model).__name__}."
+        )
+    runs = _language_model_inputs(model) if verify else None
+    graphs = {
+        "decoder_step": (
+            LanguageModelStep(model, name="decoder_step"),
+            decoding_signatures(model),
+            runs,
+        )
+    }
+    names = {"decoder_step": decoding_names(model)}
+    options = dict(verify=verify, atol=atol, rtol=rtol, check_memory=check_memory)
+    return _export_graphs(
+        "export_language_model", graphs, names, directory, format, overwrite, **options
+    )
+
+
+def _language_model_inputs(model: Any) -> list:
+    """Verification inputs of a language model's step graph, as decoding produces them:
+    for each verification length, random prompts decoded up to it, then a random token."""
+    rng = np.random.default_rng(0)
+    low = model.eos_id + 1
+    runs = []
+    for length in _VERIFY_LENGTHS:
+        prompt = rng.integers(low, model.vocab_size, (_VERIFY_BATCH, length)).astype("int32")
+        cache = model.init_cache(_VERIFY_BATCH, length + 2)
+        for index in range(length):
+            _, cache = model.decode_step(prompt[:, index], cache, index)
+        token = rng.integers(low, model.vocab_size, (_VERIFY_BATCH,)).astype("int32")
+        arrays = [keras.ops.convert_to_numpy(t) for t in cache]
+        runs.append([token, np.array([length], "int32"), *arrays])
+    return runs
+
+
+def _export_graphs(
+    who: str,
+    graphs: dict[str, tuple],
+    names: dict[str, tuple[list[str], list[str]]],
+    directory: str | os.PathLike,
+    format: str,  # noqa: A002 (as export_model)
+    overwrite: bool,
+    **options: Any,
+) -> dict[str, ExportReport]:
+    """Exports each ``graphs[name] = (model, input_signature, verify_inputs)`` as
+    ``directory/name`` with its ``names[name] = (inputs, outputs)``, all or none: they
+    are written to a temporary folder and moved in once every graph has verified."""
+    directory = os.fspath(directory)
+    # posenc's naming (cli.SUFFIXES)
+    suffix = {"onnx": ".onnx", "litert": ".tflite"}.get(format, ".savedmodel")
+    targets = [os.path.join(directory, name + suffix) for name in graphs]
+    for target in targets:
+        staging.check_target(target, overwrite, who)
+    with staging.staged(targets, overwrite, who) as staged:
+        reports = {
+            name: export_model(
+                graph,
+                path,
+                format=format,
+                input_signature=signature,
+                verify_inputs=runs,
+                input_names=names[name][0],
+                output_names=names[name][1],
+                **options,
+            )
+            for path, (name, (graph, signature, runs)) in zip(staged, graphs.items())
+        }
+    for report, target in zip(reports.values(), targets):
+        report.path = target
+    return reports
+
+
+def _decoding_inputs(model: Any) -> tuple[list, list]:
+    """Verification inputs of a seq2seq model's two graphs, as decoding produces them.
+
+    For each verification length: a batch of sources (real token ids, the
+    second row ending in padding), and for the step graph a random next token
+    at index 1 with the cache that encoding those sources and decoding
+    ``bos`` at index 0 leaves.
+    """
+    rng = np.random.default_rng(0)
+    low = model.eos_id + 1
+    encoder_runs, step_runs = [], []
+    for length in _VERIFY_LENGTHS:
+        source = rng.integers(low, model.source_vocab_size, (_VERIFY_BATCH, length))
+        source = source.astype("int32")
+        source[-1, length - 2 :] = model.pad_id
+        state = model.encode(source, training=False)
+        cache = model.init_cache(state, max_length=4)
+        bos = np.full((_VERIFY_BATCH,), model.bos_id, "int32")
+        _, cache = model.decode_step(bos, cache, 0)
+        token = rng.integers(low, model.target_vocab_size, (_VERIFY_BATCH,)).astype("int32")
+        arrays = [keras.ops.convert_to_numpy(t) for t in cache]
+        encoder_runs.append(source)
+        step_runs.append([token, np.array([1], "int32"), *arrays])
+    return encoder_runs, step_runs
