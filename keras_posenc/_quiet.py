@@ -6,7 +6,7 @@ looks for a GPU (``failed call to cuInit``), and tf2onnx and LiteRT add
 warnings and ``INFO`` lines when they run; none of them says anything a user of
 keras-posenc asked for. So wherever keras-posenc itself imports Keras, its
 backend, TensorFlow or keras-hub (:func:`quiet_import`), and while it exports
-(``keras_posenc/export.py``), that happens inside :func:`quieted`: TensorFlow's
+(``keras_posenc/export/``), that happens inside :func:`quieted`: TensorFlow's
 C++ log level is 3 unless the user set ``TF_CPP_MIN_LOG_LEVEL`` (TensorFlow
 reads it once, at import), Python warnings from outside keras-posenc are
 ignored, and descriptor 2 is captured, to be replayed if the block raises.

@@ -51,22 +51,23 @@ from keras_posenc.export.model import FORMATS, ROUTES, export_model
 from keras_posenc.export.names import export_names
 from keras_posenc.export.report import ExportReport
 
+# In the order of the API page (docs/api/export.md orders its members by this list).
 __all__ = [
-    "EXPORTER_PACKAGES",
-    "FORMATS",
-    "ROUTES",
-    "TF2ONNX_BASE_BYTES",
-    "TF2ONNX_BYTES_PER_PARAMETER",
-    "ExportReport",
-    "PackageStatus",
-    "available_memory",
-    "check_tf2onnx_memory",
-    "export_language_model",
     "export_model",
+    "ExportReport",
     "export_names",
     "export_seq2seq",
+    "export_language_model",
+    "FORMATS",
+    "ROUTES",
+    "available_memory",
+    "tf2onnx_memory_estimate",
+    "check_tf2onnx_memory",
+    "TF2ONNX_BASE_BYTES",
+    "TF2ONNX_BYTES_PER_PARAMETER",
+    "EXPORTER_PACKAGES",
+    "PackageStatus",
     "exporter_status",
     "package_found",
     "package_status",
-    "tf2onnx_memory_estimate",
 ]
