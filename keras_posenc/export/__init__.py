@@ -25,7 +25,7 @@ Every route names the artifact's inputs and outputs alike, after the model's
 :func:`export_names` gives them, docs/guides/export.md lists them per zoo family.
 
 The package has one module per job (docs/development.md, "Architecture"):
-``model`` (:func:`export_model` and its route), ``names``, ``inputs``,
+``model`` (:func:`export_model` and its route), ``report``, ``names``, ``inputs``,
 ``precision``, ``staging`` (atomic writes), ``memory`` (the tf2onnx estimate),
 ``tensorflow_route``, ``worker`` (the TensorFlow subprocess), ``native_torch``,
 ``artifacts``, ``verification`` and ``decoding`` (seq2seq and language-model
