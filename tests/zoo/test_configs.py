@@ -10,12 +10,12 @@ import copy
 import dataclasses
 import inspect
 import json
-import pathlib
 import pickle
 from collections.abc import Mapping
 
 import keras
 import pytest
+from repository import fixtures_path
 
 from keras_posenc import zoo
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
@@ -25,10 +25,7 @@ from keras_posenc.zoo.config import REQUIRED, ZooConfig
 
 pytestmark = pytest.mark.neutral
 
-BEFORE = json.loads(
-    (pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "zoo_configs_before.json")
-    .read_text()
-)  # fmt: skip
+BEFORE = json.loads(fixtures_path("zoo_configs_before.json").read_text())
 TABLES = {
     "coatnet": coatnet.CONFIGS,
     "maxvit": maxvit.CONFIGS,
