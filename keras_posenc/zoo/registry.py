@@ -12,9 +12,9 @@ keyword arguments) and registers each named configuration once, at import time, 
         num_classes: int = 1000
         ...
 
-    CONFIGS = [CoAtNetConfig(zoo_name="coatnet_0", blocks=..., channels=...), ...]
-    for config in CONFIGS:
-        register_model(config.zoo_name, build_coatnet, family="coatnet", config=config,
+    CONFIGS = by_name([CoAtNetConfig(zoo_name="coatnet_0", blocks=..., channels=...), ...])
+    for name, config in CONFIGS.items():
+        register_model(name, build_coatnet, family="coatnet", config=config,
                        paper_parameters=25_000_000, reference="Dai et al. 2021")
 
 Users then call :func:`list_models` and :func:`create`. ``create`` checks that every
