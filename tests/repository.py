@@ -35,3 +35,10 @@ def benchmarks_path(*parts: str) -> pathlib.Path | None:
         assert (folder / "runner.py").is_file(), f"POSENC_BENCHMARKS={given} has no runner.py"
     path = folder.joinpath(*parts)
     return path if path.exists() else None
+
+
+def fixtures_path(*parts: str) -> pathlib.Path:
+    """A file or folder under tests/fixtures/ (which travels with tests/), asserted to exist."""
+    path = pathlib.Path(__file__).resolve().parent.joinpath("fixtures", *parts)
+    assert path.exists(), f"no {path}"
+    return path

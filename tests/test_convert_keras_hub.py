@@ -46,7 +46,7 @@ def hub_backbone(name, vocabulary_size, num_layers=None):
     """A keras-hub T5Backbone with the zoo configuration ``name``'s shapes (``num_layers``
     blocks if given) and random weights (keras-hub's own initialisation gives every embedding
     row about the same vector)."""
-    config = zoo.get_spec(name).config
+    config = zoo.get_spec(name).arguments()
     backbone = keras_hub.models.T5Backbone(
         vocabulary_size=vocabulary_size,
         num_layers=num_layers or config["num_layers"],
@@ -141,7 +141,7 @@ def test_small_presets_equal_keras_hub(name):
     # bias table, the second reads it, and further blocks repeat the second (the six of the
     # presets compiled for over a minute per case on JAX; the large stage has full depth).
     model = compare(name, 1000, num_layers=2)
-    config = zoo.get_spec(name).config
+    config = zoo.get_spec(name).arguments()
     assert model.get_config()["activation"] == config["activation"]
     assert model.tie_embeddings is config["tie_embeddings"]
 

@@ -30,7 +30,7 @@ from keras_posenc.convert import (
     to_timm_state_dict,
 )
 from keras_posenc.convert.timm import _infer_name
-from keras_posenc.zoo.coatnet import RW_CONFIGS, rw_config
+from keras_posenc.zoo.coatnet import TIMM_CONFIGS
 
 pytestmark = pytest.mark.contract
 
@@ -281,8 +281,8 @@ def test_unsupported_timm_options_are_named(change, message):
 def test_variants_are_inferred_from_their_tensors():
     """The stem, depths, widths, relative-bias MLP and final norm single out each registered
     variant (shapes only); of variants that differ only in their input size, the first."""
-    for name in RW_CONFIGS:
-        config = rw_config(name)
+    for name, named in TIMM_CONFIGS.items():
+        config = named.arguments()
         stem, blocks, channels = config["stem_channels"], config["blocks"], config["channels"]
         keys = {"stem.conv1.weight": np.empty((stem[0], 0)),
                 "stem.conv2.weight": np.empty((stem[1], 0))}  # fmt: skip
@@ -302,23 +302,23 @@ def test_variants_are_inferred_from_their_tensors():
 @pytest.mark.neutral
 def test_registered_variants_follow_timm():
     """The options of timm's _rw_coat_cfg / _rw_max_cfg per variant, as in timm's maxxvit.py."""
-    conv = {name: rw_config(name)["conv_options"] for name in RW_CONFIGS}
-    transformer = {name: rw_config(name)["transformer_options"] for name in RW_CONFIGS}
-    stride = {name: rw_config(name)["stride_on"] for name in RW_CONFIGS}
-    assert [n for n in RW_CONFIGS if stride[n] == "pool"] == [
+    conv = {name: config.conv_options for name, config in TIMM_CONFIGS.items()}
+    transformer = {name: config.transformer_options for name, config in TIMM_CONFIGS.items()}
+    stride = {name: config.stride_on for name, config in TIMM_CONFIGS.items()}
+    assert [n for n in TIMM_CONFIGS if stride[n] == "pool"] == [
         "coatnet_nano_rw_224", "coatnet_0_rw_224", "coatnet_rmlp_1_rw_224"]  # fmt: skip
-    assert [n for n in RW_CONFIGS if conv[n]["se_position"] == "before_norm"] == [
+    assert [n for n in TIMM_CONFIGS if conv[n]["se_position"] == "before_norm"] == [
         "coatnet_0_rw_224", "coatnet_1_rw_224", "coatnet_bn_0_rw_224", "coatnet_rmlp_1_rw_224"
     ]  # fmt: skip
-    assert [n for n in RW_CONFIGS if transformer[n].get("layer_scale")] == [
+    assert [n for n in TIMM_CONFIGS if transformer[n].get("layer_scale")] == [
         "coatnet_3_rw_224", "coatnet_rmlp_2_rw_224", "coatnet_rmlp_2_rw_384",
         "coatnet_rmlp_3_rw_224"]  # fmt: skip
-    assert [n for n in RW_CONFIGS if not transformer[n]["shortcut_bias"]] == [
+    assert [n for n in TIMM_CONFIGS if not transformer[n]["shortcut_bias"]] == [
         "coatnet_0_rw_224", "coatnet_1_rw_224", "coatnet_bn_0_rw_224", "coatnet_rmlp_1_rw_224"
     ]  # fmt: skip
     # timm's rel_pos_dim: 384 in coatnet_rmlp_nano_rw and coatnet_rmlp_1_rw ("was supposed
     # to be 512, woops"), 512 in the others; RelPosMlp's dropout 0.125.
-    mlp = {n: transformer[n]["position_bias_dim"] for n in RW_CONFIGS
+    mlp = {n: transformer[n]["position_bias_dim"] for n in TIMM_CONFIGS
            if transformer[n].get("position_bias") == "mlp"}  # fmt: skip
     assert mlp == {"coatnet_rmlp_nano_rw_224": 384, "coatnet_rmlp_0_rw_224": 512,
                    "coatnet_rmlp_1_rw_224": 384, "coatnet_rmlp_1_rw2_224": 512,
@@ -327,11 +327,11 @@ def test_registered_variants_follow_timm():
     assert all(transformer[n]["position_bias_dropout"] == 0.125 for n in mlp)
     assert (conv["coatnet_rmlp_1_rw_224"]["pool"], conv["coatnet_rmlp_1_rw_224"]["stride_pool"],
             transformer["coatnet_rmlp_1_rw_224"]["pool"]) == ("max3", "avg", "max3")  # fmt: skip
-    assert [n for n in RW_CONFIGS if transformer[n].get("norm") == "batch"] == [
+    assert [n for n in TIMM_CONFIGS if transformer[n].get("norm") == "batch"] == [
         "coatnet_bn_0_rw_224"]  # fmt: skip
-    assert rw_config("coatnet_bn_0_rw_224")["head_norm"] == "batch"
-    assert rw_config("coatnet_rmlp_2_rw_384")["input_shape"] == (384, 384, 3)
-    assert all(name in zoo.list_models() for name in RW_CONFIGS)
+    assert TIMM_CONFIGS["coatnet_bn_0_rw_224"].head_norm == "batch"
+    assert TIMM_CONFIGS["coatnet_rmlp_2_rw_384"].input_shape == (384, 384, 3)
+    assert all(name in zoo.list_models() for name in TIMM_CONFIGS)
 
 
 # --------------------------------------------------------------------------- the CLI

@@ -114,8 +114,8 @@ def test_mlp_bias_is_computed_from_timms_weights():
 
 def test_maxvit_variants_are_inferred_from_their_tensors():
     """Stem, depths, widths and the stem's bias (the _tf ports') single out each variant."""
-    for name, config_of_name in _MAXVIT_CONFIGS.items():
-        config = config_of_name(name)
+    for name, named in _MAXVIT_CONFIGS.items():
+        config = named.arguments()
         blocks, channels = config["blocks"], config["channels"]
         stem = config.get("stem_channels") or (channels[0],) * 2
         keys = {"stem.conv1.weight": np.empty((stem[0], 0)),

@@ -277,7 +277,7 @@ def same_small_model() -> dict[str, str]:
     firsts, first = {}, {}
     for name in sorted(SMALL_VARIANTS):
         spec = zoo.get_spec(name)
-        arguments = {**spec.config, **SMALL_VARIANTS[name]}
+        arguments = {**spec.arguments(), **SMALL_VARIANTS[name]}
         arguments.pop("name", None)
         first[name] = firsts.setdefault((spec.builder, repr(sorted(arguments.items()))), name)
     return first
@@ -297,7 +297,7 @@ def test_names_building_one_small_model_differ_in_the_name_only():
             continue
         a, b = (zoo.get_spec(n) for n in (name, representative))
         assert a.builder is b.builder, (name, representative)
-        mine, theirs = ({**s.config, **SMALL_VARIANTS[s.name]} for s in (a, b))
+        mine, theirs = ({**s.arguments(), **SMALL_VARIANTS[s.name]} for s in (a, b))
         assert {k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)} <= {
             "name"
         }, (name, representative)

@@ -3,8 +3,7 @@
 timm's trained CoAtNets are its ``coatnet_*_rw_*``, ``coatnet_bn_*`` and
 ``coatnet_rmlp_*`` variants, which differ from the paper in ways our
 :func:`~keras_posenc.zoo.coatnet.build_coatnet` describes as configuration (see
-:data:`~keras_posenc.zoo.coatnet.RW_CONFIGS` and
-:func:`~keras_posenc.zoo.coatnet.rw_config`); its MaxViTs are the official weights'
+:data:`~keras_posenc.zoo.coatnet.TIMM_CONFIGS`); its MaxViTs are the official weights'
 port (``maxvit_*_tf_*``) and its own ``maxvit_*_rw_*``
 (:func:`~keras_posenc.zoo.maxvit.build_maxvit`). The converters build the matching
 model and copy every tensor in, checking that each key of the state dict is used
@@ -50,12 +49,10 @@ from keras_posenc.layers._checks import excerpt
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.layers.position_biases import ContinuousPositionBias2D
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
-from keras_posenc.zoo.coatnet import RW_CONFIGS, build_coatnet, rw_config
-from keras_posenc.zoo.maxvit import RW_CONFIGS as MAXVIT_RW_CONFIGS
-from keras_posenc.zoo.maxvit import TF_CONFIGS as MAXVIT_TF_CONFIGS
+from keras_posenc.zoo import coatnet, maxvit
+from keras_posenc.zoo.coatnet import build_coatnet
+from keras_posenc.zoo.config import ZooConfig
 from keras_posenc.zoo.maxvit import build_maxvit
-from keras_posenc.zoo.maxvit import rw_config as maxvit_rw_config
-from keras_posenc.zoo.maxvit import tf_config as maxvit_tf_config
 
 __all__ = [
     "config_from_timm",
@@ -199,18 +196,16 @@ def _signature(config: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _infer_name(
-    state: Mapping, configs: Mapping[str, Callable] | None = None, who: str = _OWNER
-) -> str:
+def _infer_name(state: Mapping, configs: Mapping[str, Any] | None = None, who: str = _OWNER) -> str:
     """The registered timm variant whose shapes and kinds of layers ``state`` has.
 
-    ``configs``: ``{name: config function}``, default the CoAtNets. Of variants that
+    ``configs``: timm's names -> zoo configurations, default the CoAtNets'. Of variants that
     differ only in their input size (``coatnet_rmlp_2_rw_224`` / ``_384``) the first wins.
     """
-    configs = configs or {name: rw_config for name in RW_CONFIGS}
+    configs = configs or coatnet.TIMM_CONFIGS
     found = _describe(state)
-    for name, config_of in configs.items():
-        if _signature(config_of(name)) == found:
+    for name, config in configs.items():
+        if _signature(config.arguments()) == found:
             return name
     raise ValueError(
         f"{who}: the state dict (stem widths {found['stem_channels']}, stage depths "
@@ -339,7 +334,7 @@ def config_from_timm(
     """:func:`~keras_posenc.zoo.coatnet.build_coatnet` arguments for a timm ``MaxxVitCfg``.
 
     For CoAtNet configurations of timm's ``maxxvit.py`` other than the registered
-    ones (:data:`~keras_posenc.zoo.coatnet.RW_CONFIGS`): pass
+    ones (:data:`~keras_posenc.zoo.coatnet.TIMM_CONFIGS`): pass
     ``dataclasses.asdict(cfg)`` (or the same as plain JSON) and the image size.
     MaxViT configurations go to :func:`maxvit_config_from_timm`.
 
@@ -791,7 +786,7 @@ def from_timm_coatnet(
     source: str | os.PathLike | Mapping,
     name: str | None = None,
     *,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | ZooConfig | None = None,
     input_shape: tuple[int, int, int] | None = None,
 ) -> keras.Model:
     """A timm CoAtNet checkpoint as a keras-posenc CoAtNet (a functional ``keras.Model``).
@@ -799,10 +794,10 @@ def from_timm_coatnet(
     Args:
         source: the state dict, as a ``.safetensors`` or PyTorch file or a mapping
             of names to tensors/arrays (see :func:`load_timm_state_dict`).
-        name: the timm variant, one of ``RW_CONFIGS`` (``"coatnet_0_rw_224"``, ...);
+        name: the timm variant, one of ``zoo.coatnet.TIMM_CONFIGS`` (``"coatnet_0_rw_224"``, ...);
             default: inferred from the stem, stage depths and widths.
         config: instead of ``name``, the :func:`~keras_posenc.zoo.coatnet.build_coatnet`
-            arguments of a custom timm configuration.
+            arguments of a custom timm configuration (a mapping, or a ``CoAtNetConfig``).
         input_shape: ``(height, width, 3)`` to build the model for; default the
             configuration's (224 x 224). The relative position tables are resized
             bilinearly when it differs from the checkpoint's, as timm does.
@@ -836,7 +831,7 @@ def from_timm_maxvit(
     source: str | os.PathLike | Mapping,
     name: str | None = None,
     *,
-    config: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | ZooConfig | None = None,
     input_shape: tuple[int, int, int] | None = None,
 ) -> keras.Model:
     """A timm MaxViT checkpoint as a keras-posenc MaxViT (a functional ``keras.Model``).
@@ -850,11 +845,12 @@ def from_timm_maxvit(
     Args:
         source: the state dict, as a ``.safetensors`` or PyTorch file or a mapping
             of names to tensors/arrays (see :func:`load_timm_state_dict`).
-        name: the timm variant, one of ``zoo.maxvit.TF_CONFIGS`` or ``RW_CONFIGS``
+        name: the timm variant, one of ``zoo.maxvit.TIMM_CONFIGS``
             (``"maxvit_tiny_tf_224"``, ``"maxvit_nano_rw_256"``, ...); default:
             inferred from the stem, stage depths and widths.
         config: instead of ``name``, the :func:`~keras_posenc.zoo.maxvit.build_maxvit`
-            arguments of a custom configuration (:func:`maxvit_config_from_timm`).
+            arguments of a custom configuration (:func:`maxvit_config_from_timm`, or a
+            ``MaxViTConfig``).
         input_shape: ``(height, width, 3)`` to build the model for; default the
             configuration's. The windows follow it (input / 32), and the relative
             position tables are resized bilinearly when they differ, as timm does.
@@ -882,20 +878,17 @@ def from_timm_maxvit(
     )
 
 
-_COATNET_CONFIGS = {name: rw_config for name in RW_CONFIGS}
-_MAXVIT_CONFIGS = {
-    **{name: maxvit_tf_config for name in MAXVIT_TF_CONFIGS},
-    **{name: maxvit_rw_config for name in MAXVIT_RW_CONFIGS},
-}
+_COATNET_CONFIGS = coatnet.TIMM_CONFIGS
+_MAXVIT_CONFIGS = maxvit.TIMM_CONFIGS
 
 
 def _convert(
     source: str | os.PathLike | Mapping,
     name: str | None,
-    config: Mapping[str, Any] | None,
+    config: Mapping[str, Any] | ZooConfig | None,
     input_shape: tuple[int, int, int] | None,
     who: str,
-    configs: Mapping[str, Callable],
+    configs: Mapping[str, Any],
     builder: Callable[..., keras.Model],
 ) -> keras.Model:
     """Builds the model of ``name`` / ``config`` and loads the checkpoint into it."""
@@ -911,8 +904,8 @@ def _convert(
             raise ValueError(
                 f"{who}: unknown timm variant {name!r}; expected one of {sorted(configs)}"
             )
-        config = configs[name](name)
-    config = dict(config)
+        config = configs[name]
+    config = dict(config.arguments() if isinstance(config, ZooConfig) else config)
     if input_shape is not None:
         config["input_shape"] = tuple(input_shape)
     if "head.fc.weight" not in state:

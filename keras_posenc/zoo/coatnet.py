@@ -23,15 +23,26 @@ timm's own variants, the only CoAtNets with public trained weights, are register
 (``coatnet_nano_rw_224``, ``coatnet_0_rw_224`` .. ``coatnet_3_rw_224``, and the
 experimental ``coatnet_bn_0_rw_224`` with BatchNorm in its Transformer blocks and
 ``coatnet_rmlp_*`` whose relative bias is an MLP of the log-scaled offsets, timm's
-``RelPosMlp``): the same builder with the options they need (:data:`RW_CONFIGS`,
-:func:`rw_config`), parameter counts equal to timm's;
-``keras_posenc.convert.from_timm_coatnet`` loads their checkpoints.
+``RelPosMlp``): the same builder with the options they need, parameter counts equal to
+timm's; ``keras_posenc.convert.from_timm_coatnet`` loads their checkpoints.
+
+Every named configuration is a :class:`CoAtNetConfig` (its fields are
+:func:`build_coatnet`'s arguments; the options of the MBConv and Transformer blocks are a
+nested :class:`ConvBlockConfig` and :class:`TransformerBlockConfig`, as timm nests its
+``MaxxVitConvCfg`` and ``MaxxVitTransformerCfg``): :data:`CONFIGS` maps every registered
+name to its configuration, :data:`TIMM_CONFIGS` timm's names::
+
+    >>> from keras_posenc.zoo.coatnet import TIMM_CONFIGS
+    >>> config = TIMM_CONFIGS["coatnet_0_rw_224"]
+    >>> config.blocks, config.stem_channels, config.conv_options.activation
+    ((2, 2, 3, 7, 2), (32, 64), 'silu')
 
 The model card (zoo/coatnet/README.md in the repository) has the details.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -51,6 +62,7 @@ from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.layers.relative_position_2d import grid_size
 from keras_posenc.zoo.adapt import ZooFunctional
+from keras_posenc.zoo.config import BlockOptions, ZooConfig, by_name
 from keras_posenc.zoo.registry import register_model
 
 _WHO = "build_coatnet"
@@ -68,148 +80,7 @@ REFERENCE = (
     "Dai et al. 2021, CoAtNet: Marrying Convolution and Attention for All Data Sizes "
     "(arXiv:2106.04803)"
 )
-
-CONFIGS = {
-    "coatnet_0": ((2, 2, 3, 5, 2), (64, 96, 192, 384, 768), 25_000_000),
-    "coatnet_1": ((2, 2, 6, 14, 2), (64, 96, 192, 384, 768), 42_000_000),
-    "coatnet_2": ((2, 2, 6, 14, 2), (128, 128, 256, 512, 1024), 75_000_000),
-    "coatnet_3": ((2, 2, 6, 14, 2), (192, 192, 384, 768, 1536), 168_000_000),
-    "coatnet_4": ((2, 2, 12, 28, 2), (192, 192, 384, 768, 1536), 275_000_000),
-}
-
-# timm's CoAtNet variants (Wightman, timm's maxxvit.py), trained before the official code was
-# out and differing from the paper in the ways its `_rw_coat_cfg` / `_rw_max_cfg` list. Each
-# entry: blocks, channels, stem widths, and what differs from the shared `_rw` options below;
-# the counts are timm's `sum(p.numel() for p in model.parameters())` with 1000 classes.
-_RW_CONV = {
-    "activation": "silu",
-    "pre_activation": True,
-    "pool": "avg",
-    "expand_from": "input",
-    "se_from": "hidden",
-    "se_activation": "relu",
-    "se_position": "before_norm",
-    "output_bias": False,
-    "padding": "symmetric",
-    "norm_epsilon": 1e-5,
-    "norm_momentum": 0.9,
-}
-_RW_TRANSFORMER = {
-    "pool": "avg",
-    "attention_width": "input",
-    "shortcut_bias": False,
-    "norm_epsilon": 1e-6,
-}
-# timm's RelPosMlp ("cr" mode): an MLP 2 -> 512 -> heads, dropout 0.125 after its ReLU.
-_MLP_BIAS = {"position_bias": "mlp", "position_bias_dim": 512, "position_bias_dropout": 0.125}
-RW_CONFIGS = {
-    "coatnet_nano_rw_224": (
-        (2, 3, 4, 6, 3), (64, 64, 128, 256, 512), (32, 64), 15_141_244, "pool",
-        {"pre_activation": False, "se_activation": "silu", "se_position": "after_activation",
-         "output_bias": True},
-        {"shortcut_bias": True},
-    ),
-    "coatnet_0_rw_224": (
-        (2, 2, 3, 7, 2), (64, 96, 192, 384, 768), (32, 64), 27_435_562, "pool", {}, {},
-    ),
-    "coatnet_1_rw_224": (
-        (2, 2, 6, 14, 2), (64, 96, 192, 384, 768), (32, 64), 41_721_502, "depthwise", {}, {},
-    ),
-    "coatnet_2_rw_224": (
-        (2, 2, 6, 14, 2), (128, 128, 256, 512, 1024), (64, 128), 73_868_400, "depthwise",
-        {"se_activation": "silu", "se_position": "after_activation"},
-        {"shortcut_bias": True},
-    ),
-    "coatnet_3_rw_224": (
-        (2, 2, 6, 14, 2), (192, 192, 384, 768, 1536), (96, 192), 165_173_428, "depthwise",
-        {"se_activation": "silu", "se_position": "after_activation"},
-        {"shortcut_bias": True, "layer_scale": 1e-6},
-    ),
-    # timm's experimental variants (its "_rw" options plus BatchNorm in the Transformer
-    # blocks, or an MLP of the log-scaled offsets as the relative bias, `_MLP_BIAS`).
-    "coatnet_bn_0_rw_224": (
-        (2, 2, 3, 7, 2), (64, 96, 192, 384, 768), (32, 64), 27_435_562, "depthwise", {},
-        {"norm": "batch", "norm_momentum": 0.9},
-    ),
-    "coatnet_rmlp_nano_rw_224": (
-        (2, 3, 4, 6, 3), (64, 64, 128, 256, 512), (32, 64), 15_145_116, "depthwise",
-        {"pre_activation": False, "se_activation": "silu", "se_position": "after_activation",
-         "output_bias": True},
-        {"shortcut_bias": True, **_MLP_BIAS, "position_bias_dim": 384},
-    ),
-    "coatnet_rmlp_0_rw_224": (
-        (2, 2, 3, 7, 2), (64, 96, 192, 384, 768), (32, 64), 27_446_074, "depthwise",
-        {"se_position": "after_activation"},
-        {"shortcut_bias": True, **_MLP_BIAS},
-    ),
-    "coatnet_rmlp_1_rw_224": (
-        (2, 2, 6, 14, 2), (64, 96, 192, 384, 768), (32, 64), 41_691_982, "pool",
-        # timm's pool_type="max" (3 x 3) on the shortcuts and before the attention, its
-        # default 2 x 2 average pool before the MBConv's expansion.
-        {"pool": "max3", "stride_pool": "avg"},
-        {"pool": "max3", **_MLP_BIAS, "position_bias_dim": 384},
-    ),
-    "coatnet_rmlp_1_rw2_224": (
-        (2, 2, 6, 14, 2), (64, 96, 192, 384, 768), (32, 64), 41_724_622, "depthwise",
-        {"se_position": "after_activation"},
-        {"shortcut_bias": True, **_MLP_BIAS},
-    ),
-    "coatnet_rmlp_2_rw_224": (
-        (2, 2, 6, 14, 2), (128, 128, 256, 512, 1024), (64, 128), 73_881_264, "depthwise",
-        {"se_activation": "silu", "se_position": "after_activation"},
-        {"shortcut_bias": True, "layer_scale": 1e-6, **_MLP_BIAS},
-    ),
-    "coatnet_rmlp_2_rw_384": (
-        (2, 2, 6, 14, 2), (128, 128, 256, 512, 1024), (64, 128), 73_881_264, "depthwise",
-        {"se_activation": "silu", "se_position": "after_activation"},
-        {"shortcut_bias": True, "layer_scale": 1e-6, **_MLP_BIAS},
-    ),
-    "coatnet_rmlp_3_rw_224": (
-        (2, 2, 6, 14, 2), (192, 192, 384, 768, 1536), (96, 192), 165_152_788, "depthwise",
-        {"se_activation": "silu", "se_position": "after_activation"},
-        {"shortcut_bias": True, "layer_scale": 1e-6, **_MLP_BIAS},
-    ),
-}  # fmt: skip
-# What else differs per variant, as build_coatnet arguments: coatnet_bn's final norm is its
-# Transformer blocks' (BatchNorm), and the _384 variant is built for its 384 x 384 images.
-_RW_OTHER = {
-    "coatnet_bn_0_rw_224": {"head_norm": "batch"},
-    "coatnet_rmlp_2_rw_384": {"input_shape": (384, 384, 3)},
-}
 TIMM_REFERENCE = "Wightman, timm (PyTorch Image Models), maxxvit.py, after Dai et al. 2021"
-
-
-def rw_config(name: str) -> dict[str, Any]:
-    """The :func:`build_coatnet` arguments of timm's CoAtNet variant ``name``.
-
-    Raises:
-        ValueError: for a name that is not one of :data:`RW_CONFIGS`.
-
-    Examples:
-
-        >>> from keras_posenc.zoo.coatnet import rw_config
-        >>> config = rw_config("coatnet_0_rw_224")
-        >>> config["blocks"], config["stem_channels"], config["stride_on"]
-        ((2, 2, 3, 7, 2), (32, 64), 'pool')
-    """
-    if name not in RW_CONFIGS:
-        raise ValueError(
-            f"rw_config: unknown timm CoAtNet variant {name!r}; expected one of "
-            f"{sorted(RW_CONFIGS)}"
-        )
-    blocks, channels, stem, _, stride_on, conv, transformer = RW_CONFIGS[name]
-    return {
-        "blocks": blocks,
-        "channels": channels,
-        "stem_channels": stem,
-        "stride_on": stride_on,
-        "conv_options": {**_RW_CONV, **conv},
-        "transformer_options": {**_RW_TRANSFORMER, **transformer},
-        "head": "norm_pool",
-        "head_norm_epsilon": 1e-6,
-        "name": name,
-        **_RW_OTHER.get(name, {}),
-    }
 
 
 # --------------------------------------------------------------------------- validation
@@ -219,7 +90,7 @@ def _positive_ints(value: Any, argument: str, who: str = _WHO) -> tuple[int, ...
     return check_ints(who, argument, value, NUM_STAGES, what=", one per stage S0..S4")
 
 
-def parse_layout(layout: Any) -> tuple[str, ...]:
+def parse_layout(layout: Any, who: str = _WHO) -> tuple[str, ...]:
     """The block type (``"C"`` or ``"T"``) of stages S1..S4 from a layout like ``"C-C-T-T"``.
 
     Raises:
@@ -228,7 +99,7 @@ def parse_layout(layout: Any) -> tuple[str, ...]:
     stages = tuple(layout.upper().split("-")) if isinstance(layout, str) else ()
     if len(stages) != NUM_STAGES - 1 or any(s not in ("C", "T") for s in stages):
         raise ValueError(
-            f"{_WHO}: unknown `layout` {layout!r}; expected the block types of stages "
+            f"{who}: unknown `layout` {layout!r}; expected the block types of stages "
             f"S1..S4 as four of 'C' (MBConv) or 'T' (Transformer) joined by '-', such as "
             f"the paper's {', '.join(repr(x) for x in LAYOUTS)}"
         )
@@ -648,35 +519,251 @@ def classifier_head(
     return x
 
 
-for _name, (_blocks, _channels, _paper) in CONFIGS.items():
+# --------------------------------------------------------------------------- configurations
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConvBlockConfig(BlockOptions):
+    """Options of every :class:`MBConv` of a CoAtNet or MaxViT (timm's ``MaxxVitConvCfg``).
+
+    Each field is the MBConv argument of that name; None leaves MBConv's default (in a
+    MaxViT, the official code's, ``zoo.maxvit.OFFICIAL_CONV``). The stem uses the same
+    activation, BatchNorm epsilon and momentum, and padding. As a mapping: the options set.
+    """
+
+    layer = MBConv
+
+    # The block's widths and kernel.
+    expansion_rate: int | None = None
+    se_ratio: float | None = None
+    kernel_size: int | None = None
+    # Activations, the squeeze-excitation and the shortcut's pool (timm's variants).
+    activation: str | None = None
+    pre_activation: bool | None = None
+    pool: str | None = None
+    stride_pool: str | None = None
+    expand_from: str | None = None
+    se_from: str | None = None
+    se_activation: str | None = None
+    se_position: str | None = None
+    output_bias: bool | None = None
+    # Padding and BatchNorm (PyTorch's: "symmetric", momentum 0.9).
+    padding: str | None = None
+    norm_epsilon: float | None = None
+    norm_momentum: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TransformerBlockConfig(BlockOptions):
+    """Options of every :class:`RelativeTransformerBlock2D` of a CoAtNet or MaxViT (timm's
+    ``MaxxVitTransformerCfg``); None leaves the block's default (in a MaxViT, the official
+    code's, ``zoo.maxvit.OFFICIAL_TRANSFORMER``). As a mapping: the options set.
+    """
+
+    layer = RelativeTransformerBlock2D
+
+    # The MLP, the norms and the shortcut.
+    expansion_rate: int | None = None
+    activation: str | None = None
+    norm: str | None = None
+    norm_epsilon: float | None = None
+    norm_momentum: float | None = None
+    pool: str | None = None
+    attention_width: str | None = None
+    shortcut_bias: bool | None = None
+    layer_scale: float | None = None
+    # The relative position bias: a table, or timm's RelPosMlp ("mlp").
+    position_bias: str | None = None
+    position_bias_dim: int | None = None
+    position_bias_dropout: float | None = None
+    # Window or grid attention (set by build_maxvit itself).
+    partition: str | None = None
+    partition_size: int | tuple[int, int] | None = None
+
+
+def check_stages(config: Any) -> None:
+    """The checks a CoAtNet or MaxViT configuration makes alone: five-stage ``blocks`` and
+    ``channels``, ``input_shape``, ``head_dim`` and the block options (stored normalised)."""
+    who = type(config).__name__
+    values = {
+        "blocks": _positive_ints(config.blocks, "blocks", who),
+        "channels": _positive_ints(config.channels, "channels", who),
+        "input_shape": _input_shape(config.input_shape, who),
+        "head_dim": check_int(who, "head_dim", config.head_dim, 1),
+        "conv_options": ConvBlockConfig.of(config.conv_options, who, "conv_options"),
+        "transformer_options": TransformerBlockConfig.of(
+            config.transformer_options, who, "transformer_options"
+        ),
+    }
+    for field, value in values.items():
+        object.__setattr__(config, field, value)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CoAtNetConfig(ZooConfig):
+    """A named CoAtNet configuration: :func:`build_coatnet`'s arguments (its docstring
+    says what each does), with its defaults.
+
+    Checked when made (``blocks``, ``channels``, ``input_shape``, ``head_dim``, ``layout``
+    and the block options' names), the rest when built.
+    """
+
+    # Architecture: blocks and widths per stage S0..S4, the block types of S1..S4.
+    blocks: tuple[int, ...]
+    channels: tuple[int, ...]
+    layout: str = "C-C-T-T"
+    stem_channels: tuple[int, ...] | None = None
+    head_dim: int = 32
+    stride_on: str = "expand"
+    # Options of every MBConv and every Transformer block.
+    conv_options: ConvBlockConfig = ConvBlockConfig()
+    transformer_options: TransformerBlockConfig = TransformerBlockConfig()
+    # Inputs: the image size (None sides: any size, tables sized for `base_size`).
+    input_shape: tuple[int | None, int | None, int] = (224, 224, 3)
+    base_size: int | tuple[int, int] | None = None
+    # The head.
+    include_top: bool = True
+    num_classes: int = 1000
+    pooling: str | None = "avg"
+    features: bool = False
+    pre_logits: bool = False
+    head: str = "pool_norm"
+    head_norm_epsilon: float = 1e-5
+    head_norm: str = "layer"
+    classifier_activation: str | None = None
+    # Training and the model.
+    drop_path_rate: float = 0.0
+    synchronized: bool = False
+    name: str = "coatnet"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_stages(self)
+        parse_layout(self.layout, type(self).__name__)
+
+
+_PAPER = [
+    CoAtNetConfig(zoo_name="coatnet_0", name="coatnet_0", pre_logits=True,
+                  blocks=(2, 2, 3, 5, 2), channels=(64, 96, 192, 384, 768)),
+    CoAtNetConfig(zoo_name="coatnet_1", name="coatnet_1", pre_logits=True,
+                  blocks=(2, 2, 6, 14, 2), channels=(64, 96, 192, 384, 768)),
+    CoAtNetConfig(zoo_name="coatnet_2", name="coatnet_2", pre_logits=True,
+                  blocks=(2, 2, 6, 14, 2), channels=(128, 128, 256, 512, 1024)),
+    CoAtNetConfig(zoo_name="coatnet_3", name="coatnet_3", pre_logits=True,
+                  blocks=(2, 2, 6, 14, 2), channels=(192, 192, 384, 768, 1536)),
+    CoAtNetConfig(zoo_name="coatnet_4", name="coatnet_4", pre_logits=True,
+                  blocks=(2, 2, 12, 28, 2), channels=(192, 192, 384, 768, 1536)),
+]  # fmt: skip
+PAPER_PARAMETERS = {"coatnet_0": 25_000_000, "coatnet_1": 42_000_000, "coatnet_2": 75_000_000,
+                    "coatnet_3": 168_000_000, "coatnet_4": 275_000_000}  # fmt: skip
+
+# timm's CoAtNet variants (Wightman, timm's maxxvit.py), trained before the official code was
+# out and differing from the paper in the ways its `_rw_coat_cfg` / `_rw_max_cfg` list: the
+# options shared by all (`_RW_CONV`, `_RW_TRANSFORMER`, `_rw`), then what each changes.
+_RW_CONV = ConvBlockConfig(
+    activation="silu", pre_activation=True, pool="avg", expand_from="input", se_from="hidden",
+    se_activation="relu", se_position="before_norm", output_bias=False, padding="symmetric",
+    norm_epsilon=1e-5, norm_momentum=0.9,
+)  # fmt: skip
+_RW_TRANSFORMER = TransformerBlockConfig(
+    pool="avg", attention_width="input", shortcut_bias=False, norm_epsilon=1e-6
+)
+_SE_AFTER = dataclasses.replace(_RW_CONV, se_activation="silu", se_position="after_activation")
+_NANO_CONV = dataclasses.replace(_SE_AFTER, pre_activation=False, output_bias=True)
+_SHORTCUT_BIAS = dataclasses.replace(_RW_TRANSFORMER, shortcut_bias=True)
+_LAYER_SCALE = dataclasses.replace(_SHORTCUT_BIAS, layer_scale=1e-6)
+# timm's RelPosMlp ("cr" mode): an MLP 2 -> 512 -> heads, dropout 0.125 after its ReLU.
+_MLP = {"position_bias": "mlp", "position_bias_dim": 512, "position_bias_dropout": 0.125}
+_MLP_384 = {**_MLP, "position_bias_dim": 384}
+_RW_CONFIG = CoAtNetConfig(
+    blocks=(2, 2, 6, 14, 2), channels=(64, 96, 192, 384, 768), stem_channels=(32, 64),
+    stride_on="depthwise", conv_options=_RW_CONV, transformer_options=_RW_TRANSFORMER,
+    head="norm_pool", head_norm_epsilon=1e-6,
+)  # fmt: skip
+_NANO = {"blocks": (2, 3, 4, 6, 3), "channels": (64, 64, 128, 256, 512)}
+_SIZE_0 = {"blocks": (2, 2, 3, 7, 2)}
+_SIZE_2 = {"channels": (128, 128, 256, 512, 1024), "stem_channels": (64, 128)}
+_SIZE_3 = {"channels": (192, 192, 384, 768, 1536), "stem_channels": (96, 192)}
+
+
+def _rw(name: str, **fields: Any) -> CoAtNetConfig:
+    """timm's variant ``name``: the shared `_RW_CONFIG` with ``fields``."""
+    return dataclasses.replace(_RW_CONFIG, zoo_name=name, name=name, **fields)
+
+
+_TIMM = [
+    _rw("coatnet_nano_rw_224", **_NANO, stride_on="pool", conv_options=_NANO_CONV,
+        transformer_options=_SHORTCUT_BIAS),
+    _rw("coatnet_0_rw_224", **_SIZE_0, stride_on="pool"),
+    _rw("coatnet_1_rw_224"),
+    _rw("coatnet_2_rw_224", **_SIZE_2, conv_options=_SE_AFTER,
+        transformer_options=_SHORTCUT_BIAS),
+    _rw("coatnet_3_rw_224", **_SIZE_3, conv_options=_SE_AFTER, transformer_options=_LAYER_SCALE),
+    # timm's experimental variants: BatchNorm in the Transformer blocks (and as the final
+    # norm), or an MLP of the log-scaled offsets as the relative bias (`_MLP`).
+    _rw("coatnet_bn_0_rw_224", **_SIZE_0, head_norm="batch",
+        transformer_options=dataclasses.replace(_RW_TRANSFORMER, norm="batch",
+                                                norm_momentum=0.9)),
+    _rw("coatnet_rmlp_nano_rw_224", **_NANO, conv_options=_NANO_CONV,
+        transformer_options=dataclasses.replace(_SHORTCUT_BIAS, **_MLP_384)),
+    _rw("coatnet_rmlp_0_rw_224", **_SIZE_0,
+        conv_options=dataclasses.replace(_RW_CONV, se_position="after_activation"),
+        transformer_options=dataclasses.replace(_SHORTCUT_BIAS, **_MLP)),
+    # timm's pool_type="max" (3 x 3) on the shortcuts and before the attention, its
+    # default 2 x 2 average pool before the MBConv's expansion.
+    _rw("coatnet_rmlp_1_rw_224", stride_on="pool",
+        conv_options=dataclasses.replace(_RW_CONV, pool="max3", stride_pool="avg"),
+        transformer_options=dataclasses.replace(_RW_TRANSFORMER, pool="max3", **_MLP_384)),
+    _rw("coatnet_rmlp_1_rw2_224",
+        conv_options=dataclasses.replace(_RW_CONV, se_position="after_activation"),
+        transformer_options=dataclasses.replace(_SHORTCUT_BIAS, **_MLP)),
+    _rw("coatnet_rmlp_2_rw_224", **_SIZE_2, conv_options=_SE_AFTER,
+        transformer_options=dataclasses.replace(_LAYER_SCALE, **_MLP)),
+    _rw("coatnet_rmlp_2_rw_384", **_SIZE_2, conv_options=_SE_AFTER, input_shape=(384, 384, 3),
+        transformer_options=dataclasses.replace(_LAYER_SCALE, **_MLP)),
+    _rw("coatnet_rmlp_3_rw_224", **_SIZE_3, conv_options=_SE_AFTER,
+        transformer_options=dataclasses.replace(_LAYER_SCALE, **_MLP)),
+]  # fmt: skip
+# timm's `sum(p.numel() for p in model.parameters())` with 1000 classes.
+TIMM_PARAMETERS = {
+    "coatnet_nano_rw_224": 15_141_244, "coatnet_0_rw_224": 27_435_562,
+    "coatnet_1_rw_224": 41_721_502, "coatnet_2_rw_224": 73_868_400,
+    "coatnet_3_rw_224": 165_173_428, "coatnet_bn_0_rw_224": 27_435_562,
+    "coatnet_rmlp_nano_rw_224": 15_145_116, "coatnet_rmlp_0_rw_224": 27_446_074,
+    "coatnet_rmlp_1_rw_224": 41_691_982, "coatnet_rmlp_1_rw2_224": 41_724_622,
+    "coatnet_rmlp_2_rw_224": 73_881_264, "coatnet_rmlp_2_rw_384": 73_881_264,
+    "coatnet_rmlp_3_rw_224": 165_152_788,
+}  # fmt: skip
+
+#: Every registered CoAtNet: zoo name -> :class:`CoAtNetConfig`.
+CONFIGS: dict[str, CoAtNetConfig] = by_name([*_PAPER, *_TIMM])
+#: timm's names (its ``maxxvit.py`` model names) -> our configuration of that model.
+TIMM_CONFIGS: dict[str, CoAtNetConfig] = by_name(_TIMM)
+
+
+for _config in _PAPER:
+    _paper = PAPER_PARAMETERS[_config.zoo_name]
     register_model(
-        _name,
+        _config.zoo_name,
         build_coatnet,
         family="coatnet",
-        config={
-            "blocks": _blocks,
-            "channels": _channels,
-            "pre_logits": True,
-            "name": _name,
-        },
+        config=_config,
         description=(
-            f"CoAtNet-{_name[-1]} (C-C-T-T, {_paper // 1_000_000}M parameters in the paper), "
-            "224 x 224, 1000 classes"
+            f"CoAtNet-{_config.zoo_name[-1]} (C-C-T-T, {_paper // 1_000_000}M parameters in "
+            "the paper), 224 x 224, 1000 classes"
         ),
         paper_parameters=_paper,
         reference=REFERENCE,
     )
-
-
-for _name, (*_, _timm_count, _stride_on, _conv, _transformer) in RW_CONFIGS.items():
+for _name, _config in TIMM_CONFIGS.items():
     register_model(
         _name,
         build_coatnet,
         family="coatnet",
-        config=rw_config(_name),
+        config=_config,
         description=(
-            f"timm's {_name} (C-C-T-T, {_timm_count / 1e6:.1f}M parameters in timm), "
-            f"{_name[-3:]} x {_name[-3:]}, 1000 classes; loads timm's weights "
+            f"timm's {_name} (C-C-T-T, {TIMM_PARAMETERS[_name] / 1e6:.1f}M parameters in "
+            f"timm), {_name[-3:]} x {_name[-3:]}, 1000 classes; loads timm's weights "
             "(convert.from_timm_coatnet)"
         ),
         paper_parameters=None,

@@ -37,6 +37,7 @@ padding row (padded positions get a zero embedding).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -54,6 +55,7 @@ from keras_posenc.layers.convs2s import (
     folded_weight_norm,
 )
 from keras_posenc.zoo.adapt import POSITION_TABLE_NAME
+from keras_posenc.zoo.config import REQUIRED, ZooConfig, by_name
 from keras_posenc.zoo.language_model import LanguageModel
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
@@ -63,62 +65,6 @@ REFERENCE = (
     "Gehring et al. 2017, Convolutional Sequence to Sequence Learning (arXiv:1705.03122); "
     "fairseq fconv"
 )
-
-CONFIGS: dict[str, dict[str, Any]] = {
-    # Not a paper configuration: the small model of the training example and the tests.
-    "convs2s_small": {
-        "embed_dim": 64,
-        "encoder_layers": ((64, 3),) * 4,
-        "decoder_layers": ((64, 3),) * 4,
-        "decoder_out_embed_dim": 64,
-        "max_source_positions": 256,
-        "max_target_positions": 256,
-        "dropout": 0.1,
-    },
-    "convs2s_iwslt_de_en": {
-        "embed_dim": 256,
-        "encoder_layers": ((256, 3),) * 4,
-        "decoder_layers": ((256, 3),) * 3,
-        "decoder_out_embed_dim": 256,
-        "dropout": 0.2,
-    },
-    "convs2s_wmt_en_ro": {
-        "embed_dim": 512,
-        "encoder_layers": ((512, 3),) * 20,
-        "decoder_layers": ((512, 3),) * 20,
-        "decoder_out_embed_dim": 512,
-        "dropout": 0.1,
-    },
-    "convs2s_wmt_en_de": {
-        "embed_dim": 768,
-        "encoder_layers": ((512, 3),) * 9 + ((1024, 3),) * 4 + ((2048, 1),) * 2,
-        "decoder_layers": ((512, 3),) * 9 + ((1024, 3),) * 4 + ((2048, 1),) * 2,
-        "decoder_out_embed_dim": 512,
-        "dropout": 0.2,
-    },
-    "convs2s_wmt_en_fr": {
-        "embed_dim": 768,
-        "encoder_layers": ((512, 3),) * 6
-        + ((768, 3),) * 4
-        + ((1024, 3),) * 3
-        + ((2048, 1),)
-        + ((4096, 1),),
-        "decoder_layers": ((512, 3),) * 6
-        + ((768, 3),) * 4
-        + ((1024, 3),) * 3
-        + ((2048, 1),)
-        + ((4096, 1),),
-        "decoder_out_embed_dim": 512,
-        "dropout": 0.1,
-    },
-}
-LM_CONFIG: dict[str, Any] = {
-    "embed_dim": 128,
-    "decoder_layers": ((1268, 4),) * 13,
-    "decoder_out_embed_dim": 128,
-    "dropout": 0.1,
-}
-
 
 # --------------------------------------------------------------------------- validation
 
@@ -883,22 +829,7 @@ def build_convs2s(
     name: str | None = None,
 ) -> ConvS2S:
     """Builds a :class:`ConvS2S` (the builder behind the ``convs2s_*`` zoo names)."""
-    return ConvS2S(
-        src_vocab_size,
-        tgt_vocab_size,
-        embed_dim=embed_dim,
-        encoder_layers=encoder_layers,
-        decoder_layers=decoder_layers,
-        decoder_out_embed_dim=decoder_out_embed_dim,
-        max_source_positions=max_source_positions,
-        max_target_positions=max_target_positions,
-        dropout=dropout,
-        weight_norm=weight_norm,
-        pad_id=pad_id,
-        bos_id=bos_id,
-        eos_id=eos_id,
-        name=name,
-    )
+    return ConvS2S(**locals())  # its arguments, every one the class's
 
 
 def build_convs2s_lm(
@@ -914,38 +845,98 @@ def build_convs2s_lm(
     name: str | None = None,
 ) -> ConvS2SLanguageModel:
     """Builds a :class:`ConvS2SLanguageModel` (the builder behind ``convs2s_lm``)."""
-    return ConvS2SLanguageModel(
-        vocab_size,
-        embed_dim=embed_dim,
-        decoder_layers=decoder_layers,
-        decoder_out_embed_dim=decoder_out_embed_dim,
-        dropout=dropout,
-        weight_norm=weight_norm,
-        pad_id=pad_id,
-        bos_id=bos_id,
-        eos_id=eos_id,
-        name=name,
-    )
+    return ConvS2SLanguageModel(**locals())  # its arguments, every one the class's
 
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConvS2SConfig(ZooConfig):
+    """A named ConvS2S: :func:`build_convs2s`'s arguments (:class:`ConvS2S` says what each
+    does), with its defaults; the vocabularies are left to ``zoo.create``. Layer specs
+    (``(channels, kernel_size[, residual])`` each) are checked when made."""
+
+    # The vocabularies (required) and the special ids.
+    src_vocab_size: int = REQUIRED
+    tgt_vocab_size: int = REQUIRED
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    # Widths and layers.
+    embed_dim: int = 256
+    encoder_layers: tuple[tuple[int, ...], ...] = ((256, 3),) * 4
+    decoder_layers: tuple[tuple[int, ...], ...] = ((256, 3),) * 3
+    decoder_out_embed_dim: int = 256
+    # The position tables, regularisation and the model.
+    max_source_positions: int = 1024
+    max_target_positions: int = 1024
+    dropout: float = 0.1
+    weight_norm: bool = True
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for field in ("encoder_layers", "decoder_layers"):
+            parse_layer_specs(type(self).__name__, field, getattr(self, field))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConvS2SLMConfig(ZooConfig):
+    """A named ConvS2S language model: :func:`build_convs2s_lm`'s arguments, with its
+    defaults; the vocabulary is left to ``zoo.create``."""
+
+    # The vocabulary (required) and the special ids.
+    vocab_size: int = REQUIRED
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    # Widths and layers, regularisation and the model.
+    embed_dim: int = 128
+    decoder_layers: tuple[tuple[int, ...], ...] = ((1268, 4),) * 13
+    decoder_out_embed_dim: int = 128
+    dropout: float = 0.1
+    weight_norm: bool = True
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        parse_layer_specs(type(self).__name__, "decoder_layers", self.decoder_layers)
+
+
+_EN_DE = ((512, 3),) * 9 + ((1024, 3),) * 4 + ((2048, 1),) * 2
+_EN_FR = ((512, 3),) * 6 + ((768, 3),) * 4 + ((1024, 3),) * 3 + ((2048, 1),) + ((4096, 1),)
+#: Every registered ConvS2S: zoo name -> :class:`ConvS2SConfig` (``convs2s_lm``:
+#: :class:`ConvS2SLMConfig`), fairseq's ``fconv_*`` architectures.
+CONFIGS: dict[str, ConvS2SConfig | ConvS2SLMConfig] = by_name([
+    # Not a paper configuration: the small model of the training example and the tests.
+    ConvS2SConfig(zoo_name="convs2s_small", embed_dim=64, encoder_layers=((64, 3),) * 4,
+                  decoder_layers=((64, 3),) * 4, decoder_out_embed_dim=64,
+                  max_source_positions=256, max_target_positions=256, dropout=0.1),
+    ConvS2SConfig(zoo_name="convs2s_iwslt_de_en", embed_dim=256,
+                  encoder_layers=((256, 3),) * 4, decoder_layers=((256, 3),) * 3,
+                  decoder_out_embed_dim=256, dropout=0.2),
+    ConvS2SConfig(zoo_name="convs2s_wmt_en_ro", embed_dim=512,
+                  encoder_layers=((512, 3),) * 20, decoder_layers=((512, 3),) * 20,
+                  decoder_out_embed_dim=512, dropout=0.1),
+    ConvS2SConfig(zoo_name="convs2s_wmt_en_de", embed_dim=768, encoder_layers=_EN_DE,
+                  decoder_layers=_EN_DE, decoder_out_embed_dim=512, dropout=0.2),
+    ConvS2SConfig(zoo_name="convs2s_wmt_en_fr", embed_dim=768, encoder_layers=_EN_FR,
+                  decoder_layers=_EN_FR, decoder_out_embed_dim=512, dropout=0.1),
+    ConvS2SLMConfig(zoo_name="convs2s_lm", embed_dim=128, decoder_layers=((1268, 4),) * 13,
+                    decoder_out_embed_dim=128, dropout=0.1),
+])  # fmt: skip
 
 for _name, _config in CONFIGS.items():
+    _lm = isinstance(_config, ConvS2SLMConfig)
     register_model(
         _name,
-        build_convs2s,
+        build_convs2s_lm if _lm else build_convs2s,
         family="convs2s",
         config=_config,
         description=(
-            "ConvS2S, small (training example)"
+            "ConvS2S gated convolutional language model (fairseq fconv_lm)"
+            if _lm
+            else "ConvS2S, small (training example)"
             if _name == "convs2s_small"
             else f"ConvS2S {_name[8:]} (fairseq fconv_{_name[8:]})"
         ),
         reference=REFERENCE,
     )
-register_model(
-    "convs2s_lm",
-    build_convs2s_lm,
-    family="convs2s",
-    config=LM_CONFIG,
-    description="ConvS2S gated convolutional language model (fairseq fconv_lm)",
-    reference=REFERENCE,
-)

@@ -24,14 +24,24 @@ official weights' timm port loads into them. Parameters are trainable ones:
 
 timm's MaxViTs are registered too: ``maxvit_tiny_tf_224`` .. ``maxvit_large_tf_224`` (the
 official weights' port: the paper's models with PyTorch's BatchNorm momentum) and timm's
-own ``maxvit_nano_rw_256`` and ``maxvit_tiny_rw_224`` (:data:`RW_CONFIGS`), with timm's
-parameter counts; ``keras_posenc.convert.from_timm_maxvit`` loads their checkpoints.
+own ``maxvit_nano_rw_256`` and ``maxvit_tiny_rw_224``, with timm's parameter counts;
+``keras_posenc.convert.from_timm_maxvit`` loads their checkpoints.
+
+Every named configuration is a :class:`MaxViTConfig` (:func:`build_maxvit`'s arguments,
+the block options nested as CoAtNet's): :data:`CONFIGS` maps every registered name to
+its configuration, :data:`TIMM_CONFIGS` timm's names::
+
+    >>> from keras_posenc.zoo.maxvit import CONFIGS, TIMM_CONFIGS
+    >>> config = TIMM_CONFIGS["maxvit_tiny_tf_224"]  # the paper's maxvit_t, timm's momentum
+    >>> config.channels == CONFIGS["maxvit_t"].channels, config.conv_options.norm_momentum
+    (True, 0.9)
 
 The model card (zoo/maxvit/README.md in the repository) has the details.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,15 +54,19 @@ from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.layers.relative_position_2d import grid_size
 from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.coatnet import (
+    ConvBlockConfig,
+    TransformerBlockConfig,
     _block_options,
     _input_shape,
     _positive_ints,
     _stem_widths,
     base_image_size,
     check_head,
+    check_stages,
     classifier_head,
     stem,
 )
+from keras_posenc.zoo.config import ZooConfig, by_name
 from keras_posenc.zoo.registry import register_model
 
 _WHO = "build_maxvit"
@@ -65,110 +79,11 @@ TIMM_REFERENCE = "Wightman, timm (PyTorch Image Models), maxxvit.py, after Tu et
 #: them): MBConv expanded 4x from and squeezed to 1/4 of its output width with a SiLU
 #: squeeze-excitation, the stride on the depthwise conv, average-pooled shortcuts,
 #: TF's "same" padding; LayerNorm epsilon 1e-5 in the attention blocks.
-OFFICIAL_CONV = {
-    "activation": "gelu_tanh",
-    "se_activation": "silu",
-    "pool": "avg",
-    "norm_epsilon": 1e-3,
-    "norm_momentum": 0.99,
-}
-OFFICIAL_TRANSFORMER = {"activation": "gelu_tanh", "norm_epsilon": 1e-5, "pool": "avg"}
-
-CONFIGS = {
-    "maxvit_t": ((2, 2, 2, 5, 2), (64, 64, 128, 256, 512), 31_000_000),
-    "maxvit_s": ((2, 2, 2, 5, 2), (64, 96, 192, 384, 768), 69_000_000),
-    "maxvit_b": ((2, 2, 6, 14, 2), (64, 96, 192, 384, 768), 120_000_000),
-    "maxvit_l": ((2, 2, 6, 14, 2), (128, 128, 256, 512, 1024), 212_000_000),
-}
-# timm's ports of the official weights: the paper's configurations; the count is timm's
-# sum(p.numel() for p in model.parameters()) with 1000 classes (timm 1.0.31).
-TF_CONFIGS = {
-    "maxvit_tiny_tf_224": ("maxvit_t", 30_916_528),
-    "maxvit_small_tf_224": ("maxvit_s", 68_927_956),
-    "maxvit_base_tf_224": ("maxvit_b", 119_467_708),
-    "maxvit_large_tf_224": ("maxvit_l", 211_785_560),
-}
-# timm's own MaxViTs (`_rw_max_cfg`): blocks, channels, stem widths, input size, count.
-RW_CONFIGS = {
-    "maxvit_nano_rw_256": ((2, 1, 2, 3, 1), (64, 64, 128, 256, 512), (32, 64), 256, 15_451_148),
-    "maxvit_tiny_rw_224": ((2, 2, 2, 5, 2), (64, 64, 128, 256, 512), (32, 64), 224, 29_057_312),
-}
-_RW_CONV = {
-    "activation": "silu",
-    "se_activation": "silu",
-    "pool": "avg",
-    "expand_from": "input",
-    "se_from": "hidden",
-    "se_ratio": 1 / 16,
-    "output_bias": False,
-    "padding": "symmetric",
-    "norm_epsilon": 1e-5,
-    "norm_momentum": 0.9,
-}
-_RW_TRANSFORMER = {"activation": "gelu", "norm_epsilon": 1e-6, "pool": "avg"}
-
-
-def tf_config(name: str) -> dict[str, Any]:
-    """The :func:`build_maxvit` arguments of timm's ``maxvit_*_tf_224`` ``name``.
-
-    Raises:
-        ValueError: for a name that is not one of :data:`TF_CONFIGS`.
-
-    Examples:
-
-        >>> from keras_posenc.zoo.maxvit import tf_config
-        >>> config = tf_config("maxvit_tiny_tf_224")
-        >>> config["channels"], config["conv_options"]["norm_momentum"]
-        ((64, 64, 128, 256, 512), 0.9)
-    """
-    if name not in TF_CONFIGS:
-        raise ValueError(
-            f"tf_config: unknown timm MaxViT variant {name!r}; expected one of {sorted(TF_CONFIGS)}"
-        )
-    paper, _ = TF_CONFIGS[name]
-    blocks, channels, _ = CONFIGS[paper]
-    # PyTorch's BatchNorm momentum 0.1 (what timm trains with), 0.9 in Keras' convention.
-    return {
-        "blocks": blocks,
-        "channels": channels,
-        "conv_options": {"norm_momentum": 0.9},
-        "name": name,
-    }
-
-
-def rw_config(name: str) -> dict[str, Any]:
-    """The :func:`build_maxvit` arguments of timm's own MaxViT variant ``name``.
-
-    Raises:
-        ValueError: for a name that is not one of :data:`RW_CONFIGS`.
-
-    Examples:
-
-        >>> from keras_posenc.zoo.maxvit import rw_config
-        >>> config = rw_config("maxvit_nano_rw_256")
-        >>> config["blocks"], config["input_shape"], config["head"]
-        ((2, 1, 2, 3, 1), (256, 256, 3), 'norm_pool')
-    """
-    if name not in RW_CONFIGS:
-        raise ValueError(
-            f"rw_config: unknown timm MaxViT variant {name!r}; expected one of {sorted(RW_CONFIGS)}"
-        )
-    blocks, channels, stem_widths, size, _ = RW_CONFIGS[name]
-    return {
-        "blocks": blocks,
-        "channels": channels,
-        "stem_channels": stem_widths,
-        "input_shape": (size, size, 3),
-        "stem_bias": False,
-        "conv_options": dict(_RW_CONV),
-        "transformer_options": dict(_RW_TRANSFORMER),
-        "pre_logits": False,
-        "head": "norm_pool",
-        "head_norm_epsilon": 1e-6,
-        "name": name,
-        # Built for images of any size, the windows stay those of its training size.
-        **({} if size == 224 else {"base_size": (size, size)}),
-    }
+OFFICIAL_CONV = ConvBlockConfig(
+    activation="gelu_tanh", se_activation="silu", pool="avg", norm_epsilon=1e-3,
+    norm_momentum=0.99,
+)  # fmt: skip
+OFFICIAL_TRANSFORMER = TransformerBlockConfig(activation="gelu_tanh", norm_epsilon=1e-5, pool="avg")
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -449,43 +364,141 @@ def build_maxvit(
     return ZooFunctional(inputs, classifier_head(x, channels[-1], **head_options), name=name)
 
 
-for _name, (_blocks, _channels, _paper) in CONFIGS.items():
+# --------------------------------------------------------------------------- configurations
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MaxViTConfig(ZooConfig):
+    """A named MaxViT configuration: :func:`build_maxvit`'s arguments (its docstring says
+    what each does), with its defaults.
+
+    Checked when made (``blocks``, ``channels``, ``input_shape``, ``head_dim`` and the
+    block options' names), the rest when built.
+    """
+
+    # Architecture: blocks and widths per stage S0..S4, the windows of the attention.
+    blocks: tuple[int, ...]
+    channels: tuple[int, ...]
+    stem_channels: tuple[int, ...] | None = None
+    stem_bias: bool = True
+    head_dim: int = 32
+    partition_size: int | tuple[int, int] | None = None
+    stride_on: str = "depthwise"
+    # Options of every MBConv and attention block, over the official code's.
+    conv_options: ConvBlockConfig = ConvBlockConfig()
+    transformer_options: TransformerBlockConfig = TransformerBlockConfig()
+    # Inputs: the image size (None sides: any size, windows of `base_size`).
+    input_shape: tuple[int | None, int | None, int] = (224, 224, 3)
+    base_size: int | tuple[int, int] | None = None
+    pad_to_multiple: bool = False
+    # The head.
+    include_top: bool = True
+    num_classes: int = 1000
+    pooling: str | None = "avg"
+    features: bool = False
+    pre_logits: bool = True
+    head: str = "pool_norm"
+    head_norm_epsilon: float = 1e-5
+    classifier_activation: str | None = None
+    # Training and the model.
+    drop_path_rate: float = 0.0
+    synchronized: bool = False
+    name: str = "maxvit"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_stages(self)
+
+
+_PAPER = [
+    MaxViTConfig(zoo_name="maxvit_t", name="maxvit_t",
+                 blocks=(2, 2, 2, 5, 2), channels=(64, 64, 128, 256, 512)),
+    MaxViTConfig(zoo_name="maxvit_s", name="maxvit_s",
+                 blocks=(2, 2, 2, 5, 2), channels=(64, 96, 192, 384, 768)),
+    MaxViTConfig(zoo_name="maxvit_b", name="maxvit_b",
+                 blocks=(2, 2, 6, 14, 2), channels=(64, 96, 192, 384, 768)),
+    MaxViTConfig(zoo_name="maxvit_l", name="maxvit_l",
+                 blocks=(2, 2, 6, 14, 2), channels=(128, 128, 256, 512, 1024)),
+]  # fmt: skip
+PAPER_PARAMETERS = {
+    "maxvit_t": 31_000_000, "maxvit_s": 69_000_000, "maxvit_b": 120_000_000,
+    "maxvit_l": 212_000_000,
+}  # fmt: skip
+_PAPER_CONFIGS = by_name(_PAPER)
+
+
+def _tf(name: str, paper: str) -> MaxViTConfig:
+    """timm's port of the official weights of the paper's ``paper``: PyTorch's BatchNorm
+    momentum 0.1 (what timm trains with), 0.9 in Keras' convention."""
+    return dataclasses.replace(
+        _PAPER_CONFIGS[paper],
+        zoo_name=name,
+        name=name,
+        conv_options=ConvBlockConfig(norm_momentum=0.9),
+    )
+
+
+# timm's own MaxViTs (`_rw_max_cfg`): its options, each model's stages and image size.
+_RW_CONFIG = MaxViTConfig(
+    blocks=(2, 2, 2, 5, 2), channels=(64, 64, 128, 256, 512), stem_channels=(32, 64),
+    stem_bias=False, pre_logits=False, head="norm_pool", head_norm_epsilon=1e-6,
+    conv_options=ConvBlockConfig(
+        activation="silu", se_activation="silu", pool="avg", expand_from="input",
+        se_from="hidden", se_ratio=1 / 16, output_bias=False, padding="symmetric",
+        norm_epsilon=1e-5, norm_momentum=0.9,
+    ),
+    transformer_options=TransformerBlockConfig(activation="gelu", norm_epsilon=1e-6, pool="avg"),
+)  # fmt: skip
+_TIMM = [
+    _tf("maxvit_tiny_tf_224", "maxvit_t"),
+    _tf("maxvit_small_tf_224", "maxvit_s"),
+    _tf("maxvit_base_tf_224", "maxvit_b"),
+    _tf("maxvit_large_tf_224", "maxvit_l"),
+    # Built for images of any size, the windows stay those of its training size.
+    dataclasses.replace(
+        _RW_CONFIG, zoo_name="maxvit_nano_rw_256", name="maxvit_nano_rw_256",
+        blocks=(2, 1, 2, 3, 1), input_shape=(256, 256, 3), base_size=(256, 256),
+    ),
+    dataclasses.replace(_RW_CONFIG, zoo_name="maxvit_tiny_rw_224", name="maxvit_tiny_rw_224"),
+]  # fmt: skip
+# timm's sum(p.numel() for p in model.parameters()) with 1000 classes (timm 1.0.31).
+TIMM_PARAMETERS = {
+    "maxvit_tiny_tf_224": 30_916_528, "maxvit_small_tf_224": 68_927_956,
+    "maxvit_base_tf_224": 119_467_708, "maxvit_large_tf_224": 211_785_560,
+    "maxvit_nano_rw_256": 15_451_148, "maxvit_tiny_rw_224": 29_057_312,
+}  # fmt: skip
+
+#: Every registered MaxViT: zoo name -> :class:`MaxViTConfig`.
+CONFIGS: dict[str, MaxViTConfig] = by_name([*_PAPER, *_TIMM])
+#: timm's names (its ``maxxvit.py`` model names) -> our configuration of that model.
+TIMM_CONFIGS: dict[str, MaxViTConfig] = by_name(_TIMM)
+
+
+for _config in _PAPER:
+    _paper = PAPER_PARAMETERS[_config.zoo_name]
     register_model(
-        _name,
+        _config.zoo_name,
         build_maxvit,
         family="maxvit",
-        config={"blocks": _blocks, "channels": _channels, "name": _name},
+        config=_config,
         description=(
-            f"MaxViT-{_name[-1].upper()} ({_paper // 1_000_000}M parameters in the paper), "
-            "224 x 224, 1000 classes"
+            f"MaxViT-{_config.zoo_name[-1].upper()} ({_paper // 1_000_000}M parameters in the "
+            "paper), 224 x 224, 1000 classes"
         ),
         paper_parameters=_paper,
         reference=REFERENCE,
     )
-
-for _name, (_paper_name, _timm_count) in TF_CONFIGS.items():
+for _name, _config in TIMM_CONFIGS.items():
+    _size = _config.input_shape[0]
+    _what = ", the official weights' port (" if "_tf_" in _name else " ("
     register_model(
         _name,
         build_maxvit,
         family="maxvit",
-        config=tf_config(_name),
+        config=_config,
         description=(
-            f"timm's {_name}, the official weights' port ({_timm_count / 1e6:.1f}M parameters "
-            "in timm), 224 x 224, 1000 classes; loads timm's weights (convert.from_timm_maxvit)"
-        ),
-        paper_parameters=None,
-        reference=TIMM_REFERENCE,
-    )
-
-for _name, (*_, _size, _timm_count) in RW_CONFIGS.items():
-    register_model(
-        _name,
-        build_maxvit,
-        family="maxvit",
-        config=rw_config(_name),
-        description=(
-            f"timm's {_name} ({_timm_count / 1e6:.1f}M parameters in timm), {_size} x {_size}, "
-            "1000 classes; loads timm's weights (convert.from_timm_maxvit)"
+            f"timm's {_name}{_what}{TIMM_PARAMETERS[_name] / 1e6:.1f}M parameters in timm), "
+            f"{_size} x {_size}, 1000 classes; loads timm's weights (convert.from_timm_maxvit)"
         ),
         paper_parameters=None,
         reference=TIMM_REFERENCE,

@@ -42,6 +42,7 @@ modelled.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -53,6 +54,7 @@ from keras_posenc.layers._checks import check_bool, check_int, check_rate
 from keras_posenc.layers._memory import check_allocation
 from keras_posenc.layers.muse import MUSEDecoderLayer, MUSEEncoderLayer
 from keras_posenc.zoo.adapt import ZooFunctional
+from keras_posenc.zoo.config import ZooConfig, by_name
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
 
@@ -64,67 +66,6 @@ REFERENCE = (
 )
 TASKS = ("classification", "tagging")
 
-CONFIGS: dict[str, dict[str, Any]] = {
-    "muse_iwslt_de_en": {
-        "src_vocab_size": 8848,
-        "tgt_vocab_size": 6632,
-        "hidden_dim": 384,
-        "intermediate_dim": 768,
-        "num_heads": 4,
-        "num_encoder_layers": 12,
-        "num_decoder_layers": 12,
-        "dropout": 0.4,
-    },
-    "muse_wmt_large": {
-        "src_vocab_size": 32768,
-        "tgt_vocab_size": 32768,
-        "hidden_dim": 768,
-        "intermediate_dim": 3072,
-        "num_heads": 16,
-        "num_encoder_layers": 12,
-        "num_decoder_layers": 12,
-        "dropout": 0.3,
-        "attention_dropout": 0.1,
-        "share_embeddings": True,
-    },
-    "muse_small": {
-        "src_vocab_size": 8000,
-        "tgt_vocab_size": 8000,
-        "hidden_dim": 256,
-        "intermediate_dim": 1024,
-        "num_heads": 4,
-        "num_encoder_layers": 6,
-        "num_decoder_layers": 6,
-        "dropout": 0.3,
-    },
-    # For experiments on CPU (the training example: reversing sequences).
-    "muse_tiny": {
-        "src_vocab_size": 1000,
-        "tgt_vocab_size": 1000,
-        "hidden_dim": 64,
-        "intermediate_dim": 128,
-        "num_heads": 4,
-        "num_encoder_layers": 3,
-        "num_decoder_layers": 3,
-        "dropout": 0.1,
-        "max_source_positions": 256,
-        "max_target_positions": 256,
-    },
-}
-ENCODER_CONFIGS: dict[str, dict[str, Any]] = {
-    "muse_encoder_small": {
-        "hidden_dim": 256,
-        "intermediate_dim": 1024,
-        "num_heads": 4,
-        "num_layers": 6,
-    },
-    "muse_encoder_base": {
-        "hidden_dim": 384,
-        "intermediate_dim": 768,
-        "num_heads": 4,
-        "num_layers": 12,
-    },
-}
 PAPER_PARAMETERS = {"muse_iwslt_de_en": 48_200_000}
 
 
@@ -750,29 +691,109 @@ def build_muse_encoder(
     return ZooFunctional(token_ids, logits, name=name)
 
 
+# --------------------------------------------------------------------------- configurations
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Blocks(ZooConfig):
+    """The block fields both MUSE configurations share (what :class:`MUSE` and
+    :func:`build_muse_encoder` say of each), with the encoder's defaults."""
+
+    # Widths and heads.
+    hidden_dim: int = 256
+    intermediate_dim: int = 1024
+    num_heads: int = 4
+    # The convolutions of the value projection.
+    conv: str = "dynamic"
+    kernel_sizes: tuple[int, ...] | None = (3, 15)
+    # Regularisation and the attention kernel.
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    weight_dropout: float = 0.1
+    fused_attention: bool | str = "auto"
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        who = type(self).__name__
+        hidden = check_int(who, "hidden_dim", self.hidden_dim, 1)
+        _check_width(who, hidden, check_int(who, "num_heads", self.num_heads, 1))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MUSEConfig(_Blocks):
+    """A named MUSE encoder-decoder: :class:`MUSE`'s arguments, with its defaults."""
+
+    # The vocabularies and the special ids.
+    src_vocab_size: int
+    tgt_vocab_size: int
+    share_embeddings: bool = False
+    tie_output_embedding: bool | None = None
+    bos_id: int = 1
+    eos_id: int = 2
+    # Layers and position tables (the MUSE class's defaults).
+    hidden_dim: int = 384
+    intermediate_dim: int = 768
+    num_encoder_layers: int = 12
+    num_decoder_layers: int = 12
+    max_source_positions: int | None = 1024
+    max_target_positions: int | None = 1024
+    name: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MUSEEncoderConfig(_Blocks):
+    """A named MUSE encoder: :func:`build_muse_encoder`'s arguments, with its defaults."""
+
+    # The vocabulary, the task and its classes, the layers.
+    vocab_size: int = 32000
+    num_classes: int = 2
+    task: str = "classification"
+    num_layers: int = 6
+    name: str = "muse_encoder"
+
+
+#: Every registered MUSE: zoo name -> :class:`MUSEConfig` or :class:`MUSEEncoderConfig`.
+CONFIGS: dict[str, MUSEConfig | MUSEEncoderConfig] = by_name([
+    MUSEConfig(zoo_name="muse_iwslt_de_en", name="muse_iwslt_de_en",
+               src_vocab_size=8848, tgt_vocab_size=6632, hidden_dim=384, intermediate_dim=768,
+               num_heads=4, num_encoder_layers=12, num_decoder_layers=12, dropout=0.4),
+    MUSEConfig(zoo_name="muse_wmt_large", name="muse_wmt_large",
+               src_vocab_size=32768, tgt_vocab_size=32768, hidden_dim=768,
+               intermediate_dim=3072, num_heads=16, num_encoder_layers=12,
+               num_decoder_layers=12, dropout=0.3, attention_dropout=0.1,
+               share_embeddings=True),
+    MUSEConfig(zoo_name="muse_small", name="muse_small",
+               src_vocab_size=8000, tgt_vocab_size=8000, hidden_dim=256, intermediate_dim=1024,
+               num_heads=4, num_encoder_layers=6, num_decoder_layers=6, dropout=0.3),
+    # For experiments on CPU (the training example: reversing sequences).
+    MUSEConfig(zoo_name="muse_tiny", name="muse_tiny",
+               src_vocab_size=1000, tgt_vocab_size=1000, hidden_dim=64, intermediate_dim=128,
+               num_heads=4, num_encoder_layers=3, num_decoder_layers=3, dropout=0.1,
+               max_source_positions=256, max_target_positions=256),
+    MUSEEncoderConfig(zoo_name="muse_encoder_small", name="muse_encoder_small",
+                      hidden_dim=256, intermediate_dim=1024, num_heads=4, num_layers=6),
+    MUSEEncoderConfig(zoo_name="muse_encoder_base", name="muse_encoder_base",
+                      hidden_dim=384, intermediate_dim=768, num_heads=4, num_layers=12),
+])  # fmt: skip
+
+
 for _name, _config in CONFIGS.items():
+    _encoder = isinstance(_config, MUSEEncoderConfig)
     register_model(
         _name,
-        MUSE,
+        build_muse_encoder if _encoder else MUSE,
         family="muse",
-        config={**_config, "name": _name},
+        config=_config,
         description=(
-            f"MUSE {_config['num_encoder_layers']}+{_config['num_decoder_layers']} layers, "
-            f"d {_config['hidden_dim']}, FFN {_config['intermediate_dim']}, "
-            f"{_config['num_heads']} heads, dynamic convs (3, 15)"
+            f"MUSE encoder, {_config.num_layers} layers, d {_config.hidden_dim}, "
+            "classification or tagging head"
+            if _encoder
+            else f"MUSE {_config.num_encoder_layers}+{_config.num_decoder_layers} layers, "
+            f"d {_config.hidden_dim}, FFN {_config.intermediate_dim}, "
+            f"{_config.num_heads} heads, dynamic convs (3, 15)"
         ),
         paper_parameters=PAPER_PARAMETERS.get(_name),
-        reference=REFERENCE,
-    )
-for _name, _config in ENCODER_CONFIGS.items():
-    register_model(
-        _name,
-        build_muse_encoder,
-        family="muse",
-        config={**_config, "name": _name},
-        description=(
-            f"MUSE encoder, {_config['num_layers']} layers, d {_config['hidden_dim']}, "
-            "classification or tagging head"
-        ),
         reference=REFERENCE,
     )

@@ -19,6 +19,7 @@ helpers. The model card (zoo/posenet/README.md in the repository) has the detail
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Sequence
@@ -27,9 +28,10 @@ from typing import Any
 import keras
 import numpy as np
 
-from keras_posenc.layers._checks import check_int
+from keras_posenc.layers._checks import check_choice, check_int
 from keras_posenc.layers.padding import SpatialPadding2D
 from keras_posenc.zoo.adapt import ZooModel
+from keras_posenc.zoo.config import ZooConfig, by_name
 from keras_posenc.zoo.registry import create, register_model
 
 # The five target maps of the paper (H, V, G, HS, VS), one output channel each. The names are
@@ -584,16 +586,45 @@ def build_posenet(
     )
 
 
-for _backbone_name, _description in (
-    ("vgg16", "PosENet on VGG16 (keras.applications, weights=None), 5 stages, 224 x 224"),
-    ("resnet50", "PosENet on ResNet50 (keras.applications, weights=None), 4 stages, 224 x 224"),
-    ("coatnet_0", "PosENet on the zoo's CoAtNet-0 (features mode), 5 stages, 224 x 224"),
-):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PosENetConfig(ZooConfig):
+    """A named PosENet: :func:`build_posenet`'s arguments (its docstring says what each
+    does), with its defaults; ``backbone`` is checked when made."""
+
+    # The frozen backbone, its input and where the readout taps it.
+    backbone: str = "vgg16"
+    input_shape: tuple[int, ...] = (224, 224, 3)
+    backbone_weights: str | None = None
+    tap_layers: tuple[str, ...] | None = None
+    # The trained readout and what it decodes.
+    readout_layers: int = 1
+    kernel_size: int = 3
+    feature_size: int = 28
+    targets: tuple[str, ...] = PATTERN_NAMES
+    readout_filters: int = 64
+    readout_padding: int = 0
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice(type(self).__name__, "backbone", self.backbone, BACKBONES)
+
+
+#: Every registered PosENet: zoo name -> :class:`PosENetConfig`.
+CONFIGS: dict[str, PosENetConfig] = by_name(
+    PosENetConfig(zoo_name=f"posenet_{backbone}", backbone=backbone) for backbone in BACKBONES
+)
+_DESCRIPTIONS = {
+    "vgg16": "PosENet on VGG16 (keras.applications, weights=None), 5 stages, 224 x 224",
+    "resnet50": "PosENet on ResNet50 (keras.applications, weights=None), 4 stages, 224 x 224",
+    "coatnet_0": "PosENet on the zoo's CoAtNet-0 (features mode), 5 stages, 224 x 224",
+}
+for _name, _config in CONFIGS.items():
     register_model(
-        f"posenet_{_backbone_name}",
+        _name,
         build_posenet,
         family="posenet",
-        config={"backbone": _backbone_name},
-        description=_description,
+        config=_config,
+        description=_DESCRIPTIONS[_config.backbone],
         reference=REFERENCE,
     )

@@ -897,7 +897,7 @@ def _convert_timm_repo(repo: str, source: str, progress: bool) -> tuple:
     bar = keras.utils.Progbar(3, unit_name="step") if progress else None
     if bar is not None:
         print(f"converting {source} ({architecture})")
-    build = {**spec.config, "input_shape": (*preprocessor.image_size, int(size[0]))}
+    build = {**spec.arguments(), "input_shape": (*preprocessor.image_size, int(size[0]))}
     module, function = TIMM_CONVERTERS[spec.family].split(":")
     converter = getattr(importlib.import_module(module), function)
     if bar is not None:
@@ -936,7 +936,7 @@ def _timm_loadable() -> list[str]:
     configurations are not timm's names)."""
     from keras_posenc.zoo import coatnet, maxvit
 
-    return sorted([*coatnet.RW_CONFIGS, *maxvit.TF_CONFIGS, *maxvit.RW_CONFIGS])
+    return sorted([*coatnet.TIMM_CONFIGS, *maxvit.TIMM_CONFIGS])
 
 
 def remove_cached(source: str) -> bool:

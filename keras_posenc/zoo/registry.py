@@ -1,19 +1,28 @@
 """The zoo registry: named model configurations, listed and created by name.
 
-A family module registers each of its named configurations once, at import
-time, with :func:`register_model`::
+A family module declares its table as frozen dataclasses (``keras_posenc.zoo.config``:
+a :class:`~keras_posenc.zoo.config.ZooConfig` subclass whose fields are the builder's
+keyword arguments) and registers each named configuration once, at import time, with
+:func:`register_model`::
 
-    def build_coatnet(blocks, channels, num_classes=1000, ...): -> keras.Model
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class CoAtNetConfig(ZooConfig):
+        blocks: tuple[int, ...]
+        channels: tuple[int, ...]
+        num_classes: int = 1000
         ...
 
-    for name, config in {"coatnet_0": {...}, "coatnet_1": {...}}.items():
+    CONFIGS = by_name([CoAtNetConfig(zoo_name="coatnet_0", blocks=..., channels=...), ...])
+    for name, config in CONFIGS.items():
         register_model(name, build_coatnet, family="coatnet", config=config,
                        paper_parameters=25_000_000, reference="Dai et al. 2021")
 
-Users then call :func:`list_models` and :func:`create`. A configuration is the
-set of keyword arguments its builder is called with; ``create`` merges the
-user's overrides on top, after checking every override names a real argument
-of the builder.
+Users then call :func:`list_models` and :func:`create`. ``create`` checks that every
+override names a field (or one of ``keras.Model``'s ``name``, ``dtype``, ``trainable``
+that the builder takes), replaces those fields (``dataclasses.replace``: the dataclass
+checks the values) and calls the builder with the result's arguments. A plain mapping
+of keyword arguments still works as a configuration (a user's own builder), checked
+against the builder's signature.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import h5py
 import keras
 
 from keras_posenc.layers._checks import excerpt, innermost_error
+from keras_posenc.zoo.config import ZooConfig
 
 # Dots only between other characters, for release names such as "t5_1.1_small".
 _NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
@@ -53,7 +63,9 @@ class ModelSpec:
         builder: a function that takes the configuration as keyword arguments and
             returns a ``keras.Model``.
         family: the family the model belongs to (``"coatnet"``, ``"convs2s"``, ...).
-        config: the keyword arguments the builder is called with.
+        config: the named configuration: the family's frozen dataclass
+            (:class:`~keras_posenc.zoo.config.ZooConfig`), or, for a builder registered
+            with a plain mapping, the keyword arguments themselves.
         description: one line for listings.
         paper_parameters: the parameter count the paper reports, when it reports one.
         reference: the paper, e.g. ``"Dai et al. 2021, CoAtNet"``.
@@ -62,7 +74,7 @@ class ModelSpec:
     name: str
     builder: Callable[..., keras.Model]
     family: str
-    config: Mapping[str, Any]
+    config: ZooConfig | Mapping[str, Any]
     description: str = ""
     paper_parameters: int | None = None
     reference: str | None = None
@@ -86,9 +98,17 @@ class ModelSpec:
             return None
         return named
 
+    def arguments(self) -> dict[str, Any]:
+        """The keyword arguments the builder is called with (the configuration's)."""
+        if isinstance(self.config, ZooConfig):
+            return self.config.arguments()
+        return dict(self.config)
+
     def required_arguments(self) -> tuple[str, ...]:
-        """The builder's arguments without a default that the named configuration does not
-        set: each ``zoo.create`` call must give them (a translation model's vocabularies)."""
+        """The builder's arguments that the named configuration does not set: each
+        ``zoo.create`` call must give them (a translation model's vocabularies)."""
+        if isinstance(self.config, ZooConfig):
+            return self.config.required()
         parameters = inspect.signature(self.builder).parameters.values()
         return tuple(
             p.name
@@ -120,8 +140,10 @@ def register_model(
             starting with a letter.
         builder: a callable returning a ``keras.Model`` from keyword arguments.
         family: the family the model belongs to.
-        config: the keyword arguments for ``builder``. Every key must be an
-            argument of ``builder``.
+        config: the named configuration: an instance of the family's
+            :class:`~keras_posenc.zoo.config.ZooConfig` subclass, whose ``zoo_name`` (when
+            set) is ``name``, or a mapping of keyword arguments. Every field (key) must be
+            an argument of ``builder``.
         description: one line shown by ``posenc info`` and the docs.
         paper_parameters: the parameter count the paper reports, if any.
         reference: the paper the configuration comes from.
@@ -130,8 +152,8 @@ def register_model(
         The registered :class:`ModelSpec`.
 
     Raises:
-        ValueError: for a malformed or already registered name, or a config key
-            that the builder does not accept.
+        ValueError: for a malformed or already registered name, a config field or
+            key that the builder does not accept, or a configuration named otherwise.
         TypeError: if ``builder`` is not callable.
 
     Examples:
@@ -159,16 +181,24 @@ def register_model(
         raise TypeError(
             f"zoo.register_model: `builder` must be callable; got {type(builder).__name__}."
         )
+    if isinstance(config, ZooConfig):
+        if config.zoo_name not in ("", name):
+            raise ValueError(
+                f"zoo.register_model: the configuration is named {config.zoo_name!r}, "
+                f"registered as {name!r}."
+            )
+    else:
+        config = dict(config or {})
     spec = ModelSpec(
         name=name,
         builder=builder,
         family=family,
-        config=dict(config or {}),
+        config=config,
         description=description,
         paper_parameters=paper_parameters,
         reference=reference,
     )
-    _check_arguments(spec, spec.config, what="config key")
+    _check_arguments(spec, spec.arguments(), what="config key")
     _REGISTRY[name] = spec
     return spec
 
@@ -218,21 +248,25 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
             ``hf://ORG/REPO``, a timm checkpoint on the Hugging Face hub
             (``zoo.create("coatnet_0_rw_224", weights="hf://timm/coatnet_0_rw_224.sw_in1k")``),
             which **is downloaded and converted on first use**, then read from the cache.
-        **overrides: builder arguments that replace the named configuration's
-            values (for example ``num_classes=10``).
+        **overrides: fields of the named configuration to replace (for example
+            ``num_classes=10``), and ``keras.Model``'s ``name``, ``dtype`` and
+            ``trainable`` where the builder takes them.
 
     Returns:
         The ``keras.Model``.
 
     Raises:
-        ValueError: for an unknown name, an override the builder does not take
-            (both list close matches), a weights file of another kind, a
+        ValueError: for an unknown name, an override that is no field of the
+            configuration (both list close matches), a value the configuration
+            refuses (``TypeError`` for a wrong type), a weights file of another kind, a
             ``.keras`` file that is not a valid one (e.g. truncated), or
             weights saved from another configuration: variables the model does
             not have are listed (a larger configuration's extra blocks), and
             Keras itself refuses missing variables and shapes that differ.
             Relative position tables (``RelativePositionBias2D``) saved at
             another grid size are resized instead.
+        TypeError: a field the named configuration leaves to the call (a translation
+            model's vocabularies) not given; the message names it.
         FileNotFoundError: if ``weights`` does not exist.
         ConnectionError: a hub source neither cached nor reachable.
 
@@ -253,24 +287,16 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
         >>> zoo.unregister_model("doc_mlp")
     """
     spec = get_spec(name)
-    _check_arguments(spec, overrides, what="override")
-    missing = [argument for argument in spec.required_arguments() if argument not in overrides]
-    if missing:
-        # Called without them, the builder failed with Python's "missing 1 required
-        # positional argument", naming a private function.
-        example = ", ".join(f"{argument}=..." for argument in missing)
-        raise TypeError(
-            f"zoo.create({name!r}): the model needs {', '.join(map(repr, missing))}, which "
-            f"its named configuration does not set: zoo.create({name!r}, {example})."
-        )
+    arguments = _configure(spec, overrides)
     if weights is not None:  # before building: a bad file fails fast
         weights, classes = _preset_weights(weights)
         _check_weights_file(name, weights)
         accepted = spec.builder_arguments()
-        if classes is not None and (accepted is None or "num_classes" in accepted):
+        given = "num_classes" in overrides
+        if classes is not None and not given and (accepted is None or "num_classes" in accepted):
             # A preset's head decides (timm's ImageNet-12k checkpoints have 11821 classes).
-            overrides.setdefault("num_classes", classes)
-    model = spec.builder(**{**spec.config, **overrides})
+            arguments = _configure(spec, {**overrides, "num_classes": classes})
+    model = spec.builder(**arguments)
     if not isinstance(model, keras.Model):
         raise TypeError(
             f"zoo.create({name!r}): the builder returned {type(model).__name__}, "
@@ -281,17 +307,61 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
     return model
 
 
-def _check_arguments(spec: ModelSpec, arguments: Mapping[str, Any], what: str) -> None:
-    accepted = spec.builder_arguments()
-    if accepted is None:
-        return
+def _configure(spec: ModelSpec, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The builder's keyword arguments: the named configuration with ``overrides``.
+
+    A dataclass configuration takes overrides of its fields (and of ``keras.Model``'s
+    arguments the builder takes besides) through ``dataclasses.replace``, which runs its
+    checks; a mapping takes any argument of the builder.
+    """
+    who = f"zoo.create({spec.name!r})"
+    config = spec.config
+    if isinstance(config, ZooConfig):
+        fields = config.argument_names()
+        accepted = spec.builder_arguments()
+        extra = [a for a in _MODEL_ARGUMENTS if a not in fields and a in (accepted or ())]
+        _check_keys(spec, overrides, [*fields, *extra], what="override")
+        try:
+            config = dataclasses.replace(
+                config, **{key: value for key, value in overrides.items() if key in fields}
+            )
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{who}: {error}") from error
+        missing = config.required()
+        arguments = {
+            **config.arguments(),
+            **{key: value for key, value in overrides.items() if key not in fields},
+        }
+    else:
+        _check_arguments(spec, overrides, what="override")
+        arguments = {**config, **overrides}
+        missing = [a for a in spec.required_arguments() if a not in overrides]
+    if missing:
+        # Called without them, the builder failed with Python's "missing 1 required
+        # positional argument", naming a private function.
+        example = ", ".join(f"{argument}=..." for argument in missing)
+        raise TypeError(
+            f"{who}: the model needs {', '.join(map(repr, missing))}, which its named "
+            f"configuration does not set: zoo.create({spec.name!r}, {example})."
+        )
+    return arguments
+
+
+def _check_keys(spec: ModelSpec, arguments: Mapping[str, Any], accepted: Any, what: str) -> None:
+    accepted = list(accepted)
     for key in arguments:
         if key not in accepted:
             raise ValueError(
                 f"zoo model {spec.name!r}: unknown {what} {key!r}."
-                + _suggestions(key, list(accepted))
+                + _suggestions(key, accepted)
                 + f" Accepted: {', '.join(accepted) or 'none'}."
             )
+
+
+def _check_arguments(spec: ModelSpec, arguments: Mapping[str, Any], what: str) -> None:
+    accepted = spec.builder_arguments()
+    if accepted is not None:
+        _check_keys(spec, arguments, accepted, what)
 
 
 def check_keras_file(path: str | os.PathLike, who: str = "") -> None:

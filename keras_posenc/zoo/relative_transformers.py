@@ -36,6 +36,7 @@ transpose), with dropout on the embedded tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -48,6 +49,7 @@ from keras_posenc.layers.relative_transformer import (
     RelativeTransformerDecoder,
     RelativeTransformerEncoder,
 )
+from keras_posenc.zoo.config import ZooConfig, by_name
 from keras_posenc.zoo.language_model import LanguageModel
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
@@ -66,26 +68,6 @@ MUSIC_REFERENCE = (
 # Vaswani et al.'s shared English-German byte-pair vocabulary (about 37,000 tokens), which
 # Shaw et al. reuse; the vocabulary is an argument and the count depends on it.
 WMT_VOCABULARY = 37000
-SHAW_CONFIGS: dict[str, dict[str, Any]] = {
-    "shaw_transformer_base": dict(
-        hidden_dim=512, intermediate_dim=1024, num_heads=8, num_layers=6, max_distance=16,
-        dropout=0.1,
-    ),
-    "shaw_transformer_big": dict(
-        hidden_dim=1024, intermediate_dim=4096, num_heads=16, num_layers=6, max_distance=8,
-        dropout=0.3,
-    ),
-}  # fmt: skip
-# Magenta's performance encoding: 388 events (128 note-on, 128 note-off, 100 time shifts,
-# 32 velocities) after 2 reserved ids (padding 0, end of sequence 1).
-MUSIC_CONFIGS: dict[str, dict[str, Any]] = {
-    # Magenta's score2perf_transformer_base: tensor2tensor's transformer_base sizes, trained
-    # on 2048-event windows with relative attention (dot_product_relative_v2).
-    "music_transformer_base": dict(
-        num_events=388, hidden_dim=512, intermediate_dim=2048, num_heads=8, num_layers=6,
-        max_distance=2048, dropout=0.1,
-    ),
-}  # fmt: skip
 
 
 def _check_width(owner: str, hidden_dim: int, num_heads: int) -> int:
@@ -419,22 +401,6 @@ class ShawTransformer(_RelativeStack, Seq2SeqModel):
         }
 
 
-for _name, _config in SHAW_CONFIGS.items():
-    register_model(
-        _name,
-        ShawTransformer,
-        family="shaw_transformer",
-        config={**_config, "vocabulary_size": WMT_VOCABULARY, "name": _name},
-        description=(
-            f"Shaw et al. relative Transformer {_config['num_layers']}+{_config['num_layers']} "
-            f"layers, d {_config['hidden_dim']}, FFN {_config['intermediate_dim']}, "
-            f"{_config['num_heads']} heads, relative keys and values clipped at "
-            f"{_config['max_distance']}"
-        ),
-        reference=SHAW_REFERENCE,
-    )
-
-
 # --------------------------------------------------------------------------- Music Transformer
 
 
@@ -598,16 +564,100 @@ class MusicTransformer(_RelativeStack, LanguageModel):
         return cls(**config)
 
 
+# --------------------------------------------------------------------------- configurations
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _RelativeConfig(ZooConfig):
+    """The fields both models share (their docstrings say what each does)."""
+
+    # Widths, heads and layers.
+    hidden_dim: int = 512
+    intermediate_dim: int = 2048
+    num_heads: int = 8
+    num_layers: int = 6
+    # The clipped relative positions (a zoo model's own hyperparameter), norms, dropout.
+    max_distance: int = 16
+    dropout: float = 0.1
+    normalize_first: bool = True
+    layer_norm_epsilon: float = 1e-6
+    # The special ids and the model.
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        who = type(self).__name__
+        hidden = check_int(who, "hidden_dim", self.hidden_dim, 1)
+        _check_width(who, hidden, check_int(who, "num_heads", self.num_heads, 1))
+        check_int(who, "max_distance", self.max_distance, 1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ShawTransformerConfig(_RelativeConfig):
+    """A named :class:`ShawTransformer`: its arguments, with its defaults."""
+
+    vocabulary_size: int = WMT_VOCABULARY
+    intermediate_dim: int = 1024
+    num_decoder_layers: int | None = None
+    max_source_length: int | None = None
+    max_target_length: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MusicTransformerConfig(_RelativeConfig):
+    """A named :class:`MusicTransformer`: its arguments, with its defaults."""
+
+    num_events: int = 388
+    max_distance: int = 2048
+
+
+#: The registered Shaw et al. Transformers: zoo name -> :class:`ShawTransformerConfig`.
+SHAW_CONFIGS: dict[str, ShawTransformerConfig] = by_name([
+    ShawTransformerConfig(zoo_name="shaw_transformer_base", name="shaw_transformer_base",
+                          hidden_dim=512, intermediate_dim=1024, num_heads=8, num_layers=6,
+                          max_distance=16, dropout=0.1, vocabulary_size=WMT_VOCABULARY),
+    ShawTransformerConfig(zoo_name="shaw_transformer_big", name="shaw_transformer_big",
+                          hidden_dim=1024, intermediate_dim=4096, num_heads=16, num_layers=6,
+                          max_distance=8, dropout=0.3, vocabulary_size=WMT_VOCABULARY),
+])  # fmt: skip
+# Magenta's performance encoding: 388 events (128 note-on, 128 note-off, 100 time shifts,
+# 32 velocities) after 2 reserved ids (padding 0, end of sequence 1).
+#: The registered Music Transformers: zoo name -> :class:`MusicTransformerConfig`.
+MUSIC_CONFIGS: dict[str, MusicTransformerConfig] = by_name([
+    # Magenta's score2perf_transformer_base: tensor2tensor's transformer_base sizes, trained
+    # on 2048-event windows with relative attention (dot_product_relative_v2).
+    MusicTransformerConfig(zoo_name="music_transformer_base", name="music_transformer_base",
+                           num_events=388, hidden_dim=512, intermediate_dim=2048, num_heads=8,
+                           num_layers=6, max_distance=2048, dropout=0.1),
+])  # fmt: skip
+
+for _name, _config in SHAW_CONFIGS.items():
+    register_model(
+        _name,
+        ShawTransformer,
+        family="shaw_transformer",
+        config=_config,
+        description=(
+            f"Shaw et al. relative Transformer {_config.num_layers}+{_config.num_layers} "
+            f"layers, d {_config.hidden_dim}, FFN {_config.intermediate_dim}, "
+            f"{_config.num_heads} heads, relative keys and values clipped at "
+            f"{_config.max_distance}"
+        ),
+        reference=SHAW_REFERENCE,
+    )
 for _name, _config in MUSIC_CONFIGS.items():
     register_model(
         _name,
         MusicTransformer,
         family="music_transformer",
-        config={**_config, "name": _name},
+        config=_config,
         description=(
-            f"Music Transformer, {_config['num_layers']} layers, d {_config['hidden_dim']}, "
-            f"FFN {_config['intermediate_dim']}, {_config['num_heads']} heads, relative keys "
-            f"(skew) up to {_config['max_distance']}"
+            f"Music Transformer, {_config.num_layers} layers, d {_config.hidden_dim}, "
+            f"FFN {_config.intermediate_dim}, {_config.num_heads} heads, relative keys "
+            f"(skew) up to {_config.max_distance}"
         ),
         reference=MUSIC_REFERENCE,
     )

@@ -66,24 +66,22 @@ from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_position import RelativePositionBias
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
+from keras_posenc.zoo.t5_config import CONFIGS, VOCABULARY_SIZE, T5Config
 
-__all__ = ["T5", "T5Block", "T5Stack", "T5TargetMask", "gelu_tanh", "query_kernel_scale"]
+__all__ = [
+    "T5",
+    "T5Block",
+    "T5Config",
+    "T5Stack",
+    "T5TargetMask",
+    "gelu_tanh",
+    "query_kernel_scale",
+]
 
 REFERENCE = (
     "Raffel et al. 2020, Exploring the Limits of Transfer Learning with a Unified "
     "Text-to-Text Transformer (JMLR 21); keras-hub's T5Backbone"
 )
-VOCABULARY_SIZE = 32128
-_V1_0 = dict(key_value_dim=64, activation="relu", gated_activation=False, tie_embeddings=True)
-_V1_1 = dict(key_value_dim=64, activation="gelu_tanh", gated_activation=True, tie_embeddings=False)
-CONFIGS: dict[str, dict[str, Any]] = {
-    "t5_small": dict(hidden_dim=512, intermediate_dim=2048, num_heads=8, num_layers=6, **_V1_0),
-    "t5_base": dict(hidden_dim=768, intermediate_dim=3072, num_heads=12, num_layers=12, **_V1_0),
-    "t5_1.1_small": dict(hidden_dim=512, intermediate_dim=1024, num_heads=6, num_layers=8, **_V1_1),
-    "t5_1.1_base": dict(
-        hidden_dim=768, intermediate_dim=2048, num_heads=12, num_layers=12, **_V1_1
-    ),
-}
 # The released checkpoints' parameter counts (keras-hub's presets t5_small_multi,
 # t5_base_multi, flan_small_multi and flan_base_multi / t5_1.1_base have these shapes).
 PAPER_PARAMETERS = {
@@ -907,11 +905,11 @@ for _name, _config in CONFIGS.items():
         _name,
         T5,
         family="t5",
-        config={**_config, "vocabulary_size": VOCABULARY_SIZE, "name": _name.replace(".", "_")},
+        config=_config,
         description=(
-            f"T5{' v1.1' if _config['gated_activation'] else ''} "
-            f"{_config['num_layers']}+{_config['num_layers']} layers, d {_config['hidden_dim']}, "
-            f"FFN {_config['intermediate_dim']}, {_config['num_heads']} heads, log-bucket "
+            f"T5{' v1.1' if _config.gated_activation else ''} "
+            f"{_config.num_layers}+{_config.num_layers} layers, d {_config.hidden_dim}, "
+            f"FFN {_config.intermediate_dim}, {_config.num_heads} heads, log-bucket "
             "relative bias"
         ),
         paper_parameters=PAPER_PARAMETERS[_name],

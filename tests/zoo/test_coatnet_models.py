@@ -100,8 +100,8 @@ def test_registered_configurations():
         spec = zoo.get_spec(name)
         assert spec.builder is build_coatnet and spec.paper_parameters == paper
         assert "Dai et al. 2021" in spec.reference
-        assert spec.config["blocks"] == coatnet.CONFIGS[name][0]
-        assert spec.config["channels"] == coatnet.CONFIGS[name][1]
+        assert spec.config is coatnet.CONFIGS[name] and spec.config.zoo_name == name
+        assert spec.arguments()["blocks"] == spec.config.blocks
 
 
 def shape_only(name):

@@ -112,7 +112,7 @@ def shape_only(name, **arguments):
 
 
 def expected_count(name, positions=1024):
-    config = zoo.get_spec(name).config
+    config = zoo.get_spec(name).arguments()
     return hand_count(
         config["embed_dim"],
         config["encoder_layers"],
@@ -130,7 +130,7 @@ def test_registered_names():
 @pytest.mark.parametrize("name", NAMES[:2])
 def test_small_and_iwslt_parameter_counts_match_the_spec(name):
     model = shape_only(name, src_vocab_size=VOCAB[0], tgt_vocab_size=VOCAB[1])
-    positions = zoo.get_spec(name).config.get("max_source_positions", 1024)
+    positions = zoo.get_spec(name).config.max_source_positions
     assert model.count_params() == expected_count(name, positions)
 
 

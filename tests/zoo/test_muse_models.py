@@ -115,14 +115,14 @@ def test_registered_names():
     spec = zoo.get_spec("muse_iwslt_de_en")
     assert spec.builder is MUSE and spec.paper_parameters == 48_200_000
     assert "Zhao et al. 2019" in spec.reference
-    assert spec.config["src_vocab_size"] == 8848 and spec.config["tgt_vocab_size"] == 6632
-    assert zoo.get_spec("muse_wmt_large").config["share_embeddings"] is True
+    assert spec.config.src_vocab_size == 8848 and spec.config.tgt_vocab_size == 6632
+    assert zoo.get_spec("muse_wmt_large").config.share_embeddings is True
 
 
 def test_iwslt_parameter_count():
     """48.2M: fairseq's IWSLT'14 De-En dictionaries (8,848 / 6,632), separate output matrix."""
     model = shape_only("muse_iwslt_de_en")
-    config = zoo.get_spec("muse_iwslt_de_en").config
+    config = zoo.get_spec("muse_iwslt_de_en").arguments()
     assert model.count_params() == hand_count(config) == 48_186_096
     # The official layout: no kernel-predictor biases (24 layers x 4 heads x (3 + 15)),
     # plus an unused encoder_attn_layer_norm (2 x 384) in each of the 12 decoder layers.
@@ -132,7 +132,7 @@ def test_iwslt_parameter_count():
 
 @pytest.mark.parametrize("name", ["muse_small", "muse_tiny", "muse_encoder_small"])
 def test_small_configurations_count(name):
-    config = zoo.get_spec(name).config
+    config = zoo.get_spec(name).arguments()
     expected = hand_count(config) if name in SEQ2SEQ else encoder_hand_count(config)
     assert shape_only(name).count_params() == expected
 
@@ -140,7 +140,7 @@ def test_small_configurations_count(name):
 @pytest.mark.large
 @pytest.mark.parametrize("name", ["muse_wmt_large", "muse_encoder_base"])
 def test_large_configurations_count(name):
-    config = zoo.get_spec(name).config
+    config = zoo.get_spec(name).arguments()
     expected = hand_count(config) if name in SEQ2SEQ else encoder_hand_count(config)
     assert shape_only(name).count_params() == expected
 

@@ -11,7 +11,12 @@ import pytest
 from keras import ops
 
 from keras_posenc import probe, zoo
-from keras_posenc.zoo.posenet import FeatureStandardization, PosENet, build_posenet
+from keras_posenc.zoo.posenet import (
+    FeatureStandardization,
+    PosENet,
+    PosENetConfig,
+    build_posenet,
+)
 
 pytestmark = pytest.mark.contract
 
@@ -43,7 +48,7 @@ def test_registered_configurations():
     for name in NAMES:
         spec = zoo.get_spec(name)
         assert spec.builder is build_posenet
-        assert spec.config == {"backbone": name.removeprefix("posenet_")}
+        assert spec.config == PosENetConfig(zoo_name=name, backbone=name.removeprefix("posenet_"))
         assert "Islam" in spec.reference and spec.paper_parameters is None
 
 

@@ -98,7 +98,7 @@ def music_hand_count(d, f, h, k, layers, num_events):
 def test_registered_names_and_tiny_counts():
     assert zoo.list_models("shaw_transformer") == ["shaw_transformer_base", "shaw_transformer_big"]
     assert zoo.list_models("music_transformer") == ["music_transformer_base"]
-    assert zoo.get_spec("shaw_transformer_big").config["max_distance"] == 8
+    assert zoo.get_spec("shaw_transformer_big").config.max_distance == 8
     assert "Shaw" in zoo.get_spec("shaw_transformer_base").reference
     assert "Magenta" in zoo.get_spec("music_transformer_base").reference
     assert tiny_shaw().count_params() == shaw_hand_count(8, 12, 2, 3, 1, VOCAB, 2)

@@ -92,14 +92,14 @@ def test_registered_names():
     assert zoo.list_models("t5") == NAMES
     spec = zoo.get_spec("t5_1.1_small")
     assert spec.builder is T5 and spec.paper_parameters == 76_961_152
-    assert spec.config["activation"] == "gelu_tanh" and not spec.config["tie_embeddings"]
+    assert spec.config.activation == "gelu_tanh" and not spec.config.tie_embeddings
     assert "Raffel et al. 2020" in spec.reference
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_released_parameter_counts(name):
     model = shape_only(name)
-    assert model.count_params() == hand_count(zoo.get_spec(name).config) == RELEASED[name]
+    assert model.count_params() == hand_count(zoo.get_spec(name).arguments()) == RELEASED[name]
 
 
 def test_tiny_count_and_tying():
