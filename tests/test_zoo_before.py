@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import pathlib
 import zlib
 
 import keras
 import numpy as np
 import pytest
 from keras.src.backend.common import global_state  # the shape-only builds of test_zoo_docs.py
+from repository import fixtures_path
 
 from keras_posenc import zoo
 
 pytestmark = pytest.mark.neutral
 
-FOLDER = pathlib.Path(__file__).resolve().parent / "fixtures" / "zoo_before"
+FOLDER = fixtures_path("zoo_before")
 
 
 def _generator():
