@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import logging
 import os
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from types import ModuleType
 VERBOSE_VARIABLE = "KERAS_POSENC_VERBOSE"
 
 # Loggers of the libraries a command imports; without --verbose only their errors show.
-_THIRD_PARTY_LOGGERS = ("", "tensorflow", "absl", "jax", "torch", "tf2onnx", "onnx", "h5py")
+THIRD_PARTY_LOGGERS = ("", "tensorflow", "absl", "jax", "torch", "tf2onnx", "onnx", "h5py")
 
 
 def verbose() -> bool:
@@ -117,57 +116,3 @@ def quiet_import(name: str) -> ModuleType:
         return sys.modules[name]
     with quieted():
         return importlib.import_module(name)
-
-
-@contextlib.contextmanager
-def quiet_runtime(verbose: bool = False) -> Iterator[None]:
-    """Imports Keras, its backend and keras-posenc's layers for a command, quietly.
-
-    Without ``verbose``, for the duration of the block: :func:`quieted` around the
-    imports of Keras, its backend and TensorFlow (which keras-hub and the exporters
-    import on every backend; its lines come at import, whenever that is), and
-    third-party loggers show only errors. With ``verbose``, ``KERAS_POSENC_VERBOSE``
-    is 1 in the block (and the processes it starts) and nothing is hidden.
-    Settings are restored after the block (the environment too), so ``posenc``
-    used from Python leaves no trace.
-
-    Examples:
-
-        >>> with quiet_runtime():
-        ...     import keras
-        >>> keras.__name__
-        'keras'
-    """
-    from keras_posenc import _registration
-
-    names = ("TF_CPP_MIN_LOG_LEVEL", VERBOSE_VARIABLE)
-    previous = {name: os.environ.get(name) for name in names}
-    loggers = [logging.getLogger(name) for name in _THIRD_PARTY_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    try:
-        if verbose:
-            os.environ[VERBOSE_VARIABLE] = "1"
-            _registration.register_all()
-            yield
-            return
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            warnings.filterwarnings("default", module="keras_posenc")
-            for logger in loggers:
-                logger.setLevel(logging.ERROR)
-            with quieted():
-                _registration.register_all()
-                if importlib.util.find_spec("tensorflow") is not None:
-                    importlib.import_module("tensorflow")
-            for logger in loggers:  # again: importing TensorFlow configures its logger
-                logger.setLevel(logging.ERROR)
-            yield
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value

@@ -2,7 +2,7 @@
 
 ``posenc --help`` and argument errors import neither Keras nor a backend; a
 command imports them when it runs, quietly unless ``--verbose`` (see
-``keras_posenc._quiet.quiet_runtime``). Outputs follow one naming scheme (:data:`NAMING`).
+``keras_posenc._registration.quiet_runtime``). Outputs follow one naming scheme (:data:`NAMING`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from keras_posenc._quiet import quiet_runtime
+from keras_posenc._registration import quiet_runtime
 from keras_posenc._sources import offline_failure
 
 _BACKEND_PACKAGES = ("tensorflow", "jax", "torch")

@@ -19,6 +19,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.backend import _registry
+
 # --------------------------------------------------------------------------- relative logits
 
 
@@ -170,6 +172,11 @@ def compile_function(
     return function
 
 
+# The loop compiles through the active backend's `compile_function` (a kernel dispatched
+# by name in backend/_registry.py, which imports nothing of this package).
+_compile_function = _registry.kernel(compile_function)
+
+
 def compiled_while_loop(
     cond: Callable[..., Any],
     body: Callable[..., tuple],
@@ -177,9 +184,7 @@ def compiled_while_loop(
     traceable: bool = True,
 ) -> Callable[..., tuple]:
     """``loop(*loop_vars)``: ``ops.while_loop(cond, body, loop_vars)``, compiled as a whole."""
-    from keras_posenc import backend
-
-    return backend.compile_function(
+    return _compile_function(
         lambda *loop_vars: tuple(ops.while_loop(cond, body, loop_vars)), variables, traceable
     )
 
