@@ -196,15 +196,8 @@ def test_long_sequence_never_materialises_relative_vectors(relative, rng, monkey
 
 def _skew_layer(query, value, key=None, relative="keys", path="skew", **kwargs):
     # max_distance 8 covers every distance of the lengths below (<= 9 keys or queries).
-    return built_layer(
-        query,
-        value,
-        key,
-        relative=relative,
-        position=ClipPositions(8),
-        relative_logits=path,
-        **kwargs,
-    )
+    kwargs.update(relative=relative, position=ClipPositions(8), relative_logits=path)
+    return built_layer(query, value, key, **kwargs)
 
 
 @pytest.mark.parametrize("relative", ["keys", "keys_values"])
