@@ -126,7 +126,7 @@ def _make_layer(implementation: str):
         return layer, lambda x: layer(x, x, use_causal_mask=causal)
     relative = implementation.removeprefix("rel_")
     layer = layers.MultiHeadRelativeAttention(
-        HEADS, HEAD_DIM, relative=relative, bucketing="clip", max_distance=MAX_DISTANCE
+        HEADS, HEAD_DIM, relative=relative, position=layers.ClipPositions(MAX_DISTANCE)
     )
     return layer, lambda x: layer(x, x)
 

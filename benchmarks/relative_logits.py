@@ -62,14 +62,14 @@ def _ways(length: int) -> dict:
     from keras import ops
 
     from keras_posenc.backend import algorithms, common
-    from keras_posenc.layers import MultiHeadRelativeAttention
+    from keras_posenc.layers import ClipPositions, MultiHeadRelativeAttention
 
     rng = np.random.default_rng(0)
     x = ops.convert_to_tensor(rng.standard_normal((1, length, HEADS * HEAD_DIM), "float32"))
     layers = {}
     for relative in ("bias", "keys"):
         layer = MultiHeadRelativeAttention(
-            HEADS, HEAD_DIM, relative=relative, bucketing="clip", max_distance=MAX_DISTANCE
+            HEADS, HEAD_DIM, relative=relative, position=ClipPositions(MAX_DISTANCE)
         )
         layer(x[:, :8], x[:, :8])
         layers[relative] = layer

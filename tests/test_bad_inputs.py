@@ -419,7 +419,7 @@ EMPTY_CALLS = {
     "attention-kv-no-keys": (attention("keys_values"), [(2, 3, 8), (2, 0, 8)], (2, 3, 8)),
     "attention-kv-batch-0": (attention("keys_values"), [(0, 3, 8), (0, 3, 8)], (0, 3, 8)),
     "attention-keys-batch-0": (attention("keys"), [(0, 3, 8), (0, 3, 8)], (0, 3, 8)),
-    "attention-bias-nothing": (attention("bias", bucketing="log"), [(2, 0, 8)] * 2, (2, 0, 8)),
+    "attention-bias-nothing": (attention("bias", position="t5"), [(2, 0, 8)] * 2, (2, 0, 8)),
     "encoder-no-tokens": (encoder, [(2, 0, 8)], (2, 0, 8)),
     "encoder-batch-0": (encoder, [(0, 3, 8)], (0, 3, 8)),
     "glu-conv-no-tokens": (glu, [(2, 0, 8)], (2, 0, 6)),

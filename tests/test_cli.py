@@ -7,7 +7,6 @@ import csv
 import json
 import logging
 import os
-import pathlib
 import subprocess
 import sys
 import textwrap
@@ -16,12 +15,11 @@ import keras
 import pytest
 from repository import docs_path
 
-from keras_posenc import cli, zoo
+from keras_posenc import cli, layers, zoo
 
 pytestmark = pytest.mark.contract
 
 HEAVY = ("tensorflow", "jax", "torch", "keras", "keras_hub")
-FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "position_schemes" / "relative_layers.keras"
 
 
 def _python(code: str, *, drop: tuple[str, ...] = (), timeout: int = 300):
@@ -87,9 +85,15 @@ def test_verbose_shows_what_the_default_hides():
     assert plain.stderr.splitlines()[0] in result.stderr
 
 
-def test_import_keras_posenc_registers_every_class_when_keras_loads():
+def test_import_keras_posenc_registers_every_class_when_keras_loads(tmp_path):
     # `import keras_posenc` alone imports no Keras; once Keras is imported, every class is
-    # registered (the same set as importing the three subpackages) and a .keras file loads.
+    # registered (the same set as importing the three subpackages) and a .keras file of
+    # relative layers (their position schemes in their configs) loads.
+    inputs = keras.Input((None, 8))
+    x = layers.RelativeTransformerEncoder(16, 2, relative="bias", position="t5")(inputs)
+    x = layers.MultiHeadRelativeAttention(2, 4, position="irpe")(x, x)
+    fixture = tmp_path / "relative_layers.keras"
+    keras.Model(inputs, x).save(fixture)
     result = _python(
         f"""
         import json, sys
@@ -98,7 +102,7 @@ def test_import_keras_posenc_registers_every_class_when_keras_loads():
         import keras
         ours = lambda: sorted(k for k in keras.saving.get_custom_objects() if "keras_posenc>" in k)
         names = ours()
-        model = keras.saving.load_model({str(FIXTURE)!r})
+        model = keras.saving.load_model({str(fixture)!r})
         import keras_posenc.layers, keras_posenc.probe, keras_posenc.zoo
         after = ours()
         print(json.dumps({{"before": before, "names": names, "after": after,

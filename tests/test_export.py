@@ -18,18 +18,16 @@ pytestmark = pytest.mark.contract
 def relative_model() -> keras.Model:
     """A small sequence model with every relative attention mode (and their index functions)."""
     inputs = keras.Input((None, 16), name="tokens")
-    x = layers.MultiHeadRelativeAttention(2, 8, relative="keys_values", max_distance=3)(
-        inputs, inputs
-    )
-    x = layers.MultiHeadRelativeAttention(2, 8, relative="keys", bucketing="piecewise")(x, x)
+    x = layers.MultiHeadRelativeAttention(
+        2, 8, relative="keys_values", position=layers.ClipPositions(3)
+    )(inputs, inputs)
+    x = layers.MultiHeadRelativeAttention(2, 8, relative="keys", position="irpe")(x, x)
     x = layers.MultiHeadRelativeAttention(
         2,
         8,
         relative="bias",
-        bucketing="log",
-        num_buckets=8,
-        max_distance=20,
-        rotary_max_wavelength=100,
+        position=layers.LogBuckets(num_buckets=8, max_distance=20),
+        rotary=layers.RotaryPositions(max_wavelength=100),
     )(x, x, use_causal_mask=True)
     return keras.Model(inputs, x)
 
@@ -79,9 +77,9 @@ def every_layer_model() -> keras.Model:
     x = layers.MUSEDecoderLayer(32, 2, conv="static", kernel_sizes=(1, 3))(x, x)
     x = layers.MultiHeadRelativeAttention(2, 8, relative="keys_values")(x, x)
     x = layers.RelativeTransformerEncoder(
-        32, 2, relative="bias", bucketing="log", num_buckets=8, max_distance=16
+        32, 2, relative="bias", position=layers.LogBuckets(num_buckets=8, max_distance=16)
     )(x)
-    x = layers.RelativeTransformerDecoder(32, 2, relative="keys", bucketing="piecewise")(x, x)
+    x = layers.RelativeTransformerDecoder(32, 2, relative="keys", position="irpe")(x, x)
     x, _ = layers.ConvS2SAttention(16, 16)(x, x, (x, x))
     x = layers.GradMultiply(0.5, name="sequence_features")(x)
     image = keras.Input((16, 16, 3), name="image")
@@ -380,9 +378,7 @@ ONLY_ON_TORCH = pytest.mark.skipif(
 @ONLY_ON_TORCH
 def test_native_torch_route_dynamic_length(tmp_path):
     inputs = keras.Input((None, 8))
-    x = layers.MultiHeadRelativeAttention(2, 4, relative="keys", bucketing="piecewise")(
-        inputs, inputs
-    )
+    x = layers.MultiHeadRelativeAttention(2, 4, relative="keys", position="irpe")(inputs, inputs)
     model = keras.Model(inputs, keras.layers.LayerNormalization()(x))
     report = export_model(model, os.path.join(tmp_path, "m.onnx"), route="native")
     assert report.max_abs_difference <= 1e-4

@@ -89,7 +89,7 @@ def test_relative_position_layers(schemes):
         check(layers.RelativePositionBias(2, position=scheme), [], lengths)
     if schemes == "tables":
         short = {"query_length": 3, "key_length": 5}
-        check(layers.RelativePositionEmbedding(4, max_distance=4), [], short)
+        check(layers.RelativePositionEmbedding(4, position=layers.ClipPositions(4)), [], short)
         check(layers.MultiScaleRelativePositionEmbedding(4, scales=(2, 4)), [], short)
         check(layers.RelativePositionBias2D(2, size=(3, 4)), [])
         return
@@ -135,9 +135,9 @@ def test_relative_attention(case, rng):
     additive = np.where(rng.random((2, 1, 6, 6)) < 0.3, -1e9, 0.0).astype("float32")
     additive[..., 0] = 0.0  # no query row masked whole: its output would be meaningless
     cases = [
-        (dict(relative="keys_values", max_distance=3), {"value_mask": padding,
-                                                        "return_attention_scores": True}),
-        (dict(relative="keys", bucketing="log", num_buckets=8), {"attention_bias": additive}),
+        (dict(relative="keys_values", position=layers.ClipPositions(3)),
+         {"value_mask": padding, "return_attention_scores": True}),
+        (dict(relative="keys", position=layers.LogBuckets(8, 16)), {"attention_bias": additive}),
         (dict(relative="bias", position=layers.ALiBi(), fused_attention=True),
          {"value_mask": padding}),
     ]  # fmt: skip
@@ -183,8 +183,8 @@ def test_relative_transformer(block, rng):
         check(layers.RelativeTransformerEncoder(16, 2, **arguments), [x])
         return
     source = np.array([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]], bool)  # the second source empty
-    check(layers.RelativeTransformerEncoder(16, 2, max_distance=3), [x])
-    decoder = layers.RelativeTransformerDecoder(16, 2, max_distance=3)
+    check(layers.RelativeTransformerEncoder(16, 2, position=layers.ClipPositions(3)), [x])
+    decoder = layers.RelativeTransformerDecoder(16, 2, position=layers.ClipPositions(3))
     check(decoder, [x, memory], {"encoder_padding_mask": source})
 
 

@@ -38,13 +38,13 @@ results). Every block's self-attention is `MultiHeadRelativeAttention`; the
 encodings (`ENCODINGS`):
 
 - `none`: no position at all (NoPE: under the causal mask only the mask
-  carries order): attention with one bias bucket (``bucketing="clip",
-  max_distance=0``), a constant per head that the softmax cancels;
+  carries order): attention with one bias bucket (``position=ClipPositions(0)``),
+  a constant per head that the softmax cancels;
 - `learned_absolute`: ``keras_hub.layers.PositionEmbedding(64)`` added to
   the tokens; it has no row for position 64 or later, so a longer input
   raises a ValueError and the results say "n/a";
 - `sinusoidal`: ``keras_hub.layers.SinePositionEncoding`` added to the tokens;
-- `rope`: rotary queries and keys (``rotary_max_wavelength=10000``);
+- `rope`: rotary queries and keys (``rotary=RotaryPositions(max_wavelength=10000)``);
 - `rope_pi`, `rope_ntk`, `rope_dynamic_ntk`, `rope_yarn`, `rope_llama3`,
   `rope_longrope`: the trained `rope` models, not retrained, run at test
   length ``L`` with a scaled `RotaryPositions`: position interpolation
@@ -63,20 +63,19 @@ encodings (`ENCODINGS`):
 - `fire`: ``FIRE()`` in every block's attention (its MLP per block);
 - `continuous_bias`: ``ContinuousBias()`` (an MLP of the log-scaled distance,
   timm's "cr" form, 512 hidden units) in every block's attention;
-- `relative_bias_clip`: ``RelativePositionBias(bucketing="clip", max_distance=16)``;
-- `relative_bias_log`: T5's ``RelativePositionBias(bucketing="log",
-  num_buckets=32, max_distance=64, bidirectional=False)``;
-- `relative_bias_piecewise`: iRPE's ``RelativePositionBias(bucketing="piecewise",
-  num_buckets=32)``;
+- `relative_bias_clip`: ``RelativePositionBias(position=ClipPositions(16))``;
+- `relative_bias_log`: T5's ``RelativePositionBias(position=LogBuckets(32, 64,
+  bidirectional=False))``;
+- `relative_bias_piecewise`: iRPE's ``RelativePositionBias(position=PiecewiseBuckets(32))``;
 - `relative_bias_multiscale`: ``MultiScaleRelativePositionEmbedding(scales=(5,
   10, 20))`` with one column per head, as a bias;
-- `shaw_keys_values`: Shaw et al., ``relative="keys_values", bucketing="clip",
-  max_distance=16`` in every block;
+- `shaw_keys_values`: Shaw et al., ``relative="keys_values",
+  position=ClipPositions(16)`` in every block;
 - `sinusoidal_relative_bias`: `sinusoidal` and `relative_bias_log` together.
 
 Each learned relative table is one table shared by both blocks (computed
 once per call and passed as ``attention_bias``), as T5 does, so the four
-table rows differ in their bucketing only. The computed schemes (`alibi_scheme`,
+table rows differ in their position scheme only. The computed schemes (`alibi_scheme`,
 KERPLE, FIRE, the continuous bias) are the library's ``position=`` option of
 each block's attention, with each block's own weights, as a user of the
 library would write them.
@@ -111,6 +110,7 @@ from keras_posenc.experiments._settings import merge_settings
 from keras_posenc.experiments._workers import run_jobs
 from keras_posenc.layers._checks import check_choice, check_int, check_number_at_least
 from keras_posenc.layers.position_biases import FIRE, KERPLE, ALiBi, ContinuousBias
+from keras_posenc.layers.position_schemes import ClipPositions, LogBuckets, PiecewiseBuckets
 from keras_posenc.layers.relative_position import (
     MultiScaleRelativePositionEmbedding,
     RelativePositionBias,
@@ -382,14 +382,12 @@ class LengthGeneralizationModel(keras.Model):
         self.shared_bias = None
         if encoding in ("relative_bias_log", "sinusoidal_relative_bias"):
             self.shared_bias = RelativePositionBias(
-                num_heads, bucketing="log", num_buckets=32, max_distance=64, bidirectional=False
+                num_heads, position=LogBuckets(32, 64, bidirectional=False)
             )
         elif encoding == "relative_bias_clip":
-            self.shared_bias = RelativePositionBias(num_heads, bucketing="clip", max_distance=16)
+            self.shared_bias = RelativePositionBias(num_heads, position=ClipPositions(16))
         elif encoding == "relative_bias_piecewise":
-            self.shared_bias = RelativePositionBias(
-                num_heads, bucketing="piecewise", num_buckets=32
-            )
+            self.shared_bias = RelativePositionBias(num_heads, position=PiecewiseBuckets(32))
         elif encoding == "relative_bias_multiscale":
             self.shared_bias = MultiScaleRelativePositionEmbedding(num_heads, scales=(5, 10, 20))
         elif encoding == "alibi":
@@ -397,11 +395,11 @@ class LengthGeneralizationModel(keras.Model):
         # Attention without a relative term is the same layer with one bias
         # bucket (a constant per head, cancelled by the softmax), so every
         # encoding runs the same attention code.
-        attention: dict[str, Any] = {"relative": "bias", "bucketing": "clip", "max_distance": 0}
+        attention: dict[str, Any] = {"relative": "bias", "position": ClipPositions(0)}
         if encoding == "shaw_keys_values":
-            attention = {"relative": "keys_values", "bucketing": "clip", "max_distance": 16}
+            attention = {"relative": "keys_values", "position": ClipPositions(16)}
         elif encoding == "rope":
-            attention["rotary_max_wavelength"] = 10000
+            attention["rotary"] = RotaryPositions(max_wavelength=10000)
         elif encoding == "xpos":
             attention["rotary"] = RotaryPositions(xpos_scale_base=512)
         elif encoding in SCALED_ROPE:

@@ -34,14 +34,12 @@ from keras_posenc.layers.position_schemes import (
 )
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_index import (
-    bucket_index,
     clip_index,
     log_bucket_index,
     multiscale_index,
     multiscale_table_size,
     piecewise_index,
     relative_positions,
-    table_size,
 )
 from keras_posenc.layers.relative_position import (
     MultiScaleRelativePositionEmbedding,
@@ -87,7 +85,6 @@ __all__ = [
     "RotaryPositions",
     "SpatialPadding2D",
     "SqueezeExcite",
-    "bucket_index",
     "clip_index",
     "exact_gelu",
     "log_bucket_index",
@@ -98,6 +95,5 @@ __all__ = [
     "relative_index",
     "relative_positions",
     "set_memory_limit",
-    "table_size",
     "tanh_gelu",
 ]

@@ -45,7 +45,7 @@ from keras_posenc.layers._checks import (
     check_rate,
 )
 from keras_posenc.layers._initializers import sublayer_initializer
-from keras_posenc.layers.position_schemes import PositionScheme
+from keras_posenc.layers.position_schemes import PositionScheme, register_scheme
 from keras_posenc.layers.relative_position_2d import (
     call_size,
     grid_size,
@@ -257,8 +257,6 @@ class ALiBi(PositionBias):
         Biases Enables Input Length Extrapolation", ICLR 2022.
     """
 
-    bucketing = "alibi"
-
     def __init__(self) -> None:
         super().__init__()
 
@@ -319,8 +317,6 @@ class KERPLE(PositionBias):
         Chi, Fan, Ramadge, Rudnicky, "KERPLE: Kernelized Relative Positional
         Embedding for Length Extrapolation", NeurIPS 2022.
     """
-
-    bucketing = "kerple"
 
     def __init__(self, kernel: str = "log") -> None:
         super().__init__(kernel=kernel)
@@ -395,7 +391,6 @@ class FIRE(PositionBias):
         Long Context Transformers", ICLR 2024.
     """
 
-    bucketing = "fire"
     toeplitz = False
     causal_only = True
 
@@ -488,8 +483,6 @@ class ContinuousBias(PositionBias):
         CVPR 2022 (continuous position bias, log-spaced coordinates).
     """
 
-    bucketing = "continuous"
-
     def __init__(self, hidden_dim: int = 512, mode: str = "cr", window: int | None = None) -> None:
         super().__init__(hidden_dim=hidden_dim, mode=mode, window=window)
 
@@ -525,6 +518,13 @@ class ContinuousBias(PositionBias):
         if self.mode == "swin":
             output = 16.0 * ops.sigmoid(output)
         return output
+
+
+# Their names for ``position=`` (keras_posenc/layers/position_schemes.py, `get`).
+register_scheme("alibi", ALiBi)
+register_scheme("kerple", KERPLE)
+register_scheme("fire", FIRE)
+register_scheme("continuous", ContinuousBias)
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")

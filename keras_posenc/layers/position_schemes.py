@@ -5,15 +5,16 @@ way of indexing relative positions: the index function, the table size, the
 intervals of distances each row covers (and whether they are contiguous, which
 the value term of ``relative="keys_values"`` needs), whether Music
 Transformer's skew applies, which relative modes it supports, and the checks of
-its arguments. The layers take one as ``position=``; the loose arguments
-(``bucketing``, ``max_distance``, ``num_buckets``, ``bidirectional``) are still
-accepted and build the same scheme (`from_arguments`). See "Architecture" in
+its arguments. The layers take one as ``position=``: a scheme, its serialised
+config, or a registered name (`get`, `names`; ``"t5"`` is T5's bidirectional
+``LogBuckets(32, 128)``). `register_scheme` adds a name. See "Architecture" in
 docs/development.md for how to add a scheme.
 
 Examples:
 
     >>> import keras
     >>> from keras_posenc import layers
+    >>> from keras_posenc.layers import position_schemes
     >>> scheme = layers.LogBuckets(num_buckets=8, max_distance=20)
     >>> scheme.table_size, scheme.contiguous
     (8, True)
@@ -22,18 +23,22 @@ Examples:
     >>> attention = layers.MultiHeadRelativeAttention(2, 4, relative="bias", position=scheme)
     >>> attention.position == scheme
     True
+    >>> position_schemes.get("t5")
+    LogBuckets(num_buckets=32, max_distance=128, bidirectional=True)
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import keras
 import numpy as np
 
 from keras_posenc.layers import relative_index
-from keras_posenc.layers._checks import check_bool, check_int
+from keras_posenc.layers._checks import check_int
 from keras_posenc.layers._description import Description
 from keras_posenc.layers.relative_position_2d import grid_size, relative_index_2d
 
@@ -44,30 +49,28 @@ __all__ = [
     "MultiScaleBins",
     "PiecewiseBuckets",
     "PositionScheme",
-    "from_arguments",
+    "get",
+    "names",
+    "register_scheme",
 ]
 
-#: The relative modes of `MultiHeadRelativeAttention`.
+#: The relative modes of `MultiHeadRelativeAttention` that read a position scheme (its
+#: fourth, ``relative=None``, adds no relative term). The one list of them.
 RELATIVE_MODES = ("keys_values", "keys", "bias")
-
-# The loose arguments' defaults in the layers (`from_arguments`).
-_LOOSE_DEFAULTS = {"max_distance": 16, "num_buckets": 32, "bidirectional": True}
 
 
 class PositionScheme(Description):
     """Base class: a map from relative distances ``r = j - i`` to rows of a table.
 
-    A subclass sets ``bucketing`` (its name among the layers' loose
-    ``bucketing`` values), ``modes`` (the relative modes it supports), and
-    implements ``_check`` (validates and returns its arguments, naming the
-    caller), `index`, `table_size` and ``_saturation`` (a distance from which
-    on the rows no longer change, bounding the contiguity check).
+    A subclass sets ``modes`` (the relative modes it supports), implements
+    ``_check`` (validates and returns its arguments, naming the caller), `index`,
+    `table_size` and ``_saturation`` (a distance from which on the rows no longer
+    change, bounding the contiguity check), and registers itself for
+    serialisation (``keras.saving.register_keras_serializable``) and, if it has a
+    name, with `register_scheme`.
     """
 
-    bucketing: str = ""
     modes: tuple[str, ...] = RELATIVE_MODES
-    #: The layers' loose arguments this scheme takes (`from_arguments`).
-    loose_names: tuple[str, ...] = ()
     #: Whether Music Transformer's skew can place its key logits (a row per distance
     #: in order, `has_row_per_distance`; then ``max_distance`` is the row of r = 0).
     skewable: bool = False
@@ -144,12 +147,6 @@ class PositionScheme(Description):
                 f"interval of distances, and `position={self!r}` does not."
             )
 
-    def loose_arguments(self) -> dict:
-        """The layers' loose arguments that describe this scheme (for their configs)."""
-        described = dict(_LOOSE_DEFAULTS, bucketing=self.bucketing)
-        described.update({name: getattr(self, name) for name in self.loose_names})
-        return described
-
     def __repr__(self) -> str:
         arguments = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
         return f"{type(self).__name__}({arguments})"
@@ -173,8 +170,6 @@ class ClipPositions(PositionScheme):
         Representations", NAACL 2018.
     """
 
-    bucketing = "clip"
-    loose_names = ("max_distance",)
     skewable = True
 
     def __init__(self, max_distance: int = 16) -> None:
@@ -222,9 +217,6 @@ class LogBuckets(PositionScheme):
         Raffel et al., "Exploring the Limits of Transfer Learning with a Unified
         Text-to-Text Transformer", JMLR 2020.
     """
-
-    bucketing = "log"
-    loose_names = ("num_buckets", "max_distance", "bidirectional")
 
     def __init__(
         self, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True
@@ -276,9 +268,6 @@ class PiecewiseBuckets(PositionScheme):
         Vision Transformer", ICCV 2021.
     """
 
-    bucketing = "piecewise"
-    loose_names = ("num_buckets",)
-
     def __init__(self, num_buckets: int = 32) -> None:
         super().__init__(num_buckets=num_buckets)
 
@@ -313,8 +302,6 @@ class MultiScaleBins(PositionScheme):
         >>> MultiScaleBins(scale=10).table_size
         11
     """
-
-    bucketing = "multiscale"
 
     def __init__(self, scale: int = 10) -> None:
         super().__init__(scale=scale)
@@ -354,7 +341,6 @@ class Grid2DPositions(PositionScheme):
         35
     """
 
-    bucketing = "grid2d"
     modes = ()
 
     def __init__(self, size: Any = (7, 7)) -> None:
@@ -384,148 +370,117 @@ class Grid2DPositions(PositionScheme):
         return False
 
 
-#: Every 1D scheme by its name (``bucketing``): the one allow-list of names, read by
-#: `relative_index.bucket_index` / `relative_index.BUCKETINGS` too.
-BY_NAME: dict[str, type[PositionScheme]] = {
-    scheme.bucketing: scheme
-    for scheme in (ClipPositions, LogBuckets, PiecewiseBuckets, MultiScaleBins)
-}
+# --------------------------------------------------------------------------- names
 
-#: The schemes the layers' loose ``bucketing`` argument names (those with loose arguments).
-SCHEMES: dict[str, type[PositionScheme]] = {
-    name: scheme for name, scheme in BY_NAME.items() if scheme.loose_names
-}
+# The one registry of scheme names: name -> a factory of the scheme, a scheme class (its
+# constructor's defaults are the paper's) or a function of no arguments. The computed
+# schemes register themselves in keras_posenc/layers/position_biases.py.
+_REGISTRY: dict[str, Callable[[], PositionScheme]] = {}
 
 
-def from_arguments(
-    caller: str,
-    bucketing: Any,
-    max_distance: Any = 16,
-    num_buckets: Any = 32,
-    bidirectional: Any = True,
-) -> PositionScheme:
-    """The scheme the layers' loose arguments describe; errors name ``caller``."""
-    if not isinstance(bucketing, str) or bucketing not in SCHEMES:
-        hint = ""
-        if bucketing == "multiscale":
-            hint = (
-                " (one scale alone is position=MultiScaleBins(scale); several use one "
-                "table per scale: use MultiScaleRelativePositionEmbedding)"
-            )
-        raise ValueError(
-            f"{caller}: `bucketing` must be one of {', '.join(map(repr, SCHEMES))}, "
-            f"got {bucketing!r}{hint}."
-        )
-    check_bool(caller, "bidirectional", bidirectional)
-    scheme = SCHEMES[bucketing]
-    given = {
-        "max_distance": max_distance,
-        "num_buckets": num_buckets,
-        "bidirectional": bidirectional,
-    }
-    return scheme.checked(caller, **{name: given[name] for name in scheme.loose_names})
+def register_scheme(name: str, factory: Callable[[], PositionScheme]) -> None:
+    """Lets the layers take ``position=name``: `get` then returns ``factory()``.
 
+    Args:
+        name: a lower-case identifier not registered yet (`names`).
+        factory: a `PositionScheme` subclass (built with its defaults) or a
+            function of no arguments that returns a scheme, such as
+            ``functools.partial(LogBuckets, num_buckets=64)``.
 
-def by_name(
-    caller: str,
-    bucketing: Any,
-    max_distance: Any = 16,
-    num_buckets: Any = 32,
-    bidirectional: Any = True,
-    scale: Any = None,
-) -> PositionScheme:
-    """The scheme named ``bucketing`` (any of `BY_NAME`), ``scale`` for ``"multiscale"``."""
-    if not isinstance(bucketing, str) or bucketing not in BY_NAME:
-        raise ValueError(
-            f"{caller}: `bucketing` must be one of {', '.join(map(repr, BY_NAME))}, "
-            f"got {bucketing!r}."
-        )
-    if bucketing != "multiscale":
-        return from_arguments(caller, bucketing, max_distance, num_buckets, bidirectional)
-    if scale is None:
-        raise ValueError(f"{caller}: bucketing='multiscale' needs `scale` (an int >= 2).")
-    return MultiScaleBins.checked(caller, scale=scale)
+    Examples:
 
-
-def resolve(
-    caller: str,
-    position: Any,
-    bucketing: Any,
-    max_distance: Any,
-    num_buckets: Any,
-    bidirectional: Any,
-    defaults: dict,
-) -> PositionScheme:
-    """The scheme of a layer given ``position`` and/or the loose arguments.
-
-    ``position`` may be a `PositionScheme` or its serialised form (a ``.keras``
-    config). With it, the loose arguments must be their ``defaults`` (the
-    layer's: a dict of the four) or describe the same scheme (a config written
-    by the layer holds both).
+        >>> import functools
+        >>> from keras_posenc import layers
+        >>> from keras_posenc.layers import position_schemes
+        >>> position_schemes.register_scheme(
+        ...     "example_clip_8", functools.partial(layers.ClipPositions, max_distance=8)
+        ... )
+        >>> layers.RelativePositionEmbedding(4, position="example_clip_8").position
+        ClipPositions(max_distance=8)
     """
-    if position is None:
-        return from_arguments(caller, bucketing, max_distance, num_buckets, bidirectional)
-    if isinstance(position, dict):
-        position = keras.saving.deserialize_keras_object(position)
-    if not isinstance(position, PositionScheme):
+    caller = "register_scheme"
+    if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
+        raise ValueError(
+            f"{caller}: `name` must be a lower-case identifier (such as 't5'), got {name!r}."
+        )
+    if name in _REGISTRY:
+        raise ValueError(
+            f"{caller}: `name` {name!r} is registered already (for {_REGISTRY[name]!r}); "
+            f"pick another name."
+        )
+    if not callable(factory):
         raise TypeError(
-            f"{caller}: `position` must be None or a PositionScheme (e.g. "
-            f"LogBuckets(num_buckets=32, max_distance=128)), got {position!r}."
+            f"{caller}: `factory` must be a PositionScheme class or a function of no "
+            f"arguments returning a scheme, got {factory!r}."
         )
-    loose = {
-        "bucketing": bucketing,
-        "max_distance": max_distance,
-        "num_buckets": num_buckets,
-        "bidirectional": bidirectional,
-    }
-    described = position.loose_arguments()
-    for name, value in loose.items():
-        if value != defaults[name] and value != described[name]:
-            raise ValueError(
-                f"{caller}: pass either `position` or the loose `{name}`, not both: "
-                f"{name}={value!r} does not describe position={position!r}."
-            )
-    return position
+    _REGISTRY[name] = factory
 
 
-def set_position_attributes(
-    layer: Any,
-    scheme: Any,
-    position: Any,
-    bucketing: Any,
-    max_distance: Any,
-    num_buckets: Any,
-    bidirectional: Any,
-) -> None:
-    """Sets ``layer.position`` (the resolved ``scheme``) and the loose attributes its config writes.
+def names() -> tuple[str, ...]:
+    """Every registered scheme name, sorted.
 
-    If the user passed ``position``, the loose attributes describe the scheme, so the
-    config's two agree; else the four loose arguments are kept as given, and the config
-    is the one older releases wrote.
+    Examples:
+
+        >>> from keras_posenc.layers import position_schemes
+        >>> {"shaw", "t5", "t5_decoder", "irpe", "alibi"} <= set(position_schemes.names())
+        True
     """
-    layer.position = scheme
-    layer._position_given = position is not None
-    described = (
-        scheme.loose_arguments()
-        if position is not None
-        else dict(
-            bucketing=bucketing,
-            max_distance=max_distance,
-            num_buckets=num_buckets,
-            bidirectional=bidirectional,
+    # Imported here (it imports this module): its computed schemes register on import.
+    from keras_posenc.layers import position_biases  # noqa: F401
+
+    return tuple(sorted(_REGISTRY))
+
+
+def get(
+    position: Any, caller: str = "position_schemes.get", argument: str = "position"
+) -> PositionScheme:
+    """The scheme ``position`` says: a `PositionScheme` (returned as it is), a registered
+    name (`names`), or a scheme's serialised config (as a ``.keras`` file holds it).
+
+    Errors name ``caller`` and its ``argument``: an unknown name is a ``ValueError``
+    listing the names and the closest ones; anything else is a ``TypeError``.
+
+    Examples:
+
+        >>> from keras_posenc.layers import position_schemes
+        >>> position_schemes.get("shaw")
+        ClipPositions(max_distance=16)
+        >>> position_schemes.get("t5_decoder")
+        LogBuckets(num_buckets=32, max_distance=128, bidirectional=False)
+        >>> position_schemes.get("tt5")
+        Traceback (most recent call last):
+        ...
+        ValueError: position_schemes.get: `position` must be a PositionScheme, its config or ...
+    """
+    scheme = position
+    if isinstance(position, str):
+        known = names()
+        if position not in known:
+            close = difflib.get_close_matches(position.lower(), known, n=3, cutoff=0.5)
+            hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(
+                f"{caller}: `{argument}` must be a PositionScheme, its config or one of the "
+                f"registered names ({', '.join(map(repr, known))}), got {position!r}.{hint}"
+            )
+        scheme = _REGISTRY[position]()
+    elif isinstance(position, dict):
+        scheme = keras.saving.deserialize_keras_object(position)
+    if not isinstance(scheme, PositionScheme):
+        raise TypeError(
+            f"{caller}: `{argument}` must be a PositionScheme (e.g. LogBuckets(num_buckets=32, "
+            f"max_distance=128)), its config or a registered name (e.g. 't5'), got {position!r}"
+            + ("." if scheme is position else f", which gives {scheme!r}.")
         )
-    )
-    for name in ("bucketing", "max_distance", "num_buckets", "bidirectional"):
-        setattr(layer, name, described[name])
+    return scheme
 
 
-def position_config(layer: Any) -> dict:
-    """``position`` (None unless it was given) and the loose arguments, for ``get_config``."""
-    position = layer.position if layer._position_given else None
-    return dict(
-        position=keras.saving.serialize_keras_object(position),
-        bucketing=layer.bucketing,
-        max_distance=layer.max_distance,
-        num_buckets=layer.num_buckets,
-        bidirectional=layer.bidirectional,
-    )
+register_scheme("shaw", ClipPositions)
+register_scheme("clip", ClipPositions)
+register_scheme("t5", LogBuckets)
+register_scheme("log", LogBuckets)
+# T5's decoder: under a causal mask no key follows its query, so every bucket serves r <= 0.
+register_scheme("t5_decoder", functools.partial(LogBuckets, bidirectional=False))
+register_scheme("irpe", PiecewiseBuckets)
+register_scheme("piecewise", PiecewiseBuckets)
+register_scheme("multiscale", MultiScaleBins)
+register_scheme("grid2d", Grid2DPositions)

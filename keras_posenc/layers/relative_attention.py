@@ -30,71 +30,44 @@ from keras_posenc.layers.rotary import RotaryPositions
 
 __all__ = ["MultiHeadRelativeAttention"]
 
-_RELATIVE_MODES = ("keys_values", "keys", "bias", None)
 _RELATIVE_LOGITS = ("auto", "gather", "skew")
-_LOOSE_DEFAULTS = dict(bucketing="clip", max_distance=16, num_buckets=32, bidirectional=True)
 
 
 def check_relative_arguments(
-    caller: str,
-    relative: Any,
-    bucketing: Any,
-    max_distance: Any,
-    num_buckets: Any,
-    bidirectional: Any,
-    rotary_max_wavelength: Any,
-    position: Any = None,
-    defaults: dict | None = None,
-) -> position_schemes.PositionScheme:
-    """Validates the relative-position arguments at construction, naming ``caller``.
+    caller: str, relative: Any, position: Any
+) -> position_schemes.PositionScheme | None:
+    """Validates ``relative`` and ``position`` at construction, naming ``caller``.
 
     Shared by `MultiHeadRelativeAttention` and the blocks built on it, so a bad
     argument fails when the outermost layer is created, with that layer's name.
-    Returns the position scheme (``position``, or the one the loose arguments describe);
-    ``defaults`` are the caller's defaults of the loose arguments. With
-    ``relative=None`` (no relative term) ``position`` must be None; the loose
-    arguments' scheme is returned, unused.
+    Returns the position scheme (`position_schemes.get` of ``position``; None gives
+    the default, Shaw's ``ClipPositions(max_distance=16)``), checked to support
+    ``relative``. ``relative=None`` (no relative term) takes no ``position`` and
+    returns None.
     """
-    if relative not in _RELATIVE_MODES:
+    if relative is not None and relative not in position_schemes.RELATIVE_MODES:
+        modes = (*position_schemes.RELATIVE_MODES, None)
         raise ValueError(
-            f"{caller}: `relative` must be one of {', '.join(map(repr, _RELATIVE_MODES))}, "
-            f"got {relative!r}."
+            f"{caller}: `relative` must be one of {', '.join(map(repr, modes))}, got {relative!r}."
         )
-    if relative is None and position is not None:
-        raise ValueError(
-            f"{caller}: relative=None adds no relative term, so it takes no `position`; "
-            f"got position={position!r}. Pass relative='bias' (or 'keys', 'keys_values') "
-            f"to use it."
-        )
-    scheme = position_schemes.resolve(
-        caller,
-        position,
-        bucketing,
-        max_distance,
-        num_buckets,
-        bidirectional,
-        _LOOSE_DEFAULTS if defaults is None else defaults,
-    )
-    if relative is not None:
-        scheme.check_mode(caller, relative)
-    if rotary_max_wavelength is not None:
-        if isinstance(rotary_max_wavelength, bool) or not isinstance(
-            rotary_max_wavelength, int | float
-        ):
-            raise TypeError(
-                f"{caller}: `rotary_max_wavelength` must be None or a positive number, "
-                f"got {rotary_max_wavelength!r}."
-            )
-        if rotary_max_wavelength <= 0:
+    if relative is None:
+        if position is not None:
             raise ValueError(
-                f"{caller}: `rotary_max_wavelength` must be positive, "
-                f"got {rotary_max_wavelength!r}."
+                f"{caller}: relative=None adds no relative term, so it takes no `position`; "
+                f"got position={position!r}. Pass relative='bias' (or 'keys', 'keys_values') "
+                f"to use it."
             )
+        return None
+    scheme = position_schemes.get("shaw" if position is None else position, caller)
+    scheme.check_mode(caller, relative)
     return scheme
 
 
 def check_relative_logits(
-    caller: str, relative_logits: Any, relative: Any, scheme: position_schemes.PositionScheme
+    caller: str,
+    relative_logits: Any,
+    relative: Any,
+    scheme: position_schemes.PositionScheme | None,
 ) -> str:
     """Validates ``relative_logits`` (``"auto"``, ``"gather"`` or ``"skew"``) at construction,
     naming ``caller``: the skew needs a relative key term and a table row per distance.
@@ -110,16 +83,14 @@ def check_relative_logits(
     if relative_logits == "skew" and (not has_key_term or not scheme.skewable):
         raise ValueError(
             f"{caller}: relative_logits='skew' needs relative='keys' or 'keys_values' "
-            f"and a table row per distance (bucketing='clip', ClipPositions), got "
-            f"relative={relative!r}, bucketing={scheme.bucketing!r} ({scheme!r})."
+            f"and a table row per distance (position=ClipPositions(...) or 'shaw'), got "
+            f"relative={relative!r}, position={scheme!r}."
         )
     return relative_logits
 
 
-def resolve_rotary(caller: str, rotary: Any, rotary_max_wavelength: Any) -> RotaryPositions | None:
-    """The rotary embedding of ``rotary`` (a `RotaryPositions`, its config, or None) and
-    the older ``rotary_max_wavelength`` (plain RoPE with that wavelength), which must
-    agree when both are given (a config written by a layer holds both)."""
+def check_rotary(caller: str, rotary: Any) -> RotaryPositions | None:
+    """The rotary embedding of ``rotary``: a `RotaryPositions`, its config, or None."""
     if isinstance(rotary, dict):
         rotary = keras.saving.deserialize_keras_object(rotary)
     if rotary is not None and not isinstance(rotary, RotaryPositions):
@@ -127,15 +98,6 @@ def resolve_rotary(caller: str, rotary: Any, rotary_max_wavelength: Any) -> Rota
             f"{caller}: `rotary` must be None or a RotaryPositions (e.g. "
             f"RotaryPositions(scaling='yarn', scaling_factor=4, training_length=512)), "
             f"got {rotary!r}."
-        )
-    if rotary_max_wavelength is None:
-        return rotary
-    if rotary is None:
-        return RotaryPositions(max_wavelength=rotary_max_wavelength)
-    if rotary.max_wavelength != rotary_max_wavelength:
-        raise ValueError(
-            f"{caller}: pass either `rotary` or `rotary_max_wavelength`, not both: "
-            f"rotary_max_wavelength={rotary_max_wavelength!r} does not describe rotary={rotary!r}."
         )
     return rotary
 
@@ -145,7 +107,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
     """Multi-head attention with learned relative positions between queries and keys.
 
     With ``r = j - i`` (key position minus query position) mapped to a table
-    row ``idx(r)`` by ``bucketing`` (`relative_index.bucket_index`):
+    row ``idx(r)`` by the position scheme ``position`` (`PositionScheme.index`):
 
     - ``relative="keys_values"`` (Shaw et al.):
       ``e_ij = q_i . (k_j + a^K_ij) / sqrt(d)``,
@@ -169,7 +131,6 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
     ``rotary`` (a `RotaryPositions`: RoPE and its scalings, xPos) additionally
     rotates the projected queries and keys, on top of the relative term of any
     mode or alone (``relative=None``; `RotaryPositions.rotate_for_attention`).
-    The older ``rotary_max_wavelength=w`` is ``rotary=RotaryPositions(max_wavelength=w)``.
     With dynamic NTK and LongRoPE the rotation depends on the current length, so
     the cache holds keys before rotation and every step rotates them all: a
     decoding step at position ``t`` equals the full pass over the first
@@ -178,7 +139,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
     Memory (``S`` = one float32 ``(batch, heads, q_len, k_len)`` tensor): the
     key term is ``Q W_K^T`` of shape ``(batch, heads, q_len, rows)``, read
     into ``(batch, heads, q_len, k_len)`` by a gather with the index matrix
-    (``relative_logits="gather"``) or, when a ``"clip"`` table has a row for
+    (``relative_logits="gather"``) or, when a `ClipPositions` table has a row for
     every distance, by Music Transformer's skew (pad/reshape/slice,
     ``relative_logits="skew"``). The value term sums the attention weights
     that fall into each table row from their cumulative sum over the keys
@@ -205,30 +166,21 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         output_shape: size of the last output axis; default the query's last axis.
         relative: ``"keys_values"`` (default), ``"keys"``, ``"bias"`` or None
             (no relative term: rotary alone, or no position information).
-        bucketing: ``"clip"`` (default), ``"log"`` or ``"piecewise"``; see
-            `relative_index.bucket_index`.
-        max_distance: ``"clip"``: ``k`` (table of ``2k + 1`` rows, default 16);
-            ``"log"``: distances from it on share the last bucket.
-        num_buckets: table rows for ``"log"``; ``2 * (num_buckets // 2) + 1``
-            for ``"piecewise"``. Unused by ``"clip"``.
-        bidirectional: ``"log"`` only, as in `RelativePositionBias`.
-        position: a position scheme (`LogBuckets`, `ClipPositions`,
-            `PiecewiseBuckets`, `MultiScaleBins`, ...; for ``relative="bias"``
-            also `ALiBi`, `KERPLE`, `FIRE`, `ContinuousBias`) instead of the four
-            loose arguments above, which then must be left at their defaults (or
-            describe the same scheme). ``None`` (default): the scheme the loose
-            arguments describe. The scheme must support ``relative``
-            (`PositionScheme.modes`).
-        rotary_max_wavelength: ``None`` (default) for no rotary embedding,
-            else the ``max_wavelength`` of a plain rotary embedding applied to the
-            projected queries and keys (``key_dim`` must then be even); the
-            same as ``rotary=RotaryPositions(max_wavelength=...)``.
+        position: the position scheme of the relative term: a `PositionScheme`
+            (`ClipPositions`, `LogBuckets`, `PiecewiseBuckets`, `MultiScaleBins`;
+            for ``relative="bias"`` also `ALiBi`, `KERPLE`, `FIRE`,
+            `ContinuousBias`), its serialised config, or a registered name
+            with the paper's arguments (``"shaw"``, ``"t5"``, ``"t5_decoder"``,
+            ``"irpe"``, ``"alibi"``, ...; `position_schemes.names`). ``None``
+            (default): ``ClipPositions(max_distance=16)`` (``"shaw"``), or no
+            scheme with ``relative=None``, which takes none. The scheme must
+            support ``relative`` (`PositionScheme.modes`).
         rotary: ``None`` (default) or a `RotaryPositions` (rotary embedding,
-            scaled or xPos) applied to the projected queries and keys
+            scaled or xPos; or its config) applied to the projected queries and keys
             (its rotary dimension must then be even: `RotaryPositions.check_head_dim`).
         relative_logits: how the relative key logits ``q_i . w^K[idx(i, j)]``
-            are placed: ``"gather"`` (any bucketing and length), ``"skew"``
-            (Music Transformer's shift; ``"clip"`` only, used when the lengths
+            are placed: ``"gather"`` (any scheme and length), ``"skew"``
+            (Music Transformer's shift; `ClipPositions` only, used when the lengths
             are static and the table has a row for every distance, i.e.
             ``max_distance >= max(q_len, k_len) - 1`` (with an int offset:
             ``offset + q_len - 1`` and ``k_len - 1 - offset``); otherwise it
@@ -351,19 +303,14 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         dropout: float = 0.0,
         use_bias: bool = True,
         output_shape: int | None = None,
-        relative: str = "keys_values",
-        bucketing: str = "clip",
-        max_distance: int = 16,
-        num_buckets: int = 32,
-        bidirectional: bool = True,
-        rotary_max_wavelength: float | None = None,
+        relative: str | None = "keys_values",
+        position: Any = None,
+        rotary: Any = None,
         relative_logits: str = "auto",
         query_block_size: int | None = None,
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
         fused_attention: bool | str = "auto",
-        position: Any = None,
-        rotary: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -380,25 +327,12 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         self.output_shape = (
             None if output_shape is None else check_int(caller, "output_shape", output_shape, 1)
         )
-        scheme = check_relative_arguments(
-            caller,
-            relative,
-            bucketing,
-            max_distance,
-            num_buckets,
-            bidirectional,
-            rotary_max_wavelength,
-            position,
-        )
+        scheme = check_relative_arguments(caller, relative, position)
         self.relative = relative
-        position_schemes.set_position_attributes(
-            self, scheme, position, bucketing, max_distance, num_buckets, bidirectional
-        )
-        self.rotary = resolve_rotary(caller, rotary, rotary_max_wavelength)
+        self.position = scheme
+        self.rotary = check_rotary(caller, rotary)
         if self.rotary is not None:
             self.rotary.check_head_dim(caller, self.key_dim)
-        self.rotary_max_wavelength = rotary_max_wavelength
-        self._rotary_given = rotary is not None
         check_relative_logits(caller, relative_logits, relative, scheme)
         self.relative_logits = relative_logits
         self.query_block_size = (
@@ -884,7 +818,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         return self._gathered_key_logits(q, query_length, key_length, offset)
 
     def _use_skew(self, query_length: Any, key_length: Any, offset: Any) -> bool:
-        """Whether the skew applies: "clip" table with a row for every distance, static lengths.
+        """Whether the skew applies: a `ClipPositions` row for every distance, static lengths.
 
         The rows needed are ``r = j - i - offset`` in ``[-(offset + q_len - 1),
         k_len - 1 - offset]``. With an int offset that is checked exactly; with
@@ -903,7 +837,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         return self.position.has_row_per_distance(query_length, key_length, offset)
 
     def _gathered_key_logits(self, q: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
-        """``q_i . w^K[idx(i, j)]`` by a gather, for any bucketing and length.
+        """``q_i . w^K[idx(i, j)]`` by a gather, for any scheme and length.
 
         The kernel `keras_posenc.backend.relative_key_logits`: ``Q W_K^T`` once for
         every table row, read at column ``idx(i, j)`` of row i with an index matrix
@@ -960,11 +894,11 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         """``sum_j a_ij w^V[idx(i, j)]`` as (batch, q_len, heads, value_dim).
 
         Equal to ``sum_r A_ir w^V[r]`` with ``A_ir`` = the attention weight of
-        query i that falls into table row r. Every bucketing here maps each
+        query i that falls into table row r. Every table scheme here maps each
         row to an interval of distances (`_bucket_intervals`), so for query i
         row r covers a contiguous run of keys ``j_lo(i, r) .. j_hi(i, r)``, and
         ``A_ir = C[i, j_hi] - C[i, j_lo - 1]`` with ``C`` the cumulative sum of
-        the weights over the keys. For "clip" the interior rows are single
+        the weights over the keys. For `ClipPositions` the interior rows are single
         diagonals (band extraction) and the two end rows the tail sums. Cost:
         ``C`` (one S) and two (batch, heads, q_len, rows) gathers; no
         transposed copy of the weights (a segment sum needed one), and a^V,
@@ -999,7 +933,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
 
         Only the distances that occur, ``-(offset + q_len - 1) .. k_len - 1 -
         offset``, are bucketed (a vector of ``q_len + k_len - 1``). Each
-        bucketing is monotone in r on each side of 0 (clip, piecewise: on the
+        table scheme is monotone in r on each side of 0 (clip, piecewise: on the
         whole line; T5's log buckets: by |r| with separate buckets per sign), so
         a row's distances form one interval, found from its count ``n`` and sum
         ``s``: ``lo = (2 s - n (n - 1)) / (2 n)``, ``hi = lo + n - 1`` (exact in int32).
@@ -1099,9 +1033,8 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
             use_bias=self.use_bias,
             output_shape=self.output_shape,
             relative=self.relative,
-            **position_schemes.position_config(self),
-            rotary_max_wavelength=self.rotary_max_wavelength,
-            rotary=keras.saving.serialize_keras_object(self.rotary if self._rotary_given else None),
+            position=keras.saving.serialize_keras_object(self.position),
+            rotary=keras.saving.serialize_keras_object(self.rotary),
             relative_logits=self.relative_logits,
             query_block_size=self.query_block_size,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),

@@ -42,26 +42,13 @@ from keras_posenc import backend
 from keras_posenc.layers._checks import check_bool, check_int
 
 __all__ = [
-    "BUCKETINGS",  # noqa: F822 (a lazy module attribute, `__getattr__` below)
-    "bucket_index",
     "clip_index",
     "log_bucket_index",
     "multiscale_index",
     "multiscale_table_size",
     "piecewise_index",
     "relative_positions",
-    "table_size",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # ``BUCKETINGS`` is read from the scheme registry (`position_schemes.BY_NAME`), the
-    # one allow-list of names; looked up lazily because that module imports this one.
-    if name == "BUCKETINGS":
-        from keras_posenc.layers import position_schemes
-
-        return tuple(position_schemes.BY_NAME)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- validation
@@ -470,91 +457,3 @@ def multiscale_index(r: Any, scale: int) -> Any:
     scale = check_int("multiscale_index", "scale", scale, minimum=2)
     width = scale // 2
     return ops.clip(ops.floor_divide(_as_int32(r), width), -width, width) + width
-
-
-# --------------------------------------------------------------------------- dispatch
-
-
-def table_size(
-    bucketing: str,
-    max_distance: int = 16,
-    num_buckets: int = 32,
-    bidirectional: bool = True,
-    scale: int | None = None,
-) -> int:
-    """Rows of the table that `bucket_index` with the same arguments indexes.
-
-    ``"clip"``: ``2 * max_distance + 1``; ``"log"``: ``num_buckets``;
-    ``"piecewise"``: ``2 * (num_buckets // 2) + 1``; ``"multiscale"``:
-    ``2 * (scale // 2) + 1``. It validates the arguments the bucketing uses as
-    `bucket_index` would, so a layer can fail at construction rather than at call.
-
-    Examples:
-
-        >>> from keras_posenc.layers.relative_index import BUCKETINGS
-        >>> [table_size(b, max_distance=16, num_buckets=32, scale=10) for b in BUCKETINGS]
-        [33, 32, 33, 11]
-    """
-    return _table_size("table_size", bucketing, max_distance, num_buckets, bidirectional, scale)
-
-
-def _table_size(
-    caller: str,
-    bucketing: Any,
-    max_distance: Any,
-    num_buckets: Any,
-    bidirectional: Any,
-    scale: Any,
-) -> int:
-    return _scheme(caller, bucketing, max_distance, num_buckets, bidirectional, scale).table_size
-
-
-def _scheme(
-    caller: str,
-    bucketing: Any,
-    max_distance: Any,
-    num_buckets: Any,
-    bidirectional: Any,
-    scale: Any,
-) -> Any:
-    """The position scheme the named bucketing and its arguments describe."""
-    # Imported here: position_schemes is built on the index functions of this module.
-    from keras_posenc.layers import position_schemes
-
-    return position_schemes.by_name(
-        caller, bucketing, max_distance, num_buckets, bidirectional, scale
-    )
-
-
-def bucket_index(
-    r: Any,
-    bucketing: str,
-    max_distance: int = 16,
-    num_buckets: int = 32,
-    bidirectional: bool = True,
-    scale: int | None = None,
-) -> Any:
-    """Maps distances to table rows with the named bucketing (the layers' ``bucketing``).
-
-    Args:
-        r: integer tensor of relative distances ``j - i``.
-        bucketing: ``"clip"`` (`clip_index` with ``max_distance``), ``"log"``
-            (`log_bucket_index` with ``num_buckets``, ``max_distance``,
-            ``bidirectional``), ``"piecewise"`` (`piecewise_index` with
-            ``num_buckets``) or ``"multiscale"`` (`multiscale_index` with ``scale``).
-        max_distance: used by ``"clip"`` and ``"log"``; ignored otherwise.
-        num_buckets: used by ``"log"`` and ``"piecewise"``; ignored otherwise.
-        bidirectional: used by ``"log"``; ignored otherwise.
-        scale: used by ``"multiscale"``; ignored otherwise.
-
-    Returns:
-        int32 indices in ``[0, table_size(...))``.
-
-    Examples:
-
-        >>> import keras
-        >>> print(keras.ops.convert_to_numpy(bucket_index([-3, 0, 3], "clip", max_distance=2)))
-        [0 2 4]
-    """
-    scheme = _scheme("bucket_index", bucketing, max_distance, num_buckets, bidirectional, scale)
-    return scheme.index(r)

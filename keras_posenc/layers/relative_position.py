@@ -30,9 +30,6 @@ __all__ = [
     "RelativePositionEmbedding",
 ]
 
-_BIAS_DEFAULTS = dict(bucketing="log", max_distance=128, num_buckets=32, bidirectional=True)
-_EMBEDDING_DEFAULTS = dict(bucketing="clip", max_distance=16, num_buckets=32, bidirectional=True)
-
 
 def _static_length(value: Any) -> int | None:
     """A length as an int when it is known before running, else None."""
@@ -63,29 +60,17 @@ class _RelativeTableLayer(keras.layers.Layer):
 
 
 class _SingleTableLayer(_RelativeTableLayer):
-    """One learned table of ``(table_size, columns)`` read through one bucketing."""
+    """One learned table of ``(table_size, columns)`` read through one position scheme."""
 
     #: The relative mode the table serves (`PositionScheme.check_mode`).
     _mode = "bias"
 
-    def _set_position(
-        self,
-        position: Any,
-        bucketing: Any,
-        max_distance: Any,
-        num_buckets: Any,
-        bidirectional: Any,
-        defaults: dict,
-    ) -> None:
-        """The position scheme (`position_schemes.resolve`), checked now, not when called."""
+    def _set_position(self, position: Any) -> None:
+        """The position scheme (`position_schemes.get`), checked now, not when called."""
         caller = type(self).__name__
-        scheme = position_schemes.resolve(
-            caller, position, bucketing, max_distance, num_buckets, bidirectional, defaults
-        )
+        scheme = position_schemes.get(position, caller)
         scheme.check_mode(caller, self._mode)
-        position_schemes.set_position_attributes(
-            self, scheme, position, bucketing, max_distance, num_buckets, bidirectional
-        )
+        self.position = scheme
         # A computed bias (`position_biases`) has weights of its own, no table.
         self.table_size = None if scheme.computed else scheme.table_size
 
@@ -123,30 +108,24 @@ class RelativePositionBias(_SingleTableLayer):
     """A learned scalar per head and relative-distance bucket, added to attention logits.
 
     T5's relative attention bias: ``bias[0, h, i, j] = table[idx(j - (i + offset)), h]``,
-    where ``idx`` is the chosen bucketing (`relative_index`). T5 computes it once in
+    where ``idx`` is the position scheme's index (`PositionScheme.index`). T5 computes it once in
     the first layer and shares it with every layer; pass it as the
     ``attention_bias`` of ``MultiHeadRelativeAttention`` or add it to the logits.
 
     Args:
         num_heads: number of attention heads (one scalar per head and bucket).
-        bucketing: ``"log"`` (T5, default), ``"clip"`` (Shaw) or ``"piecewise"``
-            (iRPE); see `relative_index.bucket_index`. ``"multiscale"`` is
-            rejected: it needs one table per scale
-            (`MultiScaleRelativePositionEmbedding`).
-        num_buckets: table rows for ``"log"``; ``2 * (num_buckets // 2) + 1``
-            rows for ``"piecewise"``. Unused by ``"clip"``.
-        max_distance: ``"log"``: distances from it on share the last bucket;
-            ``"clip"``: ``k``, the table has ``2k + 1`` rows. Unused by ``"piecewise"``.
-        bidirectional: ``"log"`` only. ``True``: keys before and after the
-            query get separate buckets (encoder); ``False``: keys after the
-            query share bucket 0 (causal decoder), as in T5.
-        embeddings_initializer: initializer of the ``(table_size, num_heads)`` table
-            (unused by a computed bias, whose scheme initialises its own weights).
-        position: a position scheme (e.g. ``LogBuckets(32, 128)``) instead of the
-            loose arguments above (left at their defaults); ``None``: the scheme
-            they describe. A computed bias (`ALiBi`, `KERPLE`, `FIRE`,
+        position: the position scheme: a `PositionScheme`, its config, or a
+            registered name (`position_schemes.get`). Default ``"t5"``, T5's
+            encoder buckets ``LogBuckets(num_buckets=32, max_distance=128)``
+            (bidirectional: keys before and after the query get separate
+            buckets); a causal decoder passes ``"t5_decoder"``
+            (``LogBuckets(bidirectional=False)``: keys after the query share
+            bucket 0, as in T5). Also ``"shaw"`` (`ClipPositions`), ``"irpe"``
+            (`PiecewiseBuckets`), ... A computed bias (`ALiBi`, `KERPLE`, `FIRE`,
             `ContinuousBias`) is computed from the distances, with the scheme's
             weights held by this layer (``bias_weights``), instead of a table.
+        embeddings_initializer: initializer of the ``(table_size, num_heads)`` table
+            (unused by a computed bias, whose scheme initialises its own weights).
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -180,20 +159,14 @@ class RelativePositionBias(_SingleTableLayer):
     def __init__(
         self,
         num_heads: int,
-        bucketing: str = "log",
-        num_buckets: int = 32,
-        max_distance: int = 128,
-        bidirectional: bool = True,
+        position: Any = "t5",
         embeddings_initializer: Any = "truncated_normal",
-        position: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
         self.num_heads = check_int(caller, "num_heads", num_heads, minimum=1)
-        self._set_position(
-            position, bucketing, max_distance, num_buckets, bidirectional, _BIAS_DEFAULTS
-        )
+        self._set_position(position)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
 
     def _table_columns(self) -> int:
@@ -237,7 +210,7 @@ class RelativePositionBias(_SingleTableLayer):
         Examples:
 
             >>> from keras_posenc import layers
-            >>> bias = layers.RelativePositionBias(num_heads=4, bucketing="clip", max_distance=2)
+            >>> bias = layers.RelativePositionBias(num_heads=4, position=layers.ClipPositions(2))
             >>> tuple(bias.per_head(3, 5).shape), tuple(bias.per_head(1, 5, offset=4).shape)
             ((4, 3, 5), (4, 1, 5))
         """
@@ -314,7 +287,7 @@ class RelativePositionBias(_SingleTableLayer):
         config = super().get_config()
         config.update(
             num_heads=self.num_heads,
-            **position_schemes.position_config(self),
+            position=keras.saving.serialize_keras_object(self.position),
             embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
         )
         return config
@@ -331,18 +304,12 @@ class RelativePositionEmbedding(_SingleTableLayer):
 
     Args:
         output_dim: size of each vector (the attention head size, usually).
-        bucketing: ``"clip"`` (Shaw, default), ``"log"`` (T5) or ``"piecewise"``
-            (iRPE); see `relative_index.bucket_index`. ``"multiscale"`` is
-            rejected: use `MultiScaleRelativePositionEmbedding`.
-        max_distance: ``"clip"``: ``k``, the table has ``2k + 1`` rows (16 in
-            Shaw's base model); ``"log"``: distances from it on share the last bucket.
-        num_buckets: table rows for ``"log"``; ``2 * (num_buckets // 2) + 1`` for
-            ``"piecewise"``. Unused by ``"clip"``.
-        bidirectional: ``"log"`` only, as in `RelativePositionBias`.
+        position: the position scheme: a `PositionScheme`, its config, or a
+            registered name (`position_schemes.get`). Default ``"shaw"``,
+            Shaw's ``ClipPositions(max_distance=16)`` (a table of 33 rows); also
+            ``"t5"`` (`LogBuckets`), ``"irpe"`` (`PiecewiseBuckets`), ...
+            Several scales at once: `MultiScaleRelativePositionEmbedding`.
         embeddings_initializer: initializer of the ``(table_size, output_dim)`` table.
-        position: a position scheme (e.g. ``ClipPositions(16)``) instead of the
-            loose arguments above (left at their defaults); ``None``: the scheme
-            they describe.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -357,7 +324,7 @@ class RelativePositionEmbedding(_SingleTableLayer):
 
         >>> import keras
         >>> from keras_posenc import layers
-        >>> embedding = layers.RelativePositionEmbedding(output_dim=8, max_distance=2)
+        >>> embedding = layers.RelativePositionEmbedding(8, position=layers.ClipPositions(2))
         >>> tuple(embedding(3, 4).shape)
         (3, 4, 8)
         >>> tuple(embedding.table().shape), tuple(embedding.indices(3, 4).shape)
@@ -371,20 +338,14 @@ class RelativePositionEmbedding(_SingleTableLayer):
     def __init__(
         self,
         output_dim: int,
-        bucketing: str = "clip",
-        max_distance: int = 16,
-        num_buckets: int = 32,
-        bidirectional: bool = True,
+        position: Any = "shaw",
         embeddings_initializer: Any = "truncated_normal",
-        position: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
         self.output_dim = check_int(caller, "output_dim", output_dim, minimum=1)
-        self._set_position(
-            position, bucketing, max_distance, num_buckets, bidirectional, _EMBEDDING_DEFAULTS
-        )
+        self._set_position(position)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
 
     _mode = "keys"  # the same table serves keys or values
@@ -405,7 +366,7 @@ class RelativePositionEmbedding(_SingleTableLayer):
         config = super().get_config()
         config.update(
             output_dim=self.output_dim,
-            **position_schemes.position_config(self),
+            position=keras.saving.serialize_keras_object(self.position),
             embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
         )
         return config

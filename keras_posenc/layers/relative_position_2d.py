@@ -176,7 +176,8 @@ class RelativePositionBias2D(keras.layers.Layer):
         size: the grid ``(height, width)`` the queries and keys live on, or one int
             for a square grid.
         position: the position scheme instead of ``size``: a `Grid2DPositions`
-            (the one scheme that indexes pairs of grid cells). With it, ``size``
+            (the one scheme that indexes pairs of grid cells), its config, or its
+            registered name ``"grid2d"`` (7 x 7). With it, ``size``
             must be left at its default or agree with it.
         embeddings_initializer: initializer of the table. The default (``None``)
             means ``TruncatedNormal(stddev=0.02)``, Swin's and timm's choice; it
@@ -264,14 +265,14 @@ class RelativePositionBias2D(keras.layers.Layer):
 
     @staticmethod
     def _resolve_position(who: str, position: Any, size: Any) -> Any:
-        """The `Grid2DPositions` of ``position`` (a scheme or its config) or of ``size``."""
+        """The `Grid2DPositions` of ``position`` (a scheme, its config or ``"grid2d"``) or
+        of ``size``."""
         # Imported here: position_schemes builds its 2D scheme on this module's index.
         from keras_posenc.layers import position_schemes
 
         if position is None:
             return position_schemes.Grid2DPositions.checked(who, size=size)
-        if isinstance(position, dict):
-            position = keras.saving.deserialize_keras_object(position)
+        position = position_schemes.get(position, who)
         if not isinstance(position, position_schemes.Grid2DPositions):
             raise TypeError(
                 f"{who}: `position` must be None or a Grid2DPositions (the scheme of pairs "

@@ -4,10 +4,8 @@
 ``keras_hub.layers.TransformerEncoder`` / ``TransformerDecoder`` with their
 self-attention replaced by `MultiHeadRelativeAttention`: the same arguments,
 masks, residual connections, pre- or post-norm and decoding caches, plus the
-relative position arguments (``relative``, ``position`` or the loose
-``bucketing``, ``max_distance``, ``num_buckets``, ``bidirectional``, and
-``rotary`` or ``rotary_max_wavelength``), which are passed to the self-attention
-unchanged.
+relative position arguments (``relative``, ``position`` and ``rotary``), which
+are passed to the self-attention unchanged.
 
 A relative-position Transformer in a few lines, with absolute positions added
 to the inputs (``keras_hub.layers.SinePositionEncoding``) and a T5-style
@@ -37,7 +35,6 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_posenc.layers import position_schemes
 from keras_posenc.layers._attention import unmasked, zero_invalid
 from keras_posenc.layers._checks import (
     KerasMask,
@@ -54,7 +51,7 @@ from keras_posenc.layers.relative_attention import (
     MultiHeadRelativeAttention,
     check_relative_arguments,
     check_relative_logits,
-    resolve_rotary,
+    check_rotary,
 )
 
 __all__ = ["RelativeTransformerDecoder", "RelativeTransformerEncoder"]
@@ -88,9 +85,6 @@ def feedforward_denses(layer: Any, shape: tuple) -> tuple[Any, Any]:
 class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
     """Arguments, validation and the sublayers both blocks share."""
 
-    # The loose relative arguments' defaults (the decoder's `bidirectional` is False).
-    _loose_defaults = dict(bucketing="clip", max_distance=16, num_buckets=32, bidirectional=True)
-
     def __init__(
         self,
         intermediate_dim: int,
@@ -103,15 +97,10 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
         bias_initializer: Any = "zeros",
         normalize_first: bool = False,
         use_bias: bool = True,
-        relative: str = "keys_values",
-        bucketing: str = "clip",
-        max_distance: int = 16,
-        num_buckets: int = 32,
-        bidirectional: bool = True,
-        rotary_max_wavelength: float | None = None,
-        query_block_size: int | None = None,
+        relative: str | None = "keys_values",
         position: Any = None,
         rotary: Any = None,
+        query_block_size: int | None = None,
         relative_logits: str = "auto",
         **kwargs: Any,
     ) -> None:
@@ -131,24 +120,10 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
         self.use_bias = check_bool(caller, "use_bias", use_bias)
         # Validated here (not only when the attention is built) so a bad
         # argument fails at construction, naming this layer.
-        scheme = check_relative_arguments(
-            caller,
-            relative,
-            bucketing,
-            max_distance,
-            num_buckets,
-            bidirectional,
-            rotary_max_wavelength,
-            position,
-            self._loose_defaults,
-        )
+        scheme = check_relative_arguments(caller, relative, position)
         self.relative = relative
-        position_schemes.set_position_attributes(
-            self, scheme, position, bucketing, max_distance, num_buckets, bidirectional
-        )
-        self.rotary_max_wavelength = rotary_max_wavelength
-        self.rotary = resolve_rotary(caller, rotary, rotary_max_wavelength)
-        self._rotary_given = rotary is not None
+        self.position = scheme
+        self.rotary = check_rotary(caller, rotary)
         self.relative_logits = check_relative_logits(caller, relative_logits, relative, scheme)
         self.query_block_size = (
             None
@@ -179,7 +154,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             dropout=self.dropout,
             use_bias=self.use_bias,
             relative=self.relative,
-            position=None if self.relative is None else self.position,
+            position=self.position,
             rotary=self.rotary,
             query_block_size=self.query_block_size,
             relative_logits=self.relative_logits,
@@ -249,9 +224,8 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             normalize_first=self.normalize_first,
             use_bias=self.use_bias,
             relative=self.relative,
-            **position_schemes.position_config(self),
-            rotary_max_wavelength=self.rotary_max_wavelength,
-            rotary=keras.saving.serialize_keras_object(self.rotary if self._rotary_given else None),
+            position=keras.saving.serialize_keras_object(self.position),
+            rotary=keras.saving.serialize_keras_object(self.rotary),
             query_block_size=self.query_block_size,
             relative_logits=self.relative_logits,
         )
@@ -303,23 +277,16 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
         relative: ``"keys_values"`` (Shaw et al., default), ``"keys"``,
             ``"bias"`` (T5) or None (no relative term); see
             `MultiHeadRelativeAttention`.
-        bucketing: ``"clip"`` (default), ``"log"`` (T5) or ``"piecewise"``
-            (iRPE); see `relative_index.bucket_index`.
-        max_distance: ``"clip"``: ``k`` (a table of ``2k + 1`` rows, default
-            16); ``"log"``: distances from it on share the last bucket.
-        num_buckets: table rows for ``"log"`` (default 32); ``2 * (num_buckets
-            // 2) + 1`` for ``"piecewise"``. Unused by ``"clip"``.
-        bidirectional: ``"log"`` only: keys before and after a query get
-            separate buckets (default ``True``, as in T5's encoder).
-        position: a position scheme (`LogBuckets`, `ClipPositions`, ...; with
-            ``relative="bias"`` also `ALiBi`, `KERPLE`, `FIRE`, `ContinuousBias`)
-            instead of the four loose arguments above, which then stay at their
-            defaults; passed to `MultiHeadRelativeAttention`.
-        rotary_max_wavelength: ``None`` (default) for no rotary embedding, else
-            the ``max_wavelength`` of a rotary embedding applied to the
-            self-attention's queries and keys (the head size must be even).
-        rotary: a `RotaryPositions` (scaled rotary embeddings, xPos) instead of
-            ``rotary_max_wavelength``; passed to `MultiHeadRelativeAttention`.
+        position: the position scheme, passed to `MultiHeadRelativeAttention`: a
+            `PositionScheme` (`ClipPositions`, `LogBuckets`, ...; with
+            ``relative="bias"`` also `ALiBi`, `KERPLE`, `FIRE`, `ContinuousBias`),
+            its config, or a registered name (``"shaw"``, ``"t5"`` (T5's
+            encoder: bidirectional ``LogBuckets(32, 128)``), ``"irpe"``, ...).
+            ``None`` (default): ``ClipPositions(max_distance=16)``, or none with
+            ``relative=None``.
+        rotary: ``None`` (default) or a `RotaryPositions` (rotary embedding,
+            scaled or xPos) applied to the self-attention's queries and keys (the
+            head size must be even); passed to `MultiHeadRelativeAttention`.
         query_block_size: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
             automatically when one example's logits exceed a size measured per
@@ -327,7 +294,7 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
             that many queries.
         relative_logits: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
-            ``"skew"`` (Music Transformer's memory-efficient shift; ``"clip"`` tables
+            ``"skew"`` (Music Transformer's memory-efficient shift; `ClipPositions` tables
             with ``relative="keys"`` or ``"keys_values"`` only).
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
@@ -351,8 +318,11 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
     Examples:
 
         >>> import numpy as np
+        >>> from keras_posenc.layers import ClipPositions
         >>> from keras_posenc.layers.relative_transformer import RelativeTransformerEncoder
-        >>> encoder = RelativeTransformerEncoder(intermediate_dim=32, num_heads=2, max_distance=4)
+        >>> encoder = RelativeTransformerEncoder(
+        ...     intermediate_dim=32, num_heads=2, position=ClipPositions(max_distance=4)
+        ... )
         >>> x = np.zeros((3, 7, 8), "float32")
         >>> tuple(encoder(x).shape)
         (3, 7, 8)
@@ -465,10 +435,11 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
     whose encoder keys are all masked gets a zero attention output (the core's
     convention), not NaN.
 
-    ``bidirectional`` defaults to ``False`` (T5's decoder): under the causal
-    mask a query never sees later keys, so with ``bucketing="log"`` all buckets
-    go to ``r <= 0`` instead of half of them being unused. It only matters for
-    ``"log"``.
+    T5's log buckets in a decoder: ``position="t5_decoder"`` (or
+    ``LogBuckets(..., bidirectional=False)``), as T5's decoder has them: under the
+    causal mask a query never sees later keys, so all buckets go to ``r <= 0``.
+    ``position="t5"`` is the encoder's bidirectional ``LogBuckets(32, 128)`` here
+    too, whose buckets for keys after the query a causal decoder leaves unused.
 
     Decoding follows keras_hub's ``TransformerDecoder``: with
     ``self_attention_cache`` (``(batch, 2, max_length, num_heads, key_dim)``
@@ -510,22 +481,15 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         relative: ``"keys_values"`` (Shaw et al., default), ``"keys"``,
             ``"bias"`` (T5) or None (no relative term); see
             `MultiHeadRelativeAttention`.
-        bucketing: ``"clip"`` (default), ``"log"`` (T5) or ``"piecewise"``
-            (iRPE); see `relative_index.bucket_index`.
-        max_distance: ``"clip"``: ``k`` (a table of ``2k + 1`` rows, default
-            16); ``"log"``: distances from it on share the last bucket.
-        num_buckets: table rows for ``"log"`` (default 32); ``2 * (num_buckets
-            // 2) + 1`` for ``"piecewise"``. Unused by ``"clip"``.
-        bidirectional: ``"log"`` only; default ``False`` (see above).
-        position: a position scheme (`LogBuckets`, `ClipPositions`, ...; with
-            ``relative="bias"`` also `ALiBi`, `KERPLE`, `FIRE`, `ContinuousBias`)
-            instead of the four loose arguments above, which then stay at their
-            defaults; passed to `MultiHeadRelativeAttention`.
-        rotary_max_wavelength: ``None`` (default) for no rotary embedding, else
-            the ``max_wavelength`` of a rotary embedding applied to the
-            self-attention's queries and keys (the head size must be even).
-        rotary: a `RotaryPositions` (scaled rotary embeddings, xPos) instead of
-            ``rotary_max_wavelength``; passed to `MultiHeadRelativeAttention`.
+        position: the position scheme, passed to `MultiHeadRelativeAttention`: a
+            `PositionScheme` (`ClipPositions`, `LogBuckets`, ...; with
+            ``relative="bias"`` also `ALiBi`, `KERPLE`, `FIRE`, `ContinuousBias`),
+            its config, or a registered name (``"shaw"``, ``"t5_decoder"`` (T5's
+            decoder buckets, see above), ``"irpe"``, ...). ``None`` (default):
+            ``ClipPositions(max_distance=16)``, or none with ``relative=None``.
+        rotary: ``None`` (default) or a `RotaryPositions` (rotary embedding,
+            scaled or xPos) applied to the self-attention's queries and keys (the
+            head size must be even); passed to `MultiHeadRelativeAttention`.
         query_block_size: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``None`` (default) blocks the queries
             automatically when one example's logits exceed a size measured per
@@ -533,7 +497,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             that many queries.
         relative_logits: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
-            ``"skew"`` (Music Transformer's memory-efficient shift; ``"clip"`` tables
+            ``"skew"`` (Music Transformer's memory-efficient shift; `ClipPositions` tables
             with ``relative="keys"`` or ``"keys_values"`` only).
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
@@ -575,9 +539,13 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
     Examples:
 
         >>> import numpy as np
+        >>> from keras_posenc.layers import LogBuckets
         >>> from keras_posenc.layers.relative_transformer import RelativeTransformerDecoder
         >>> decoder = RelativeTransformerDecoder(
-        ...     intermediate_dim=32, num_heads=2, relative="bias", bucketing="log", num_buckets=8
+        ...     intermediate_dim=32,
+        ...     num_heads=2,
+        ...     relative="bias",
+        ...     position=LogBuckets(num_buckets=8, bidirectional=False),
         ... )
         >>> x, encoded = np.zeros((3, 5, 8), "float32"), np.zeros((3, 9, 8), "float32")
         >>> tuple(decoder(x, encoded).shape)
@@ -603,8 +571,6 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         Text-to-Text Transformer", JMLR 2020.
     """
 
-    _loose_defaults = dict(_RelativeTransformerBase._loose_defaults, bidirectional=False)
-
     def __init__(
         self,
         intermediate_dim: int,
@@ -617,15 +583,10 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         bias_initializer: Any = "zeros",
         normalize_first: bool = False,
         use_bias: bool = True,
-        relative: str = "keys_values",
-        bucketing: str = "clip",
-        max_distance: int = 16,
-        num_buckets: int = 32,
-        bidirectional: bool = False,
-        rotary_max_wavelength: float | None = None,
-        query_block_size: int | None = None,
+        relative: str | None = "keys_values",
         position: Any = None,
         rotary: Any = None,
+        query_block_size: int | None = None,
         relative_logits: str = "auto",
         **kwargs: Any,
     ) -> None:
@@ -641,14 +602,9 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             normalize_first=normalize_first,
             use_bias=use_bias,
             relative=relative,
-            bucketing=bucketing,
-            max_distance=max_distance,
-            num_buckets=num_buckets,
-            bidirectional=bidirectional,
-            rotary_max_wavelength=rotary_max_wavelength,
-            query_block_size=query_block_size,
             position=position,
             rotary=rotary,
+            query_block_size=query_block_size,
             relative_logits=relative_logits,
             **kwargs,
         )

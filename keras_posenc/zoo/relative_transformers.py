@@ -45,6 +45,7 @@ from keras import ops
 
 from keras_posenc.layers._checks import check_bool, check_int, check_positive_number, check_rate
 from keras_posenc.layers._memory import check_allocation
+from keras_posenc.layers.position_schemes import ClipPositions
 from keras_posenc.layers.relative_transformer import (
     RelativeTransformerDecoder,
     RelativeTransformerEncoder,
@@ -134,8 +135,7 @@ class _RelativeStack:
             activation="relu",
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
-            bucketing="clip",
-            max_distance=self.max_distance,
+            position=ClipPositions(self.max_distance),
             dtype=policy,
         )
 

@@ -4,7 +4,7 @@ Both stacks are pre-norm Transformers without biases: RMS layer norm (no mean,
 no offset), self-attention, in the decoder cross-attention, and a feed-forward
 network, each added to the residual stream; a final RMS norm per stack. Position
 information is one `keras_posenc.layers.RelativePositionBias` per stack
-(``bucketing="log"``: 32 buckets, max distance 128; bidirectional in the
+(``position=LogBuckets(...)``: 32 buckets, max distance 128; bidirectional in the
 encoder, causal in the decoder), computed once per call and added to the logits
 of every self-attention layer of its stack (`MultiHeadRelativeAttention` with
 ``relative=None`` and ``attention_bias=``). One token embedding is shared by the
@@ -62,6 +62,7 @@ from keras_posenc.layers._checks import (
 )
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._memory import check_allocation
+from keras_posenc.layers.position_schemes import LogBuckets
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_position import RelativePositionBias
 from keras_posenc.zoo.registry import register_model
@@ -450,10 +451,7 @@ class T5Stack(keras.layers.Layer):
         self.max_distance = max_distance
         self.position_bias = RelativePositionBias(
             num_heads,
-            bucketing="log",
-            num_buckets=num_buckets,
-            max_distance=max_distance,
-            bidirectional=not self.decoder,
+            position=LogBuckets(num_buckets, max_distance, bidirectional=not self.decoder),
             embeddings_initializer=_normal((num_heads * key_value_dim) ** -0.5),
             dtype=self.dtype_policy,
             name="position_bias",

@@ -150,7 +150,9 @@ def test_a_gpu_gets_the_references(monkeypatch, rng):
         monkeypatch.setattr(entry, "function", lambda *a, _o=original, **k: called.append(1))
     from keras_posenc import layers
 
-    layer = layers.MultiHeadRelativeAttention(2, 4, relative="keys_values", max_distance=3)
+    layer = layers.MultiHeadRelativeAttention(
+        2, 4, relative="keys_values", position=layers.ClipPositions(3)
+    )
     x = rng.standard_normal((1, 6, 8)).astype("float32")
     with _inference():
         assert np.isfinite(ops.convert_to_numpy(layer(x, x))).all()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_posenc.layers import _attention
+from keras_posenc.layers import LogBuckets, _attention
 from keras_posenc.layers.convs2s import ConvS2SAttention
 from keras_posenc.layers.muse import MUSEAttention, MUSEDecoderLayer
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
@@ -69,7 +69,7 @@ def test_relative_attention_nan_in_padding(relative, rng):
 
 
 def test_relative_transformer_encoder_nan_in_padding(rng):
-    layer = RelativeTransformerEncoder(8, 2, relative="bias", bucketing="log", num_buckets=8)
+    layer = RelativeTransformerEncoder(8, 2, relative="bias", position=LogBuckets(8, 16))
     x = normal(rng, 2, 5, 4)
     finite = layer(with_zero_padding(x, PADDING), padding_mask=PADDING)
     nan = layer(with_nan_padding(x, PADDING), padding_mask=PADDING)
@@ -77,7 +77,9 @@ def test_relative_transformer_encoder_nan_in_padding(rng):
 
 
 def test_relative_transformer_decoder_cross_attention_nan_in_padding(rng):
-    layer = RelativeTransformerDecoder(8, 2, relative="bias", bucketing="log", num_buckets=8)
+    layer = RelativeTransformerDecoder(
+        8, 2, relative="bias", position=LogBuckets(8, 16, bidirectional=False)
+    )
     target, source = normal(rng, 2, 3, 4), normal(rng, 2, 5, 4)
     finite = layer(target, with_zero_padding(source, PADDING), encoder_padding_mask=PADDING)
     nan = layer(target, with_nan_padding(source, PADDING), encoder_padding_mask=PADDING)

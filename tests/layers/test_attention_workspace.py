@@ -24,7 +24,7 @@ from test_relative_gather import ON_TORCH, no_gradients
 
 from keras_posenc import backend
 from keras_posenc.backend import _registry
-from keras_posenc.layers import _attention
+from keras_posenc.layers import ClipPositions, _attention
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from reference.relative_attention import causal_mask, clip_index_matrix, relative_attention
 
@@ -203,7 +203,9 @@ def test_no_workspace_with_scores_or_half_precision(rng, monkeypatch):
     assert taken and not any(taken), "scores are kept per block: no buffers reused"
     assert_close(output, expected, what="output with scores")
     assert_close(scores, probabilities, what="scores")
-    half = MultiHeadRelativeAttention(2, 4, relative="keys_values", max_distance=3, dtype="float16")
+    half = MultiHeadRelativeAttention(
+        2, 4, relative="keys_values", position=ClipPositions(3), dtype="float16"
+    )
     with no_gradients():
         result = to_numpy(half(query, query))
     assert not any(taken) and np.isfinite(result).all()

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_posenc.layers import _cross_attention
+from keras_posenc.layers import ClipPositions, _cross_attention
 from keras_posenc.layers._cross_attention import CoreCachedMultiHeadAttention
 from keras_posenc.layers.relative_transformer import RelativeTransformerDecoder
 
@@ -167,7 +167,7 @@ def decoder_model(seed=0):
     x = keras.Input((LENGTH, HIDDEN), name="x")
     encoded = keras.Input((SOURCE, HIDDEN), name="encoded")
     padding = keras.Input((SOURCE,), dtype="bool", name="padding")
-    block = RelativeTransformerDecoder(12, HEADS, max_distance=3, name="decoder")
+    block = RelativeTransformerDecoder(12, HEADS, position=ClipPositions(3), name="decoder")
     model = keras.Model([x, encoded, padding], block(x, encoded, encoder_padding_mask=padding))
     rng = np.random.default_rng(seed)
     for weight in model.weights:
@@ -206,7 +206,7 @@ def test_decoder_trains_under_mixed_float16(rng):
     query, source = sequences(rng)
     x = keras.Input((LENGTH, HIDDEN))
     encoded = keras.Input((SOURCE, HIDDEN))
-    block = RelativeTransformerDecoder(12, HEADS, max_distance=3, dtype="mixed_float16")
+    block = RelativeTransformerDecoder(12, HEADS, position=ClipPositions(3), dtype="mixed_float16")
     logits = keras.layers.Dense(3, dtype="float32")(block(x, encoded))
     model = keras.Model([x, encoded], logits)
     model.compile(

@@ -1,9 +1,10 @@
 """Position schemes: every scheme x every relative mode against the numpy references,
-serialisation, the loose arguments, and ``.keras`` files written before the scheme type."""
+serialisation, the registry of names, and the one way the layers take a position."""
 
 from __future__ import annotations
 
-import os
+import functools
+import inspect
 
 import keras
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from keras import ops
 
 from keras_posenc import layers
-from keras_posenc.layers import position_schemes, relative_index
+from keras_posenc.layers import position_schemes
 from layer_checks import relative_attention_weights
 from reference import position_biases as bias_reference
 from reference import relative_index as reference
@@ -21,8 +22,7 @@ from reference.relative_position_2d import relative_position_bias_2d
 pytestmark = pytest.mark.contract
 
 ATOL = 1e-5
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "position_schemes")
-MODES = ("keys_values", "keys", "bias")
+MODES = position_schemes.RELATIVE_MODES
 
 # Every scheme with its numpy reference (r -> table row); a new scheme adds one entry.
 SCHEMES = {
@@ -139,25 +139,6 @@ def test_computed_schemes_serialise(name):
     assert scheme.toeplitz is not scheme.causal_only  # FIRE alone depends on i and is causal
 
 
-def test_loose_arguments_build_the_same_scheme():
-    layer = layers.MultiHeadRelativeAttention(
-        2, 4, relative="bias", bucketing="log", num_buckets=8, max_distance=10
-    )
-    assert layer.position == layers.LogBuckets(num_buckets=8, max_distance=10)
-    assert layer.get_config()["position"] is None  # the config older releases wrote
-    given = layers.RelativeTransformerDecoder(
-        8, 2, relative="bias", position=layers.LogBuckets(8, 10, bidirectional=False)
-    )
-    config = given.get_config()
-    assert config["bucketing"] == "log" and config["num_buckets"] == 8
-    restored = layers.RelativeTransformerDecoder.from_config(config)
-    assert restored.position == given.position
-    with pytest.raises(ValueError, match=r"either `position` or the loose `num_buckets`"):
-        layers.MultiHeadRelativeAttention(2, 4, num_buckets=9, position=layers.LogBuckets(8, 10))
-    with pytest.raises(TypeError, match=r"MultiHeadRelativeAttention: `position` must be None"):
-        layers.MultiHeadRelativeAttention(2, 4, position="log")
-
-
 def test_scheme_arguments_are_checked():
     with pytest.raises(ValueError, match=r"LogBuckets: `max_distance` must be > 2"):
         layers.LogBuckets(num_buckets=8, max_distance=2)
@@ -171,8 +152,6 @@ def test_scheme_arguments_are_checked():
 
 class _Alternating(position_schemes.PositionScheme):
     """Even and odd distances in different rows: rows that are not intervals."""
-
-    bucketing = "alternating"
 
     @classmethod
     def _check(cls, caller):
@@ -198,15 +177,6 @@ def test_contiguity_is_a_checked_property():
         layers.MultiHeadRelativeAttention(2, 4, relative="keys_values", position=scheme)
 
 
-def test_keras_file_written_before_the_scheme_type_loads():
-    model = keras.models.load_model(os.path.join(FIXTURES, "relative_layers.keras"))
-    data = np.load(os.path.join(FIXTURES, "relative_layers.npz"))
-    np.testing.assert_allclose(to_numpy(model(data["x"])), data["y"], atol=ATOL)
-    assert model.get_layer("t5").position == layers.LogBuckets(8, 10)
-    assert model.get_layer("irpe").position == layers.PiecewiseBuckets(6)
-    assert model.get_layer("decoder").position == layers.LogBuckets(8, 10, bidirectional=False)
-
-
 def test_the_2d_bias_takes_the_grid_scheme(rng):
     grid = layers.Grid2DPositions(size=(2, 3))
     layer = layers.RelativePositionBias2D(num_heads=2, position=grid)
@@ -225,10 +195,105 @@ def test_the_2d_bias_takes_the_grid_scheme(rng):
         layers.RelativePositionBias2D(2, size=(4, 4), position=grid)
 
 
-def test_one_allow_list_of_scheme_names():
-    assert relative_index.BUCKETINGS == tuple(position_schemes.BY_NAME)
-    assert set(position_schemes.SCHEMES) < set(position_schemes.BY_NAME)
-    for name, scheme in position_schemes.BY_NAME.items():
-        assert scheme.bucketing == name
-    with pytest.raises(ValueError, match=r"bucket_index: `bucketing` must be one of 'clip'"):
-        relative_index.bucket_index([0], "grid2d")
+# --------------------------------------------------------------------------- the one way
+
+
+LOOSE = ("bucketing", "max_distance", "num_buckets", "bidirectional", "rotary_max_wavelength")
+
+
+@pytest.mark.neutral
+def test_no_public_layer_takes_a_loose_position_argument():
+    # The schemes keep their own arguments (LogBuckets(num_buckets=...) is the scheme), as
+    # do the index functions they are built on; every layer and block says a position once.
+    public = [getattr(layers, name) for name in layers.__all__]
+    classes = [value for value in public if inspect.isclass(value)]
+    found = [value for value in classes if issubclass(value, keras.layers.Layer)]
+    assert len(found) >= 18 and layers.RelativeTransformerDecoder in found
+    for layer in found:
+        parameters = set(inspect.signature(layer).parameters)
+        assert not parameters & set(LOOSE), f"{layer.__name__} takes {parameters & set(LOOSE)}"
+    for block in (layers.MultiHeadRelativeAttention, layers.RelativeTransformerDecoder):
+        assert {"position", "rotary"} <= set(inspect.signature(block).parameters)
+    for table in (layers.RelativePositionBias, layers.RelativePositionEmbedding):
+        assert "position" in inspect.signature(table).parameters
+
+
+@pytest.mark.neutral
+def test_registered_names_give_the_papers_schemes():
+    get = position_schemes.get
+    assert get("shaw") == get("clip") == layers.ClipPositions(max_distance=16)
+    assert get("t5") == get("log") == layers.LogBuckets(32, 128, bidirectional=True)
+    assert get("t5_decoder") == layers.LogBuckets(32, 128, bidirectional=False)
+    assert get("irpe") == get("piecewise") == layers.PiecewiseBuckets()
+    assert get("multiscale") == layers.MultiScaleBins()
+    assert get("grid2d") == layers.Grid2DPositions()
+    computed = {"alibi": layers.ALiBi, "kerple": layers.KERPLE, "fire": layers.FIRE}
+    computed["continuous"] = layers.ContinuousBias
+    for name, scheme in computed.items():
+        assert get(name) == scheme()
+    assert set(computed) | {"shaw", "t5", "irpe", "grid2d"} <= set(position_schemes.names())
+    scheme = layers.LogBuckets(8, 10)
+    assert get(scheme) is scheme
+    assert get(keras.saving.serialize_keras_object(scheme)) == scheme
+
+
+@pytest.mark.neutral
+def test_unknown_names_and_other_values_are_refused():
+    with pytest.raises(
+        ValueError, match=r"registered names \('alibi', .*got 'tt5'\. Did you mean 't5'"
+    ):
+        position_schemes.get("tt5")
+    with pytest.raises(ValueError, match=r"RelativePositionBias: `position` .* got 'Shaw'.*'shaw'"):
+        layers.RelativePositionBias(2, position="Shaw")
+    with pytest.raises(TypeError, match=r"MultiHeadRelativeAttention: `position` must be a Pos"):
+        layers.MultiHeadRelativeAttention(2, 4, position=16)
+    with pytest.raises(TypeError, match=r"RelativePositionEmbedding: `position` .* gives"):
+        layers.RelativePositionEmbedding(
+            2, position=keras.saving.serialize_keras_object(layers.RotaryPositions())
+        )
+    with pytest.raises(ValueError, match=r"does not support relative='keys'"):
+        layers.RelativePositionEmbedding(2, position="alibi")
+    with pytest.raises(ValueError, match=r"relative=None adds no relative term"):
+        layers.MultiHeadRelativeAttention(2, 4, relative=None, position="t5")
+
+
+@pytest.mark.neutral
+def test_a_name_round_trips_through_the_config():
+    for layer in (
+        layers.MultiHeadRelativeAttention(2, 4, relative="bias", position="t5_decoder"),
+        layers.RelativeTransformerEncoder(8, 2, relative="keys", position="irpe"),
+        layers.RelativePositionBias(2, position="alibi"),
+        layers.RelativePositionEmbedding(3),
+    ):
+        config = layer.get_config()
+        assert config["position"]["class_name"] == type(layer.position).__name__
+        restored = type(layer).from_config(config)
+        assert restored.position == layer.position and restored.get_config() == config
+    assert layers.RelativePositionBias(2).position == layers.LogBuckets()  # "t5"
+    none = layers.MultiHeadRelativeAttention(2, 4, relative=None)
+    assert none.position is None and none.get_config()["position"] is None
+    assert layers.RelativePositionBias2D(2, position="grid2d").size == (7, 7)
+
+
+@pytest.mark.neutral
+def test_register_scheme():
+    name = "test_clip_3"
+    position_schemes.register_scheme(name, functools.partial(layers.ClipPositions, 3))
+    try:
+        assert name in position_schemes.names()
+        layer = layers.RelativePositionEmbedding(4, position=name)
+        assert layer.position == layers.ClipPositions(3) and layer.table_size == 7
+        with pytest.raises(ValueError, match=r"register_scheme: `name` 'test_clip_3' is regis"):
+            position_schemes.register_scheme(name, layers.ClipPositions)
+    finally:
+        del position_schemes._REGISTRY[name]
+    with pytest.raises(ValueError, match=r"register_scheme: `name` must be a lower-case"):
+        position_schemes.register_scheme("Shaw 2", layers.ClipPositions)
+    with pytest.raises(TypeError, match=r"register_scheme: `factory` must be"):
+        position_schemes.register_scheme("test_not_callable", 3)
+    position_schemes.register_scheme("test_not_a_scheme", lambda: 3)
+    try:
+        with pytest.raises(TypeError, match=r"got 'test_not_a_scheme', which gives 3"):
+            layers.RelativePositionBias(2, position="test_not_a_scheme")
+    finally:
+        del position_schemes._REGISTRY["test_not_a_scheme"]

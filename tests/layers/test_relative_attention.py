@@ -10,6 +10,7 @@ from tiers import matrix
 
 import layer_checks
 from keras_posenc import backend
+from keras_posenc.layers import ClipPositions, LogBuckets, PiecewiseBuckets, RotaryPositions
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_position import RelativePositionEmbedding
 from reference.relative_attention import (
@@ -59,7 +60,8 @@ def layer_weights(layer):
 def built_layer(query, value, key=None, seed=0, **kwargs):
     kwargs.setdefault("num_heads", 2)
     kwargs.setdefault("key_dim", 4)
-    kwargs.setdefault("max_distance", 3)
+    if kwargs.get("relative", "keys_values") is not None:
+        kwargs.setdefault("position", ClipPositions(3))
     layer = MultiHeadRelativeAttention(**kwargs)
     layer(query, value, key)
     randomize(layer, seed)
@@ -121,9 +123,7 @@ def test_masks_match_reference(relative, rng):
 
 def test_log_bucket_bias_matches_t5_reference(rng):
     query = inputs(rng, 2, 40, 6)
-    layer = built_layer(
-        query, query, relative="bias", bucketing="log", num_buckets=8, max_distance=20
-    )
+    layer = built_layer(query, query, relative="bias", position=LogBuckets(8, 20))
     index = t5_relative_position_bucket(relative_positions(40, 40), True, 8, 20)
     expected, _ = relative_attention(query, query, None, layer_weights(layer), "bias", index)
     assert_close(layer(query, query), expected, what="log-bucket bias output")
@@ -184,7 +184,7 @@ def test_long_sequence_never_materialises_relative_vectors(relative, rng, monkey
 
     monkeypatch.setattr(RelativePositionEmbedding, "call", refuse)
     query = inputs(rng, 1, 600, 4)
-    layer = built_layer(query, query, relative=relative, num_heads=1, max_distance=16)
+    layer = built_layer(query, query, relative=relative, num_heads=1, position=ClipPositions(16))
     expected, _ = relative_attention(
         query, query, None, layer_weights(layer), relative, clip_index_matrix(600, 600, 16)
     )
@@ -196,9 +196,8 @@ def test_long_sequence_never_materialises_relative_vectors(relative, rng, monkey
 
 def _skew_layer(query, value, key=None, relative="keys", path="skew", **kwargs):
     # max_distance 8 covers every distance of the lengths below (<= 9 keys or queries).
-    return built_layer(
-        query, value, key, relative=relative, max_distance=8, relative_logits=path, **kwargs
-    )
+    kwargs.update(relative=relative, position=ClipPositions(8), relative_logits=path)
+    return built_layer(query, value, key, **kwargs)
 
 
 @pytest.mark.parametrize("relative", ["keys", "keys_values"])
@@ -282,31 +281,22 @@ def test_skew_falls_back_to_gather_when_the_table_is_short(rng, monkeypatch):
 
 @pytest.mark.parametrize(
     *matrix(
-        "bucketing, extra, index",
+        "position, index",
         [
-            ("log", {"bidirectional": True}, lambda r: t5_relative_position_bucket(r, True, 8, 20)),
+            (LogBuckets(8, 20), lambda r: t5_relative_position_bucket(r, True, 8, 20)),
             (
-                "log",
-                {"bidirectional": False},
+                LogBuckets(8, 20, bidirectional=False),
                 lambda r: t5_relative_position_bucket(r, False, 8, 20),
             ),
-            ("piecewise", {}, lambda r: piecewise_index(r, 8)),
+            (PiecewiseBuckets(8), lambda r: piecewise_index(r, 8)),
         ],
     ),
     ids=["log_bidirectional", "log_causal", "piecewise"],
 )
-def test_value_term_with_other_bucketings_matches_reference(bucketing, extra, index, rng):
+def test_value_term_with_other_schemes_matches_reference(position, index, rng):
     """The cumulative-sum value term relies on every bucket being an interval of distances."""
     query, value = inputs(rng, 2, 30, 6), inputs(rng, 2, 37, 6)
-    layer = built_layer(
-        query,
-        value,
-        relative="keys_values",
-        bucketing=bucketing,
-        num_buckets=8,
-        max_distance=20,
-        **extra,
-    )
+    layer = built_layer(query, value, relative="keys_values", position=position)
     mask = rng.random((2, 30, 37)) > 0.3
     expected, _ = relative_attention(
         query,
@@ -317,7 +307,7 @@ def test_value_term_with_other_bucketings_matches_reference(bucketing, extra, in
         index(relative_positions(30, 37)),
         mask,
     )
-    assert_close(layer(query, value, attention_mask=mask), expected, what=bucketing)
+    assert_close(layer(query, value, attention_mask=mask), expected, what=repr(position))
 
 
 @pytest.mark.parametrize("path", ["gather", "skew"])
@@ -470,7 +460,7 @@ def test_functional_model_with_unknown_length(relative, block, rng):
     lengths may block (eager JAX/PyTorch calls see the real length).
     """
     layer = MultiHeadRelativeAttention(
-        2, 4, relative=relative, max_distance=3, query_block_size=block
+        2, 4, relative=relative, position=ClipPositions(3), query_block_size=block
     )
     token_input = keras.Input(shape=(None, 6))
     model = keras.Model(token_input, layer(token_input, token_input, use_causal_mask=True))
@@ -565,7 +555,7 @@ def test_fully_masked_rows_give_zeros_not_nan(relative, rng):
 def test_keras_mask_propagates_through_functional_model(rng):
     tokens = np.array([[3, 4, 5, 0, 0], [1, 2, 3, 4, 0]])
     embedding = keras.layers.Embedding(10, 6, mask_zero=True)
-    attention = MultiHeadRelativeAttention(2, 4, max_distance=2)
+    attention = MultiHeadRelativeAttention(2, 4, position=ClipPositions(2))
     token_input = keras.Input((None,), dtype="int32")
     embedded = embedding(token_input)
     attended = attention(embedded, embedded)
@@ -593,7 +583,7 @@ def test_keras_mask_propagates_through_functional_model(rng):
 @pytest.mark.parametrize("relative", MODES)
 def test_causal_no_leak(relative, rng):
     query = inputs(rng, 2, 7, 6)
-    layer = built_layer(query, query, relative=relative, rotary_max_wavelength=100)
+    layer = built_layer(query, query, relative=relative, rotary=RotaryPositions(max_wavelength=100))
     layer_checks.check_causal(layer, [query, query], {"use_causal_mask": True})
 
 
@@ -603,7 +593,8 @@ def test_causal_no_leak(relative, rng):
 def test_incremental_decoding_equals_full(relative, rotary, rng):
     length = 6
     x = inputs(rng, 2, length, 6)
-    layer = built_layer(x, x, relative=relative, rotary_max_wavelength=rotary)
+    rotary = None if rotary is None else RotaryPositions(max_wavelength=rotary)
+    layer = built_layer(x, x, relative=relative, rotary=rotary)
     full = to_numpy(layer(x, x, use_causal_mask=True))
     cache = np.zeros((2, 2, length, 2, 4), "float32")
     steps = []
@@ -763,8 +754,8 @@ def test_fused_attention_mixed_precision_close_to_float32(relative, rng):
     "kwargs",
     [
         {"relative": "keys_values"},
-        {"relative": "keys", "rotary_max_wavelength": 100},
-        {"relative": "bias", "bucketing": "log", "num_buckets": 8, "max_distance": 20},
+        {"relative": "keys", "rotary": RotaryPositions(max_wavelength=100)},
+        {"relative": "bias", "position": LogBuckets(8, 20)},
     ],
     ids=["keys_values", "keys_rotary", "bias_log"],
 )
@@ -775,7 +766,12 @@ def test_standard_checks(kwargs, rng):
         # use_bias=False: a key bias adds q_i . b to every logit of row i, which
         # the softmax cancels, so it never gets a gradient (as in any attention).
         return MultiHeadRelativeAttention(
-            2, 4, value_dim=3, use_bias=False, dropout=0.1, **{"max_distance": 2, **kwargs}
+            2,
+            4,
+            value_dim=3,
+            use_bias=False,
+            dropout=0.1,
+            **{"position": ClipPositions(2), **kwargs},
         )
 
     layer_checks.run_standard_checks(make_layer, [query, value])
@@ -802,11 +798,8 @@ def test_config_has_every_argument():
         dropout=0.2,
         output_shape=7,
         relative="bias",
-        bucketing="log",
-        num_buckets=16,
-        max_distance=40,
-        bidirectional=False,
-        rotary_max_wavelength=500,
+        position=LogBuckets(16, 40, bidirectional=False),
+        rotary=RotaryPositions(max_wavelength=500),
         relative_logits="gather",
         query_block_size=128,
         fused_attention=True,
@@ -814,7 +807,8 @@ def test_config_has_every_argument():
     config = layer.get_config()
     restored = MultiHeadRelativeAttention.from_config(config)
     assert restored.get_config() == config
-    assert config["relative"] == "bias" and config["rotary_max_wavelength"] == 500
+    assert config["relative"] == "bias" and restored.rotary.max_wavelength == 500
+    assert restored.position == LogBuckets(16, 40, bidirectional=False)
     assert config["relative_logits"] == "gather" and config["query_block_size"] == 128
     assert config["fused_attention"] is True and restored.fused_attention is True
     assert MultiHeadRelativeAttention(2, 4).get_config()["fused_attention"] == "auto"
@@ -832,8 +826,8 @@ def test_config_has_every_argument():
         ({"key_dim": 2.5}, TypeError, r"MultiHeadRelativeAttention: `key_dim` must be an integer"),
         ({"num_heads": 0}, ValueError, r"`num_heads` must be an integer >= 1, got 0"),
         ({"dropout": 1.5}, ValueError, r"`dropout` must be in \[0, 1\), got 1.5"),
-        ({"bucketing": "nearest"}, ValueError, r"`bucketing`.*'nearest'"),
-        ({"key_dim": 3, "rotary_max_wavelength": 100}, ValueError, r"even `key_dim`, got 3"),
+        ({"position": "nearest"}, ValueError, r"`position`.*registered names.*'nearest'"),
+        ({"key_dim": 3, "rotary": RotaryPositions()}, ValueError, r"even `key_dim`, got 3"),
         ({"relative_logits": "roll"}, ValueError, r"`relative_logits` must be one of.*'roll'"),
         ({"query_block_size": 0}, ValueError, r"`query_block_size` must be an integer >= 1"),
         (
@@ -850,12 +844,12 @@ def test_config_has_every_argument():
         (
             {"relative_logits": "skew", "relative": "bias"},
             ValueError,
-            r"relative_logits='skew' needs.*relative='bias', bucketing='clip'",
+            r"relative_logits='skew' needs.*relative='bias', position=ClipPositions",
         ),
         (
-            {"relative_logits": "skew", "bucketing": "log"},
+            {"relative_logits": "skew", "position": "t5"},
             ValueError,
-            r"relative_logits='skew' needs.*bucketing='log'",
+            r"relative_logits='skew' needs.*position=LogBuckets",
         ),
     ],
 )
@@ -885,7 +879,7 @@ def test_bad_call_inputs(rng):
 
 def test_a_cache_update_index_outside_the_cache_is_refused(rng):
     # A step at 9 of a cache of 5 wrote nothing and returned an output; -1 gave zeros.
-    layer = MultiHeadRelativeAttention(2, 4, max_distance=4)
+    layer = MultiHeadRelativeAttention(2, 4, position=ClipPositions(4))
     cache = np.zeros((1, 2, 5, 2, 4), "float32")
     step, two = rng.standard_normal((1, 1, 8)), rng.standard_normal((1, 2, 8))
     for index, rows, name in ((9, step, "9"), (-1, step, "-1"), (4, two, "4")):

@@ -119,7 +119,7 @@ def test_bias_kernels_match_reference(mode, position, rng):
 
 
 def reference_bucket(position, r):
-    """The reference bucketing of a scheme (independent of keras_posenc's)."""
+    """The reference index of a scheme (independent of keras_posenc's)."""
     if isinstance(position, position_schemes.ClipPositions):
         return reference_index.clip_index(r, position.max_distance)
     if isinstance(position, position_schemes.LogBuckets):
@@ -194,7 +194,7 @@ def _count_toeplitz_attention(monkeypatch):
 def test_toeplitz_attention_matches_reference(lengths, rng, monkeypatch):
     query_length, key_length = lengths
     query, value = inputs(rng, 2, query_length, 6), inputs(rng, 2, key_length, 6)
-    layer = built_layer(query, value, relative="bias", bucketing="log", num_buckets=8)
+    layer = built_layer(query, value, relative="bias", position=position_schemes.LogBuckets(8, 3))
     taken = _count_toeplitz_attention(monkeypatch)
     index = reference_index.t5_relative_position_bucket(
         reference_index.relative_positions(query_length, key_length), True, 8, 3

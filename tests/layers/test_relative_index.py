@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+from keras_posenc import layers
 from keras_posenc.layers import relative_index as ri
 from reference import relative_index as ref
 
@@ -110,32 +111,30 @@ def test_multiscale_index_matches_reference_and_stays_in_table(scale):
 
 
 @pytest.mark.parametrize(
-    "bucketing, kwargs, direct",
+    "scheme, direct",
     [
-        ("clip", {"max_distance": 5}, lambda r: ri.clip_index(r, 5)),
+        (layers.ClipPositions(max_distance=5), lambda r: ri.clip_index(r, 5)),
         (
-            "log",
-            {"num_buckets": 16, "max_distance": 64, "bidirectional": False},
+            layers.LogBuckets(num_buckets=16, max_distance=64, bidirectional=False),
             lambda r: ri.log_bucket_index(r, 16, 64, False),
         ),
-        ("piecewise", {"num_buckets": 12}, lambda r: ri.piecewise_index(r, 12)),
-        ("multiscale", {"scale": 10}, lambda r: ri.multiscale_index(r, 10)),
+        (layers.PiecewiseBuckets(num_buckets=12), lambda r: ri.piecewise_index(r, 12)),
+        (layers.MultiScaleBins(scale=10), lambda r: ri.multiscale_index(r, 10)),
     ],
 )
-def test_bucket_index_dispatches_and_fills_its_table(bucketing, kwargs, direct):
-    actual = numpy(ri.bucket_index(R, bucketing, **kwargs))
+def test_scheme_index_is_its_function_and_fills_its_table(scheme, direct):
+    actual = numpy(scheme.index(R))
     np.testing.assert_array_equal(actual, numpy(direct(R)))
-    size = ri.table_size(bucketing, **{k: v for k, v in kwargs.items()})
     # Every row of the table is reachable and none beyond it.
-    np.testing.assert_array_equal(np.unique(actual), np.arange(size))
+    np.testing.assert_array_equal(np.unique(actual), np.arange(scheme.table_size))
 
 
 def test_table_sizes():
-    assert ri.table_size("clip", max_distance=16) == 33
-    assert ri.table_size("log", num_buckets=32) == 32
-    assert ri.table_size("piecewise", num_buckets=32) == 33
-    assert ri.table_size("piecewise", num_buckets=33) == 33
-    assert ri.table_size("multiscale", scale=5) == 5
+    assert layers.ClipPositions(max_distance=16).table_size == 33
+    assert layers.LogBuckets(num_buckets=32).table_size == 32
+    assert layers.PiecewiseBuckets(num_buckets=32).table_size == 33
+    assert layers.PiecewiseBuckets(num_buckets=33).table_size == 33
+    assert layers.MultiScaleBins(scale=5).table_size == 5
     assert ri.multiscale_table_size(20) == 21
 
 
@@ -155,7 +154,7 @@ class IndexProbe(keras.Model):
     def call(self, x):
         length = ops.shape(x)[1]
         r = ri.relative_positions(length, length + 2, offset=2)
-        index = ri.bucket_index(r, "log", num_buckets=8, max_distance=20)
+        index = layers.LogBuckets(num_buckets=8, max_distance=20).index(r)
         return ops.zeros_like(x[:, :, :1]) + ops.cast(index, x.dtype)[None]
 
 
@@ -242,30 +241,14 @@ def test_symbolic_length_on_tensorflow_or_static_elsewhere():
             r"multiscale_table_size: `scale` must be an integer >= 2, got 0",
         ),
         (
-            lambda: ri.bucket_index(R, "linear"),
+            lambda: layers.ClipPositions(max_distance=-3),
             ValueError,
-            r"bucket_index: `bucketing` must be one of 'clip', 'log', 'piecewise', 'multiscale', "
-            r"got 'linear'",
+            r"ClipPositions: `max_distance` must be an integer >= 0, got -3",
         ),
         (
-            lambda: ri.bucket_index(R, "multiscale"),
+            lambda: layers.LogBuckets(num_buckets=32, max_distance=4),
             ValueError,
-            r"bucket_index: bucketing='multiscale' needs `scale`",
-        ),
-        (
-            lambda: ri.table_size("Log"),
-            ValueError,
-            r"table_size: `bucketing` must be one of .* got 'Log'",
-        ),
-        (
-            lambda: ri.table_size("clip", max_distance=-3),
-            ValueError,
-            r"table_size: `max_distance` must be an integer >= 0, got -3",
-        ),
-        (
-            lambda: ri.table_size("log", num_buckets=32, max_distance=4),
-            ValueError,
-            r"table_size: `max_distance` must be > 8",
+            r"LogBuckets: `max_distance` must be > 8",
         ),
         (
             lambda: ri.relative_positions(-1, 3),

@@ -11,7 +11,10 @@ from keras import ops
 
 import layer_checks
 from keras_posenc.layers import (
+    ClipPositions,
+    LogBuckets,
     MultiScaleRelativePositionEmbedding,
+    PiecewiseBuckets,
     RelativePositionBias,
     RelativePositionEmbedding,
     relative_index,
@@ -79,10 +82,19 @@ def numpy(x):
     return ops.convert_to_numpy(x)
 
 
-def index_fn(bucketing, max_distance, num_buckets, bidirectional):
-    if bucketing == "clip":
+def scheme_of(kind, max_distance, num_buckets, bidirectional):
+    """The scheme a test case describes (the layer's), beside its numpy reference `index_fn`."""
+    if kind == "clip":
+        return ClipPositions(max_distance)
+    if kind == "log":
+        return LogBuckets(num_buckets, max_distance, bidirectional)
+    return PiecewiseBuckets(num_buckets)
+
+
+def index_fn(kind, max_distance, num_buckets, bidirectional):
+    if kind == "clip":
         return functools.partial(ref_index.clip_index, k=max_distance)
-    if bucketing == "log":
+    if kind == "log":
         return functools.partial(
             ref_index.t5_relative_position_bucket,
             bidirectional=bidirectional,
@@ -105,18 +117,14 @@ BIAS_SETTINGS = [
 # --------------------------------------------------------------------------- vs reference
 
 
-@pytest.mark.parametrize("bucketing, num_buckets, max_distance, bidirectional", BIAS_SETTINGS)
-def test_bias_matches_reference(rng, bucketing, num_buckets, max_distance, bidirectional):
+@pytest.mark.parametrize("kind, num_buckets, max_distance, bidirectional", BIAS_SETTINGS)
+def test_bias_matches_reference(rng, kind, num_buckets, max_distance, bidirectional):
     layer = RelativePositionBias(
-        3,
-        bucketing=bucketing,
-        num_buckets=num_buckets,
-        max_distance=max_distance,
-        bidirectional=bidirectional,
+        3, position=scheme_of(kind, max_distance, num_buckets, bidirectional)
     )
     randomize(layer, rng)
     table = numpy(layer.embeddings)
-    fn = index_fn(bucketing, max_distance, num_buckets, bidirectional)
+    fn = index_fn(kind, max_distance, num_buckets, bidirectional)
     for q, k, offset in LENGTHS:
         actual = numpy(layer(q, k, offset=offset))
         assert actual.shape == (1, 3, q, k) == layer.compute_output_shape(q, k, offset)
@@ -126,7 +134,7 @@ def test_bias_matches_reference(rng, bucketing, num_buckets, max_distance, bidir
 
 
 @pytest.mark.parametrize(
-    "bucketing, max_distance, num_buckets, bidirectional",
+    "kind, max_distance, num_buckets, bidirectional",
     [
         ("clip", 16, 32, True),
         ("clip", 2, 32, True),
@@ -134,17 +142,13 @@ def test_bias_matches_reference(rng, bucketing, num_buckets, max_distance, bidir
         ("piecewise", 16, 12, True),
     ],
 )
-def test_embedding_matches_reference(rng, bucketing, max_distance, num_buckets, bidirectional):
+def test_embedding_matches_reference(rng, kind, max_distance, num_buckets, bidirectional):
     layer = RelativePositionEmbedding(
-        4,
-        bucketing=bucketing,
-        max_distance=max_distance,
-        num_buckets=num_buckets,
-        bidirectional=bidirectional,
+        4, position=scheme_of(kind, max_distance, num_buckets, bidirectional)
     )
     randomize(layer, rng)
     table = numpy(layer.embeddings)
-    fn = index_fn(bucketing, max_distance, num_buckets, bidirectional)
+    fn = index_fn(kind, max_distance, num_buckets, bidirectional)
     for q, k, offset in LENGTHS:
         actual = numpy(layer(q, k, offset=offset))
         assert actual.shape == (q, k, 4) == layer.compute_output_shape(q, k, offset)
@@ -154,14 +158,14 @@ def test_embedding_matches_reference(rng, bucketing, max_distance, num_buckets, 
 
 
 def test_embedding_table_and_indices_gather_to_the_output(rng):
-    layer = randomize(RelativePositionEmbedding(4, max_distance=3), rng)
+    layer = randomize(RelativePositionEmbedding(4, position=ClipPositions(3)), rng)
     table, index = layer.table(), layer.indices(6, 9, offset=3)
     assert tuple(table.shape) == (7, 4)
     np.testing.assert_array_equal(
         numpy(index), ref_index.clip_index(ref_index.relative_positions(6, 9, 3), 3)
     )
     np.testing.assert_allclose(numpy(ops.take(table, index, axis=0)), numpy(layer(6, 9, offset=3)))
-    bias = randomize(RelativePositionBias(2, num_buckets=16, max_distance=50), rng)
+    bias = randomize(RelativePositionBias(2, position=LogBuckets(16, 50)), rng)
     assert tuple(bias.table().shape) == (16, 2)
     np.testing.assert_array_equal(
         numpy(bias.indices(4, 4)),
@@ -192,8 +196,8 @@ def test_multiscale_matches_reference(rng, scales, combine):
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: RelativePositionBias(2, num_buckets=8, max_distance=20),
-        lambda: RelativePositionEmbedding(3, max_distance=2),
+        lambda: RelativePositionBias(2, position=LogBuckets(8, 20)),
+        lambda: RelativePositionEmbedding(3, position=ClipPositions(2)),
         lambda: MultiScaleRelativePositionEmbedding(4, scales=(2, 6)),
     ],
 )
@@ -205,7 +209,7 @@ def test_scalar_tensor_lengths_equal_int_lengths(rng, make):
 
 
 def test_traced_lengths_in_a_compiled_model(rng):
-    inner = randomize(RelativePositionBias(2, num_buckets=8, max_distance=20), rng)
+    inner = randomize(RelativePositionBias(2, position=LogBuckets(8, 20)), rng)
     inputs = keras.Input((None, 1))
     model = keras.Model(inputs, LengthsAdapter(inner, offset=2)(inputs))
     table = numpy(inner.embeddings)
@@ -234,12 +238,11 @@ def test_symbolic_lengths_give_unknown_output_dims():
 # --------------------------------------------------------------------------- shared checks
 
 LAYERS = {
-    "bias_log": lambda: RelativePositionBias(2, num_buckets=8, max_distance=20),
-    "bias_clip": lambda: RelativePositionBias(2, bucketing="clip", max_distance=3),
-    "embedding_clip": lambda: RelativePositionEmbedding(3, max_distance=2),
-    "embedding_piecewise": lambda: RelativePositionEmbedding(
-        3, bucketing="piecewise", num_buckets=6
-    ),
+    "bias_log": lambda: RelativePositionBias(2, position=LogBuckets(8, 20)),
+    "bias_clip": lambda: RelativePositionBias(2, position=ClipPositions(3)),
+    "embedding_clip": lambda: RelativePositionEmbedding(3, position=ClipPositions(2)),
+    "embedding_piecewise": lambda: RelativePositionEmbedding(3, position=PiecewiseBuckets(6)),
+    "embedding_named": lambda: RelativePositionEmbedding(3, position="irpe"),
     "multiscale_concat": lambda: MultiScaleRelativePositionEmbedding(
         4, scales=(2, 6), combine="concat"
     ),
@@ -280,10 +283,10 @@ def test_mixed_precision(name):
 
 
 def test_weights_exist_before_any_call_and_survive_set_weights(rng):
-    layer = RelativePositionBias(2, num_buckets=8, max_distance=20)
+    layer = RelativePositionBias(2, position=LogBuckets(8, 20))
     table = layer.table()  # builds on demand
     assert layer.built and tuple(table.shape) == (8, 2)
-    other = RelativePositionBias(2, num_buckets=8, max_distance=20)
+    other = RelativePositionBias(2, position=LogBuckets(8, 20))
     randomize(layer, rng)
     other.build()
     other.set_weights(layer.get_weights())
@@ -307,36 +310,30 @@ def test_weights_exist_before_any_call_and_survive_set_weights(rng):
             r"RelativePositionBias: `num_heads` must be an integer",
         ),
         (
-            lambda: RelativePositionBias(2, bucketing="linear"),
+            lambda: RelativePositionBias(2, position="linear"),
             ValueError,
-            r"RelativePositionBias: `bucketing` must be one of 'clip', 'log', 'piecewise', "
-            r"got 'linear'\.$",
+            r"RelativePositionBias: `position` must be a PositionScheme, its config or one of "
+            r"the registered names \(.*\), got 'linear'\.",
         ),
         (
-            lambda: RelativePositionBias(2, bucketing="multiscale"),
+            lambda: RelativePositionBias(2, position=LogBuckets(num_buckets=2)),
             ValueError,
-            r"RelativePositionBias: `bucketing` .* got 'multiscale' "
-            r"\(.*use MultiScaleRelativePositionEmbedding\)",
+            r"LogBuckets: `num_buckets` must be >= 4 for bidirectional .* got 2",
         ),
         (
-            lambda: RelativePositionBias(2, num_buckets=2),
+            lambda: RelativePositionBias(2, position=LogBuckets(max_distance=-1)),
             ValueError,
-            r"RelativePositionBias: `num_buckets` must be >= 4 for bidirectional .* got 2",
+            r"LogBuckets: `max_distance` must be an integer >= 0, got -1",
         ),
         (
-            lambda: RelativePositionBias(2, max_distance=-1),
-            ValueError,
-            r"RelativePositionBias: `max_distance` must be an integer >= 0, got -1",
-        ),
-        (
-            lambda: RelativePositionBias(2, bidirectional=1),
+            lambda: RelativePositionBias(2, position=LogBuckets(bidirectional=1)),
             TypeError,
-            r"RelativePositionBias: `bidirectional` must be True or False, got 1",
+            r"LogBuckets: `bidirectional` must be True or False, got 1",
         ),
         (
-            lambda: RelativePositionEmbedding(4, max_distance=-2),
+            lambda: RelativePositionEmbedding(4, position=ClipPositions(max_distance=-2)),
             ValueError,
-            r"RelativePositionEmbedding: `max_distance` must be an integer >= 0, got -2",
+            r"ClipPositions: `max_distance` must be an integer >= 0, got -2",
         ),
         (
             lambda: RelativePositionEmbedding(0),
@@ -344,9 +341,9 @@ def test_weights_exist_before_any_call_and_survive_set_weights(rng):
             r"RelativePositionEmbedding: `output_dim` must be an integer >= 1, got 0",
         ),
         (
-            lambda: RelativePositionEmbedding(4, bucketing="piecewise", num_buckets=1),
+            lambda: RelativePositionEmbedding(4, position=PiecewiseBuckets(num_buckets=1)),
             ValueError,
-            r"RelativePositionEmbedding: `num_buckets` must be an integer >= 2, got 1",
+            r"PiecewiseBuckets: `num_buckets` must be an integer >= 2, got 1",
         ),
         (
             lambda: MultiScaleRelativePositionEmbedding(4, combine="max"),

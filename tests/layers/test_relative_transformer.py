@@ -8,6 +8,7 @@ import pytest
 from keras import ops
 
 import layer_checks
+from keras_posenc.layers import ClipPositions, LogBuckets, RotaryPositions
 from keras_posenc.layers.relative_transformer import (
     RelativeTransformerDecoder,
     RelativeTransformerEncoder,
@@ -75,8 +76,16 @@ def block_weights(layer):
     return weights
 
 
+def _arguments(kwargs):
+    """The test blocks' arguments: a ClipPositions(3) table unless told otherwise."""
+    defaults = {"intermediate_dim": 12, "num_heads": HEADS}
+    if kwargs.get("relative", "keys_values") is not None:
+        defaults["position"] = ClipPositions(3)
+    return {**defaults, **kwargs}
+
+
 def encoder(x, seed=0, **kwargs):
-    kwargs = {"intermediate_dim": 12, "num_heads": HEADS, "max_distance": 3, **kwargs}
+    kwargs = _arguments(kwargs)
     layer = RelativeTransformerEncoder(**kwargs)
     layer(x)
     randomize(layer, seed)
@@ -84,7 +93,7 @@ def encoder(x, seed=0, **kwargs):
 
 
 def decoder(x, encoded=None, seed=0, **kwargs):
-    kwargs = {"intermediate_dim": 12, "num_heads": HEADS, "max_distance": 3, **kwargs}
+    kwargs = _arguments(kwargs)
     layer = RelativeTransformerDecoder(**kwargs)
     layer(x) if encoded is None else layer(x, encoded)
     randomize(layer, seed)
@@ -130,7 +139,7 @@ def test_encoder_attention_mask_and_bias_match_reference(rng):
     attention_mask = rng.random((2, 6, 6)) > 0.3
     attention_mask[:, np.arange(6), np.arange(6)] = True  # no fully masked row
     bias = rng.standard_normal((1, HEADS, 6, 6)).astype("float32")
-    layer = encoder(x, relative="bias", bucketing="log", num_buckets=6, max_distance=8)
+    layer = encoder(x, relative="bias", position=LogBuckets(6, 8))
     output, scores = layer(
         x, attention_mask=attention_mask, attention_bias=bias, return_attention_scores=True
     )
@@ -152,9 +161,7 @@ def test_decoder_with_cross_attention_matches_reference(normalize_first, rng):
         x,
         encoded,
         relative="bias",
-        bucketing="log",
-        num_buckets=6,
-        max_distance=8,
+        position="t5_decoder" if normalize_first else LogBuckets(6, 8, bidirectional=False),
         normalize_first=normalize_first,
     )
     output = layer(
@@ -164,8 +171,9 @@ def test_decoder_with_cross_attention_matches_reference(normalize_first, rng):
         encoder_padding_mask=encoder_padding,
     )
     self_mask = causal_mask(6, 6) & decoder_padding[:, :, None] & decoder_padding[:, None, :]
-    # bidirectional=False by default in the decoder: T5's causal buckets.
-    index = t5_relative_position_bucket(relative_positions(6, 6), False, 6, 8)
+    # T5's causal buckets, by name (32 of them up to 128) or given.
+    buckets = (32, 128) if normalize_first else (6, 8)
+    index = t5_relative_position_bucket(relative_positions(6, 6), False, *buckets)
     expected = decoder_block(
         x,
         encoded,
@@ -232,7 +240,7 @@ def test_encoder_padding_is_ignored_by_cross_attention(rng):
 def test_decoder_causal_no_leak(relative, with_encoder, rng):
     x = inputs(rng, 2, 6)
     encoded = inputs(rng, 2, 4) if with_encoder else None
-    layer = decoder(x, encoded, relative=relative, rotary_max_wavelength=100)
+    layer = decoder(x, encoded, relative=relative, rotary=RotaryPositions(max_wavelength=100))
     layer_inputs = [x] if encoded is None else [x, encoded]
     layer_checks.check_causal(layer, layer_inputs, sequence_inputs=[0])
 
@@ -247,7 +255,7 @@ def test_fully_padded_sequence_gives_finite_output(rng):
 def test_encoder_reads_keras_mask_in_functional_model(rng):
     tokens = np.array([[3, 4, 5, 0, 0, 0], [1, 2, 3, 4, 5, 0]])
     embedding = keras.layers.Embedding(10, HIDDEN, mask_zero=True)
-    block = RelativeTransformerEncoder(12, HEADS, max_distance=2, normalize_first=True)
+    block = RelativeTransformerEncoder(12, HEADS, position=ClipPositions(2), normalize_first=True)
     token_input = keras.Input((None,), dtype="int32")
     encoded = block(embedding(token_input))
     # GlobalAveragePooling1D averages over the positions the output's Keras mask marks real.
@@ -270,7 +278,7 @@ def test_decoder_reads_keras_masks_in_functional_model(rng):
     target = np.array([[7, 8, 0, 0, 0, 0], [1, 9, 2, 3, 4, 0]])
     source_embedding = keras.layers.Embedding(10, HIDDEN, mask_zero=True)
     target_embedding = keras.layers.Embedding(10, HIDDEN, mask_zero=True)
-    block = RelativeTransformerDecoder(12, HEADS, max_distance=2)
+    block = RelativeTransformerDecoder(12, HEADS, position=ClipPositions(2))
     source_input = keras.Input((None,), dtype="int32")
     target_input = keras.Input((None,), dtype="int32")
     decoded = block(target_embedding(target_input), source_embedding(source_input))
@@ -303,7 +311,8 @@ def test_decoder_reads_keras_masks_in_functional_model(rng):
 def test_incremental_decoding_equals_full(relative, rotary, padded, rng):
     length = 6
     x = inputs(rng, 2, length)
-    layer = decoder(x, relative=relative, rotary_max_wavelength=rotary, normalize_first=True)
+    rotary = None if rotary is None else RotaryPositions(max_wavelength=rotary)
+    layer = decoder(x, relative=relative, rotary=rotary, normalize_first=True)
     mask = np.array([[1, 1, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1]], bool) if padded else None
     full = to_numpy(layer(x, decoder_padding_mask=mask))
     cache = np.zeros((2, 2, length, HEADS, HEAD_DIM), "float32")
@@ -365,7 +374,7 @@ def test_incremental_decoding_with_cross_attention_cache(rng):
 def test_decoding_step_inside_a_compiled_function(rng):
     """Steps with a tensor cache index run in a compiled graph (as in a generation loop)."""
     x = inputs(rng, 2, 6)
-    layer = decoder(x, relative="bias", bucketing="log", num_buckets=6, max_distance=8)
+    layer = decoder(x, relative="bias", position=LogBuckets(6, 8, bidirectional=False))
     full = to_numpy(layer(x))
     token = keras.Input((1, HIDDEN), batch_size=2)
     cache_input = keras.Input((2, 6, HEADS, HEAD_DIM), batch_size=2)
@@ -389,7 +398,7 @@ def test_decoding_step_inside_a_compiled_function(rng):
     "make_kwargs",
     [
         {"relative": "keys_values"},
-        {"relative": "bias", "bucketing": "log", "num_buckets": 6, "normalize_first": True},
+        {"relative": "bias", "position": LogBuckets(6, 2), "normalize_first": True},
     ],
     ids=["encoder_post_norm", "encoder_pre_norm_bias"],
 )
@@ -401,7 +410,7 @@ def test_encoder_standard_checks(make_kwargs, rng):
         # i, which the softmax cancels, so its gradient is structurally zero (see
         # test_only_key_biases_get_no_gradient) and the training check would fail.
         return RelativeTransformerEncoder(
-            12, HEADS, use_bias=False, dropout=0.1, max_distance=2, **make_kwargs
+            12, HEADS, use_bias=False, dropout=0.1, **{"position": ClipPositions(2), **make_kwargs}
         )
 
     layer_checks.run_standard_checks(make_layer, x)
@@ -414,7 +423,12 @@ def test_decoder_standard_checks(rng):
         # use_bias=False for the same reason as in the encoder (key biases of the
         # self- and cross-attention get no gradient).
         return RelativeTransformerDecoder(
-            12, HEADS, use_bias=False, dropout=0.1, max_distance=2, rotary_max_wavelength=100
+            12,
+            HEADS,
+            use_bias=False,
+            dropout=0.1,
+            position=ClipPositions(2),
+            rotary=RotaryPositions(max_wavelength=100),
         )
 
     layer_checks.run_standard_checks(make_layer, [x, encoded])
@@ -431,7 +445,7 @@ def test_only_key_biases_get_no_gradient(block, rng):
     x, encoded = inputs(rng, 2, 6), inputs(rng, 2, 4)
     layer_inputs = [x] if block == "encoder" else [x, encoded]
     layer_class = RelativeTransformerEncoder if block == "encoder" else RelativeTransformerDecoder
-    layer = layer_class(12, HEADS, max_distance=2, bias_initializer="random_normal")
+    layer = layer_class(12, HEADS, position=ClipPositions(2), bias_initializer="random_normal")
     wrapper = layer_checks._wrap(layer, layer_inputs, None)
     outputs = layer_checks.floating_outputs(wrapper(layer_inputs))
     coefficients = [rng.standard_normal(o.shape).astype("float32") for o in outputs]
@@ -475,10 +489,12 @@ def test_fit_reduces_loss_on_a_copy_task():
     source_input = keras.Input((length,), dtype="int32")
     target_input = keras.Input((length,), dtype="int32")
     embedding = keras.layers.Embedding(vocabulary, HIDDEN)
-    encoded = RelativeTransformerEncoder(16, HEADS, max_distance=2)(embedding(source_input))
-    decoded = RelativeTransformerDecoder(16, HEADS, max_distance=2, normalize_first=True)(
-        embedding(target_input), encoded
+    encoded = RelativeTransformerEncoder(16, HEADS, position=ClipPositions(2))(
+        embedding(source_input)
     )
+    decoded = RelativeTransformerDecoder(
+        16, HEADS, position=ClipPositions(2), normalize_first=True
+    )(embedding(target_input), encoded)
     logits = keras.layers.Dense(vocabulary)(decoded)
     model = keras.Model([source_input, target_input], logits)
     model.compile(
@@ -503,18 +519,16 @@ def test_config_has_every_argument():
         normalize_first=True,
         use_bias=False,
         relative="bias",
-        bucketing="log",
-        max_distance=40,
-        num_buckets=16,
-        bidirectional=True,
-        rotary_max_wavelength=500,
+        position=LogBuckets(16, 40, bidirectional=True),
+        rotary=RotaryPositions(max_wavelength=500),
     )
     config = layer.get_config()
     restored = RelativeTransformerDecoder.from_config(config)
     assert restored.get_config() == config
-    assert config["key_dim"] == 6 and config["bidirectional"] is True
-    assert RelativeTransformerDecoder(8, 2).bidirectional is False  # T5's causal default
-    assert RelativeTransformerEncoder(8, 2).bidirectional is True
+    assert config["key_dim"] == 6 and restored.position == LogBuckets(16, 40, bidirectional=True)
+    assert restored.rotary == RotaryPositions(max_wavelength=500)
+    assert RelativeTransformerDecoder(8, 2).position == ClipPositions(16)  # "shaw"
+    assert RelativeTransformerDecoder(8, 2, relative=None).get_config()["position"] is None
     assert tuple(restored.compute_output_shape((2, 4, 9), (2, 7, 5))) == (2, 4, 9)
     encoder_layer = RelativeTransformerEncoder(8, 2, key_dim=3)
     encoder_layer.build((None, 3, 10))
@@ -534,9 +548,9 @@ def test_config_has_every_argument():
         ({"layer_norm_epsilon": 0}, ValueError, r"`layer_norm_epsilon` must be a positive.*got 0"),
         ({"normalize_first": "yes"}, TypeError, r"`normalize_first` must be True or False.*'yes'"),
         ({"relative": "values"}, ValueError, r"Encoder: `relative` must be one of.*got 'values'"),
-        ({"bucketing": "nearest"}, ValueError, r"Encoder: `bucketing` must be.*got 'nearest'"),
-        ({"bucketing": "log", "num_buckets": 1}, ValueError, r"Encoder: `num_buckets`"),
-        ({"rotary_max_wavelength": -1}, ValueError, r"`rotary_max_wavelength` must be positive"),
+        ({"position": "nearest"}, ValueError, r"Encoder: `position` must be.*got 'nearest'"),
+        ({"position": {"bad": 1}}, TypeError, r"Encoder: `position` must be"),
+        ({"rotary": 10}, TypeError, r"Encoder: `rotary` must be None or a RotaryPositions"),
         ({"activation": "nope"}, ValueError, r"Encoder: `activation` must be.*got 'nope'"),
     ],
 )
@@ -552,7 +566,9 @@ def test_bad_encoder_inputs(rng):
     narrow = RelativeTransformerEncoder(8, 4, name="narrow")
     with pytest.raises(ValueError, match=r"'narrow'.*last axis \(3\) must be at least `num_heads`"):
         narrow(np.zeros((2, 6, 3), "float32"))
-    rotary = RelativeTransformerEncoder(8, 2, rotary_max_wavelength=10, name="rotary")
+    rotary = RelativeTransformerEncoder(
+        8, 2, rotary=RotaryPositions(max_wavelength=10), name="rotary"
+    )
     with pytest.raises(ValueError, match=r"'rotary'.*even `key_dim`, got 3"):
         rotary(np.zeros((2, 6, 6), "float32"))
     x = inputs(rng, 2, 6)
@@ -603,8 +619,9 @@ def test_query_block_size_reaches_the_self_attention(rng):
 def test_relative_logits_reach_the_self_attention(rng):
     # The Music Transformer's skew, chosen on the block: the same outputs as the gather.
     x = inputs(rng, 2, 6)
-    gathered = decoder(x, None, relative="keys", max_distance=8, relative_logits="gather")
-    skewed = decoder(x, None, relative="keys", max_distance=8, relative_logits="skew")
+    clip = ClipPositions(max_distance=8)
+    gathered = decoder(x, None, relative="keys", position=clip, relative_logits="gather")
+    skewed = decoder(x, None, relative="keys", position=clip, relative_logits="skew")
     skewed.set_weights(gathered.get_weights())
     assert skewed.self_attention.relative_logits == "skew"
     assert skewed.get_config()["relative_logits"] == "skew"

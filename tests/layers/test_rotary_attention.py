@@ -87,7 +87,8 @@ def built(rng, **arguments):
 def test_every_rotary_with_every_relative_mode(name, relative, rng):
     # The matrix of rotary variants x relative modes (None: rotary alone, or NoPE).
     rotary = ROTARIES[name]
-    layer, x = built(rng, relative=relative, max_distance=2, rotary=rotary)
+    position = None if relative is None else layers.ClipPositions(2)
+    layer, x = built(rng, relative=relative, position=position, rotary=rotary)
     if relative is None:
         assert layer.relative_bias is None and layer.relative_keys is None
     output, scores = layer(x, x, use_causal_mask=True, return_attention_scores=True)
@@ -127,7 +128,7 @@ def test_rotary_with_a_computed_bias_matches_reference(rng):
 
 @pytest.mark.parametrize("name", ["rope", "yarn", "xpos", "llama3", "partial_interleaved"])
 def test_decoding_equals_the_full_pass(name, rng):
-    layer, x = built(rng, relative="keys", max_distance=2, rotary=ROTARIES[name])
+    layer, x = built(rng, relative="keys", position=layers.ClipPositions(2), rotary=ROTARIES[name])
     full = to_numpy(layer(x, x, use_causal_mask=True))
     for t, step in enumerate(decode_step_by_step(layer, x)[0]):
         np.testing.assert_allclose(step, full[:, t], atol=ATOL, err_msg=f"t={t}")
@@ -215,7 +216,8 @@ def test_rotary_round_trips_through_keras_files(tmp_path, rng):
     x = layers.RelativeTransformerEncoder(
         16, 2, relative="bias", position=layers.KERPLE(), rotary=ROTARIES["ntk"], name="ntk"
     )(x)
-    x = layers.RelativeTransformerDecoder(16, 2, rotary_max_wavelength=50.0, name="older")(x)
+    plain = layers.RotaryPositions(max_wavelength=50.0)
+    x = layers.RelativeTransformerDecoder(16, 2, rotary=plain, name="plain")(x)
     x = layers.RelativeTransformerDecoder(16, 1, relative=None, rotary=LONGROPE, name="long")(x)
     model = keras.Model(inputs, x)
     data = rng.standard_normal((2, 5, 8)).astype("float32")
@@ -225,32 +227,14 @@ def test_rotary_round_trips_through_keras_files(tmp_path, rng):
     assert restored.get_layer("yarn").rotary == ROTARIES["yarn"]
     assert restored.get_layer("ntk").rotary == ROTARIES["ntk"]
     assert restored.get_layer("long").rotary == LONGROPE  # its factors: tuples again
-    # The older argument still writes the config older releases wrote, and means plain RoPE.
-    older = restored.get_layer("older")
-    assert older.get_config()["rotary"] is None and older.rotary_max_wavelength == 50.0
-    assert older.rotary == layers.RotaryPositions(max_wavelength=50.0)
+    assert restored.get_layer("plain").rotary == plain
     np.testing.assert_allclose(to_numpy(restored(data)), to_numpy(model(data)), atol=ATOL)
-
-
-def test_rotary_max_wavelength_is_plain_rope(rng):
-    old, x = built(rng, relative="bias", rotary_max_wavelength=100.0)
-    new = layers.MultiHeadRelativeAttention(
-        2, 4, relative="bias", rotary=layers.RotaryPositions(max_wavelength=100.0)
-    )
-    new(x, x)
-    new.set_weights(old.get_weights())
-    np.testing.assert_allclose(to_numpy(new(x, x)), to_numpy(old(x, x)), atol=ATOL)
 
 
 @pytest.mark.parametrize(
     "arguments, error, message",
     [
         ({"rotary": "yarn"}, TypeError, r"`rotary` must be None or a RotaryPositions"),
-        (
-            {"rotary": layers.RotaryPositions(max_wavelength=10.0), "rotary_max_wavelength": 20.0},
-            ValueError,
-            r"pass either `rotary` or `rotary_max_wavelength`, not both",
-        ),
         (
             {"key_dim": 3, "rotary": layers.RotaryPositions()},
             ValueError,

@@ -241,7 +241,7 @@ def test_training_lowers_the_loss():
         ({"decoder_start_id": 1}, ValueError, "`eos_id` must differ .* decoder start"),
         ({"dropout": 1.0}, ValueError, r"T5: T5Block: `dropout` must be in \[0, 1\)"),
         ({"activation": "no_such"}, ValueError, "T5: T5Block: `activation` must be a Keras"),
-        ({"num_buckets": 2}, ValueError, "T5: RelativePositionBias"),
+        ({"num_buckets": 2}, ValueError, "T5: LogBuckets: `num_buckets` must be >= 4"),
         ({"tie_embeddings": 1}, TypeError, "`tie_embeddings` must be True or False"),
     ],
 )
