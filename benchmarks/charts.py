@@ -74,7 +74,8 @@ def _matplotlib():
 def draw(spec: dict) -> bytes:
     """The SVG of ``spec``: horizontal bars, one group per label, one bar per backend,
     with each value written at its bar's end and, for ratios, the peer's 1 as a line."""
-    matplotlib = _matplotlib()
+    _matplotlib()  # an ImportError naming the extra when it is missing
+    import matplotlib
     import matplotlib.style
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
