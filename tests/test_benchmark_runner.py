@@ -424,7 +424,23 @@ def test_summary_page_is_one_screen_without_issue_numbers(runner):
         assert f"](img/benchmarks/{name}.svg)" in text, name
         assert (docs / "img" / "benchmarks" / f"{name}.svg").is_file(), name
     assert "benchmark-notes.md" in text
-    assert not re.search(r"(?i)\bissues? #?\d|#\d+\b", text)
+
+
+# Pages for developers, which may cite the project's issues; every other page is a user's.
+DEVELOPER_PAGES = ("development.md", "benchmark-notes.md", "changelog.md")
+
+
+def test_user_docs_cite_no_issue_numbers():
+    """A reader cannot open the project's issues: user pages say what changed instead."""
+    pattern = re.compile(r"(?i)\bissues? #?\d+|(?<![\w&/])#\d+\b")
+    found = [
+        f"{path.relative_to(docs_folder())}:{number}: {match[0]}"
+        for path in sorted(docs_folder().rglob("*.md"))
+        if path.name not in DEVELOPER_PAGES
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        for match in pattern.finditer(line)
+    ]
+    assert found == []
 
 
 def test_summary_renders_from_the_json(summary, runner):
