@@ -8,9 +8,9 @@ Debian's chromedriver, so nothing is downloaded) and checks that:
 - the home page, an API page, the zoo page and a model card render with their content;
 - the site search (Material's, run in the browser) returns results;
 - no internal link or in-page anchor of any page is broken (parsed from the HTML);
-- every figure (an <img> whose file lies under experiments/: the experiments' plots and
-  maps) loads, at a natural width of at least MIN_FIGURE_WIDTH pixels, so it stays
-  readable at the content width.
+- every figure (an <img> whose file lies under experiments/ or img/benchmarks/: the
+  experiments' plots and maps, the benchmark summary's charts) loads, at a natural width
+  of at least MIN_FIGURE_WIDTH pixels, so it stays readable at the content width.
 Exits non-zero with a list of problems otherwise. Nothing leaves the machine.
 """
 
@@ -40,7 +40,7 @@ PAGES = {
 SEARCH_QUERY = "relative"
 # Figures are the images stored under this folder of the site; each must load with at
 # least this natural width (keras_posenc/experiments/_figures.py draws them 1000-1200 px).
-FIGURE_FOLDER = "/experiments/"
+FIGURE_FOLDERS = ("/experiments/", "/img/benchmarks/")
 MIN_FIGURE_WIDTH = 800
 
 CHROMIUM_FLAGS = [
@@ -145,7 +145,7 @@ def _page_url(site: str, path: str) -> str:
 def figure_images(site: str) -> dict[str, list[str]]:
     """``{page URL: [src of each figure]}`` for every page of the site that shows a figure.
 
-    A figure is an ``<img>`` whose ``src`` resolves to a path under `FIGURE_FOLDER`
+    A figure is an ``<img>`` whose ``src`` resolves to a path under a `FIGURE_FOLDERS` one
     (external images and images elsewhere are not figures). Page URLs are paths
     from the site's root (``/experiments/coatnet-layouts/``); each ``src`` is as
     written in the page, which the browser resolves against the page's URL.
@@ -162,7 +162,7 @@ def figure_images(site: str) -> dict[str, list[str]]:
                 if parts.scheme or parts.netloc:  # external, or data: URLs
                     continue
                 resolved = posixpath.normpath(posixpath.join(posixpath.dirname(page), parts.path))
-                if resolved.startswith(FIGURE_FOLDER):
+                if resolved.startswith(FIGURE_FOLDERS):
                     pages.setdefault(page, []).append(source)
     return dict(sorted(pages.items()))
 
@@ -234,7 +234,8 @@ def check_figures(driver: Any, base: str, site: str) -> list[str]:
 
     pages = figure_images(site)
     if not pages:  # a check that finds nothing to check would pass for the wrong reason
-        return [f"no figures (images under {FIGURE_FOLDER}) found in the site"]
+        folders = " or ".join(FIGURE_FOLDERS)
+        return [f"no figures (images under {folders}) found in the site"]
     problems = []
     for page, sources in pages.items():
         driver.get(base + page.lstrip("/"))

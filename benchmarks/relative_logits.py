@@ -4,7 +4,7 @@
 logits through the backend kernels (`keras_posenc.backend`): each has a reference and
 portable variants (`keras_posenc.backend.algorithms`) that give the same numbers, and a
 backend overrides the reference with one where this script measured it faster
-(docs/benchmarks.md, "Building the relative logits"). For each length L (8 heads,
+(docs/benchmark-notes.md, "Building the relative logits"). For each length L (8 heads,
 head size 64, batch 1, self-attention, a clip table of 33 rows) one process times every way in turn,
 round-robin (``--repeats`` rounds, each way once per round, medians), in inference
 mode (`_timing.inference`: on PyTorch under ``torch.no_grad``):

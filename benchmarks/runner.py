@@ -1,5 +1,6 @@
 """The benchmark runner: runs the scripts in this folder, records their results as JSON, and
-renders the tables of ``docs/benchmarks.md`` from that JSON.
+renders the benchmark pages' tables and charts from that JSON (render.py, summary.py,
+charts.py).
 
 Run it from the repository root::
 
@@ -7,8 +8,10 @@ Run it from the repository root::
     python -m benchmarks run relative_attention --backends tensorflow,jax,torch
     python -m benchmarks run relative_attention --backends jax -- --lengths 2048 --repeats 5
     python -m benchmarks run relative_attention --against HEAD~1 -- --lengths 1024,2048
-    python -m benchmarks render            # rewrite the marked tables of docs/benchmarks.md
+    python -m benchmarks render            # rewrite the marked tables of the benchmark pages
     python -m benchmarks render --check    # exit 1 if a marked table differs from its JSON
+    python -m benchmarks charts            # draw the summary's charts (needs matplotlib)
+    python -m benchmarks charts --check    # exit 1 if a chart differs from its JSON
     python -m benchmarks show docs/data/benchmarks/relative_attention.json
 
 ``run`` starts the script once per backend and case (one value of ``--lengths`` for the
@@ -43,8 +46,9 @@ references of ``keras_posenc/backend/common.py`` on), so a kernel override's gai
 measured on a benchmark a user runs, in one run (docs/development.md, "Backend kernels");
 ``--against reference-kernels:NAME,NAME`` turns off the named kernels' overrides only.
 
-This module uses only the standard library and imports none of its sibling scripts, so
-tests can load it from its file (tests/test_benchmark_runner.py).
+This module and its sibling modules registry.py, render.py and summary.py use only the
+standard library (charts.py imports matplotlib when it draws) and import none of the
+benchmark scripts; tests load the package from its folder (tests/test_benchmark_runner.py).
 """
 
 from __future__ import annotations
@@ -52,13 +56,11 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import dataclasses
 import datetime
 import json
 import os
 import pathlib
 import platform
-import re
 import shlex
 import shutil
 import statistics
@@ -68,10 +70,28 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from . import charts
+from .registry import BACKEND_NAMES, BACKENDS, BENCHMARKS, Benchmark, Column
+from .render import _compared, _is_number, _note, render_block, render_document, stale_blocks
+
+# The names the runner's users (and tests) read from it: the registry and the renderer.
+__all__ = [
+    "BACKEND_NAMES",
+    "BACKENDS",
+    "BENCHMARKS",
+    "Benchmark",
+    "Column",
+    "main",
+    "render_block",
+    "render_document",
+    "run",
+    "stale_blocks",
+]
+
 HERE = pathlib.Path(__file__).resolve().parent
 SCHEMA = 1
-BACKENDS = ("tensorflow", "jax", "torch")
-BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
+# The pages with marked tables, under docs/: the summary and the method and history notes.
+PAGES = ("benchmarks.md", "benchmark-notes.md")
 # importlib.metadata names to try for each backend's version, first found wins.
 BACKEND_DISTRIBUTIONS = {
     "tensorflow": ("tensorflow", "tensorflow-cpu"),
@@ -96,182 +116,6 @@ ENVIRONMENT = (
     "MALLOC_ARENA_MAX",
 )
 DEFAULT_LOAD_THRESHOLD = 0.5
-
-
-@dataclasses.dataclass(frozen=True)
-class Column:
-    """One column of a rendered table: header, the row's field, and how to write it.
-
-    ``style`` is ``text``, ``ms`` (seconds written as milliseconds), ``mb`` (bytes as MiB),
-    ``num`` (three significant figures or so), ``ratio`` (two decimals), ``sci`` or ``bool``.
-    """
-
-    header: str
-    field: str
-    style: str = "num"
-
-
-@dataclasses.dataclass(frozen=True)
-class Benchmark:
-    """What the runner knows about one script.
-
-    ``keys`` name the fields that identify a row across rounds and trees; ``compare`` the
-    fields ``--against`` compares; ``split`` an option whose comma-separated values run as
-    one case each, with its default read from the script's module constant
-    ``split_default``; ``script`` a file name in this folder (or an absolute path).
-    """
-
-    name: str
-    script: str
-    keys: tuple[str, ...]
-    columns: tuple[Column, ...]
-    compare: tuple[str, ...]
-    split: str | None = None
-    split_default: str | None = None
-    # Fields an ``across_BACKEND`` block compares between backends (see render_across).
-    across: tuple[str, ...] = ()
-
-    def script_path(self) -> pathlib.Path:
-        return HERE / self.script
-
-
-_ATTENTION_KEYS = ("implementation", "length")
-# The measures of a generation benchmark's row (cached decoding against recomputation).
-_GENERATION_COLUMNS = (
-    Column("tokens/s", "tokens_per_second", "num"),
-    Column("s per batch", "seconds", "num"),
-    Column("first batch s", "first_seconds", "num"),
-    Column("x recompute", "x_recompute", "ratio"),
-    Column("same tokens", "same_tokens", "bool"),
-)
-BENCHMARKS = {
-    benchmark.name: benchmark
-    for benchmark in (
-        Benchmark(
-            "relative_attention",
-            "relative_attention.py",
-            keys=_ATTENTION_KEYS,
-            columns=(
-                Column("impl", "implementation", "text"),
-                Column("L", "length", "text"),
-                Column("ms", "seconds", "ms"),
-                Column("x mha", "x_mha", "ratio"),
-                Column("extra MB", "extra_peak_bytes", "mb"),
-                Column("x S", "extra_S", "ratio"),
-            ),
-            compare=("x_mha", "extra_S"),
-            split="--lengths",
-            split_default="DEFAULT_LENGTHS",
-        ),
-        Benchmark(
-            "relative_logits",
-            "relative_logits.py",
-            keys=("group", "method", "length"),
-            columns=(
-                Column("group", "group", "text"),
-                Column("way", "method", "text"),
-                Column("L", "length", "text"),
-                Column("ms", "seconds", "ms"),
-                Column("x base", "x_base", "ratio"),
-            ),
-            compare=("x_base",),
-            split="--lengths",
-            split_default="DEFAULT_LENGTHS",
-        ),
-        Benchmark(
-            "muse",
-            "muse.py",
-            keys=_ATTENTION_KEYS,
-            columns=(
-                Column("impl", "implementation", "text"),
-                Column("L", "length", "text"),
-                Column("eager ms", "eager_seconds", "ms"),
-                Column("x mha", "eager_x_mha", "ratio"),
-                Column("compiled ms", "compiled_seconds", "ms"),
-                Column("x mha", "compiled_x_mha", "ratio"),
-                Column("extra MB", "extra_peak_bytes", "mb"),
-                Column("x mha", "memory_x_mha", "ratio"),
-            ),
-            compare=("eager_x_mha", "compiled_x_mha", "memory_x_mha"),
-            split="--lengths",
-            split_default="DEFAULT_LENGTHS",
-        ),
-        Benchmark(
-            "coatnet",
-            "coatnet.py",
-            keys=("mode",),
-            columns=(
-                Column("mode", "mode", "text"),
-                Column("setting", "setting", "text"),
-                Column("s/batch", "seconds", "num"),
-                Column("images/s", "images_per_second", "num"),
-            ),
-            compare=("images_per_second",),
-            across=("images_per_second",),
-        ),
-        Benchmark(
-            "coatnet_parts",
-            "coatnet_parts.py",
-            keys=("part",),
-            columns=(
-                Column("part", "part", "text"),
-                Column("ms", "seconds", "ms"),
-                Column("share", "share", "ratio"),
-            ),
-            compare=("seconds",),
-            across=("seconds",),
-        ),
-        Benchmark(
-            "convs2s_generation",
-            "convs2s_generation.py",
-            keys=("path",),
-            columns=(Column("path", "path", "text"), *_GENERATION_COLUMNS),
-            compare=("x_recompute", "tokens_per_second"),
-            across=("tokens_per_second", "first_seconds"),
-        ),
-        Benchmark(
-            "generation",
-            "generation.py",
-            keys=("model", "search", "path"),
-            columns=(
-                Column("model", "model", "text"),
-                Column("search", "search", "text"),
-                Column("path", "path", "text"),
-                *_GENERATION_COLUMNS,
-            ),
-            compare=("x_recompute", "tokens_per_second"),
-            across=("tokens_per_second", "first_seconds"),
-        ),
-        Benchmark(
-            "zoo_create",
-            "zoo_create.py",
-            keys=("model",),
-            columns=(
-                Column("model", "model", "text"),
-                Column("cold s", "cold_seconds", "num"),
-                Column("cached s", "cached_seconds", "num"),
-                Column("warm s", "warm_seconds", "num"),
-                Column("predict ms", "predict_seconds", "ms"),
-                Column("parameters", "parameters", "num"),
-            ),
-            compare=("cold_seconds", "predict_seconds"),
-            across=("cold_seconds", "warm_seconds"),
-        ),
-        Benchmark(
-            "export",
-            "export.py",
-            keys=("case", "runtime"),
-            columns=(
-                Column("case", "case", "text"),
-                Column("runtime", "runtime", "text"),
-                Column("ms/call", "ms", "num"),
-                Column("ORT / Keras", "ort_over_keras", "ratio"),
-                Column("max diff", "max_abs_difference", "sci"),
-            ),
-            compare=("ort_over_keras", "ms"),
-        ),
-    )
-}
 
 
 # ---------------------------------------------------------------------------------------
@@ -479,10 +323,6 @@ def _run_script(
     return entry
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _key(benchmark: Benchmark, row: dict) -> tuple:
     return tuple(row.get(k) for k in benchmark.keys)
 
@@ -663,256 +503,6 @@ def run(
 
 
 # ---------------------------------------------------------------------------------------
-# Rendering
-
-
-def _format(value: object, style: str) -> str:
-    if value is None:
-        return "-"
-    if style == "bool":
-        return "yes" if value else "no"
-    if style == "text" or not _is_number(value):
-        return str(value).replace("|", "\\|")
-    if style == "ms":
-        value = value * 1000
-    elif style == "mb":
-        return f"{value / 2**20:.0f}"
-    elif style == "ratio":
-        return f"{value:.2f}"
-    elif style == "sci":
-        return f"{value:.1e}"
-    magnitude = abs(value)
-    return (
-        f"{value:.0f}"
-        if magnitude >= 100
-        else f"{value:.1f}"
-        if magnitude >= 10
-        else f"{value:.2f}"
-    )
-
-
-def _compared(value: object) -> str:
-    """A compared value: two decimals (ratios), whole numbers from 100 on."""
-    return _format(value, "ratio" if _is_number(value) and abs(value) < 100 else "num")
-
-
-def _right(column: Column) -> bool:
-    """Numbers are right-aligned, and so are sequence lengths (written as text)."""
-    return column.style != "text" or column.field == "length"
-
-
-def _table(header: list[str], right: list[bool], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |"]
-    lines.append("|" + "|".join("---:" if r else "---" for r in right) + "|")
-    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
-    return lines
-
-
-def _tree_text(tree: dict) -> str:
-    if tree.get("commit") is None:
-        return f"{tree['name']} (not a git checkout)"
-    state = ", with uncommitted changes" if tree.get("dirty") else ""
-    return f"{tree['name']} at commit {tree['commit'][:10]}{state}"
-
-
-def render_across(record: dict, baseline: str, benchmark: Benchmark | None = None) -> str:
-    """One table of the working tree's ``benchmark.across`` fields on every backend of
-    ``record``, with each backend's value over ``baseline``'s (Markdown).
-
-    The block of marker ``<!-- benchmarks:STEM:across_BASELINE start -->``: numbers of
-    different backends side by side, taken in one run of the runner (their conditions are
-    in each backend's own block).
-    """
-    benchmark = benchmark or BENCHMARKS[record["benchmark"]]
-    backends = [b for b in BACKEND_NAMES if b in record["backends"]]
-    if baseline not in backends or not benchmark.across:
-        raise ValueError(
-            f"render: across_{baseline} needs a {baseline} run and fields to compare; the "
-            f"{record['benchmark']} record has {backends}, across fields {benchmark.across}"
-        )
-    rows_by_backend = {
-        backend: {
-            tuple(row.get(k) for k in benchmark.keys): row
-            for row in record["backends"][backend]["results"]["current"]
-            if "error" not in row
-        }
-        for backend in backends
-    }
-    others = [b for b in backends if b != baseline]
-    key_columns = [c for c in benchmark.columns if c.field in benchmark.keys]
-    headers = {c.field: c.header for c in benchmark.columns}
-    # Values are written in their column's style (seconds as ms for an "ms" column).
-    styles = {
-        c.field: c.style if c.style in ("ms", "mb", "sci") else "num" for c in benchmark.columns
-    }
-    header = [c.header for c in key_columns] + ["field"]
-    header += [BACKEND_NAMES[b] for b in backends]
-    header += [f"{BACKEND_NAMES[b]} / {BACKEND_NAMES[baseline]}" for b in others]
-    rows = []
-    for key, base_row in rows_by_backend[baseline].items():
-        for field in benchmark.across:
-            values = [rows_by_backend[b].get(key, {}).get(field) for b in backends]
-            base = base_row.get(field)
-            ratios = []
-            for b in others:
-                value = rows_by_backend[b].get(key, {}).get(field)
-                ok = _is_number(value) and _is_number(base) and base != 0
-                ratios.append(f"{value / base:.2f}x" if ok else "-")
-            rows.append(
-                [_format(k, "text") for k in key]
-                + [headers.get(field, field)]
-                + [_format(v, styles.get(field, "num")) for v in values]
-                + ratios
-            )
-    right = [_right(c) for c in key_columns] + [False] + [True] * (len(backends) + len(others))
-    date = record["date"].replace("T", " ")[:16] + " UTC"
-    lines = [
-        f"- Run: {date}, {_tree_text(record['trees']['current'])}; every backend in one "
-        "run of the runner, one after the other (conditions in each backend's block).",
-        "",
-        *_table(header, right, rows),
-    ]
-    return "\n".join(lines)
-
-
-def render_block(record: dict, backend: str, benchmark: Benchmark | None = None) -> str:
-    """The conditions and the table of one backend's results in ``record`` (Markdown)."""
-    benchmark = benchmark or BENCHMARKS[record["benchmark"]]
-    if backend.startswith("across_"):
-        return render_across(record, backend[len("across_") :], benchmark)
-    if backend not in record["backends"]:
-        raise ValueError(
-            f"render: the {record['benchmark']} record has no {backend} run; it has "
-            f"{sorted(record['backends'])}"
-        )
-    result = record["backends"][backend]
-    host, limits = record["machine"], record["load_limits"]
-    versions = result["versions"]
-    avx = {True: "yes", False: "no", None: "unknown"}[host["avx512"]]
-    date = record["date"].replace("T", " ")[:16] + " UTC"
-    if result["under_load"]:
-        verdict = "**taken under load** (the numbers may be off)"
-    else:
-        verdict = "not under load"
-    trees = record["trees"]
-    rounds = record["rounds"]
-    environment = record.get("environment", {})
-    compared = f", against {_tree_text(trees['ref'])}" if "ref" in trees else ""
-    lines = [
-        f"- Run: {date}, {_tree_text(trees['current'])}{compared}; "
-        + ("one round per case." if rounds == 1 else f"{rounds} rounds per case, medians."),
-        f"- Software: {BACKEND_NAMES[backend]} {versions.get(backend)}, Keras "
-        f"{versions['keras']}, Python {host['python']}.",
-        f"- Machine: {host['cpu']}, {host['cores']} cores, AVX-512 {avx}, "
-        f"{host['memory_gib']} GiB.",
-        *(
-            ["- Environment: " + ", ".join(f"`{k}={v}`" for k, v in environment.items()) + "."]
-            if environment
-            else []
-        ),
-        f"- Load average (1 minute): {result['load_before']} before, at most "
-        f"{result['load_max']} during and after (limits {limits['before']:g} and "
-        f"{limits['during']:g}): {verdict}.",
-        f"- Command: `{record['command']}`" if record["command"] else "- Command: not recorded.",
-    ]
-    if result.get("failed"):
-        lines.append("- **Some runs failed** (their rows say so, or are missing).")
-    lines.append("")
-    if "ref" in trees:
-        key_columns = [c for c in benchmark.columns if c.field in benchmark.keys]
-        headers = [c.header for c in key_columns]
-        name, short = trees["ref"]["name"], (trees["ref"].get("commit") or "")[:7]
-        # A ref given as a commit is named once ("f7f10c3", not "f7f10c3 f7f10c3").
-        label = name if short and name.startswith(short) else f"{name} {short}".strip()
-        header = [*headers, "field", label, "working tree"]
-        rows = [
-            [_format(v, "text") for v in item["key"].values()]
-            + [item["field"], _compared(item["ref"]), _compared(item["current"])]
-            + ["-" if item["change"] is None else f"{item['change']:+.1%}"]
-            for item in result["comparison"]
-        ]
-        right = [_right(c) for c in key_columns] + [False, True, True, True]
-        lines += _table([*header, "change"], right, rows)
-    else:
-        rows = []
-        for row in result["results"]["current"]:
-            if "error" in row:
-                keys = [c for c in benchmark.columns if c.field in benchmark.keys]
-                cells = [_format(row.get(c.field), "text") for c in keys]
-                cells.append("failed: " + _format(row["error"], "text"))
-                cells += [""] * (len(benchmark.columns) - len(cells))
-            else:
-                cells = [_format(row.get(c.field), c.style) for c in benchmark.columns]
-            rows.append(cells)
-        right = [_right(c) for c in benchmark.columns]
-        lines += _table([c.header for c in benchmark.columns], right, rows)
-    return "\n".join(lines)
-
-
-# A marker is a line of its own, so the page's prose can quote one.
-_MARKER = re.compile(
-    r"^<!-- benchmarks:(?P<stem>[\w.-]+):(?P<backend>\w+) (?P<edge>start|end) -->[ \t]*$",
-    re.MULTILINE,
-)
-
-
-def _note(stem: str) -> str:
-    return (
-        f"<!-- rendered from data/benchmarks/{stem}.json by `python -m benchmarks render`: "
-        "edit the run, not these lines -->"
-    )
-
-
-def render_document(text: str, data_folder: pathlib.Path) -> str:
-    """``text`` with every block between ``<!-- benchmarks:STEM:BACKEND start -->`` and
-    ``<!-- benchmarks:STEM:BACKEND end -->`` rendered from ``data_folder/STEM.json``."""
-    pieces, position, opened = [], 0, None
-    records: dict[str, dict] = {}
-    for match in _MARKER.finditer(text):
-        line = text.count("\n", 0, match.start()) + 1
-        name = f"{match['stem']}:{match['backend']}"
-        if match["edge"] == "start":
-            if opened is not None:
-                raise ValueError(f"render: line {line}: {name} starts inside {opened[0]}")
-            opened = (name, match)
-            continue
-        if opened is None or opened[0] != name:
-            raise ValueError(f"render: line {line}: end of {name} without its start")
-        start = opened[1]
-        stem = match["stem"]
-        if stem not in records:
-            path = data_folder / f"{stem}.json"
-            if not path.is_file():
-                raise ValueError(f"render: line {line}: no data/benchmarks/{stem}.json")
-            records[stem] = json.loads(path.read_text())
-        block = render_block(records[stem], match["backend"])
-        pieces += [text[position : start.end()], f"\n{_note(stem)}\n\n{block}\n\n"]
-        position, opened = match.start(), None
-    if opened is not None:
-        line = text.count("\n", 0, opened[1].start()) + 1
-        raise ValueError(f"render: line {line}: {opened[0]} is never ended")
-    return "".join(pieces) + text[position:]
-
-
-def stale_blocks(text: str, data_folder: pathlib.Path) -> list[str]:
-    """The names (``STEM:BACKEND``) of the blocks whose text differs from their rendering."""
-    rendered = render_document(text, data_folder)
-
-    def blocks(document: str) -> dict[str, str]:
-        found, starts = {}, {}
-        for match in _MARKER.finditer(document):
-            name = f"{match['stem']}:{match['backend']}"
-            if match["edge"] == "start":
-                starts[name] = match.end()
-            else:
-                found[name] = document[starts[name] : match.start()]
-        return found
-
-    old, new = blocks(text), blocks(rendered)
-    return [name for name in new if old.get(name) != new[name]]
-
-
-# ---------------------------------------------------------------------------------------
 # Command line
 
 
@@ -981,9 +571,17 @@ def main(argv: list[str] | None = None) -> int:
         default=120.0,
         help="seconds to wait at most for the load to drop before each backend",
     )
-    renderer = commands.add_parser("render", help="rewrite the marked tables of a docs page")
-    renderer.add_argument("--docs", default=str(HERE.parent / "docs" / "benchmarks.md"))
+    renderer = commands.add_parser("render", help="rewrite the marked tables of the docs")
+    renderer.add_argument(
+        "--docs",
+        action="append",
+        help="a page to render (repeatable; default docs/benchmarks.md and "
+        "docs/benchmark-notes.md)",
+    )
     renderer.add_argument("--check", action="store_true", help="only report stale tables")
+    charter = commands.add_parser("charts", help="draw the summary's charts from the JSON")
+    charter.add_argument("--docs-folder", default=str(HERE.parent / "docs"))
+    charter.add_argument("--check", action="store_true", help="only report stale charts")
     shower = commands.add_parser("show", help="print a JSON record's blocks, with markers")
     shower.add_argument("json")
     args = parser.parse_args(argv)
@@ -1005,17 +603,30 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 0
     if args.command == "render":
-        docs = pathlib.Path(args.docs)
-        text = docs.read_text()
-        folder = docs.parent / "data" / "benchmarks"
-        stale = stale_blocks(text, folder)
+        pages = args.docs or [str(HERE.parent / "docs" / page) for page in PAGES]
+        any_stale = False
+        for page in map(pathlib.Path, pages):
+            text = page.read_text()
+            folder = page.parent / "data" / "benchmarks"
+            stale = stale_blocks(text, folder)
+            any_stale = any_stale or bool(stale)
+            if args.check:
+                for name in stale:
+                    print(f"{page.name}: the {name} table differs from its JSON")
+                continue
+            if stale:
+                page.write_text(render_document(text, folder))
+            print(f"{page.name}: {len(stale)} table(s) rewritten")
+        return 1 if args.check and any_stale else 0
+    if args.command == "charts":
+        docs = pathlib.Path(args.docs_folder)
         if args.check:
+            stale = charts.stale_charts(docs)
             for name in stale:
-                print(f"{docs.name}: the {name} table differs from its JSON")
+                print(f"{charts.chart_path(docs, name)}: differs from its JSON")
             return 1 if stale else 0
-        if stale:
-            docs.write_text(render_document(text, folder))
-        print(f"{docs.name}: {len(stale)} table(s) rewritten")
+        changed = charts.write_charts(docs)
+        print(f"{len(changed)} chart(s) drawn: {', '.join(changed) or 'none changed'}")
         return 0
 
     benchmark = BENCHMARKS[args.name]

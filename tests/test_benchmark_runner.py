@@ -1,18 +1,22 @@
-"""The benchmark runner (benchmarks/runner.py): its JSON, the load flag, --against, rendering.
+"""The benchmark runner (benchmarks/runner.py): its JSON, the load flag, --against, rendering,
+and the summary page's tables and charts (benchmarks/summary.py, benchmarks/charts.py).
 
 No benchmark is measured here: a tiny fake script in a throwaway git repository stands in
-for one (except in the `large` smoke run). benchmarks/ is not in the wheel, so the runner is
-loaded from its file, found through POSENC_BENCHMARKS (the repository's benchmarks/ folder,
+for one (except in the `large` smoke run). benchmarks/ is not in the wheel, so the package is
+loaded from its folder, found through POSENC_BENCHMARKS (the repository's benchmarks/ folder,
 set by .ci/run, whose tests run from a copy of tests/ outside the repository) or next to this
-file in a checkout; docs/benchmarks.md through POSENC_DOCS, as in test_guides.py.
+file in a checkout, without putting the repository on sys.path (keras_posenc must stay the
+installed one); docs/benchmarks.md through POSENC_DOCS, as in test_guides.py.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -44,15 +48,33 @@ def docs_folder() -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
-def runner():
+def package():
+    """The benchmarks package, loaded from its folder (its modules import each other)."""
+    folder = benchmarks_folder()
     spec = importlib.util.spec_from_file_location(
-        "benchmark_runner", benchmarks_folder() / "runner.py"
+        "benchmarks", folder / "__init__.py", submodule_search_locations=[str(folder)]
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while being made
     spec.loader.exec_module(module)
     yield module
-    sys.modules.pop(spec.name, None)
+    for name in [n for n in sys.modules if n == "benchmarks" or n.startswith("benchmarks.")]:
+        sys.modules.pop(name)
+
+
+@pytest.fixture(scope="module")
+def runner(package):
+    return importlib.import_module("benchmarks.runner")
+
+
+@pytest.fixture(scope="module")
+def summary(package):
+    return importlib.import_module("benchmarks.summary")
+
+
+@pytest.fixture(scope="module")
+def charts(package):
+    return importlib.import_module("benchmarks.charts")
 
 
 # A stand-in benchmark: "ours" takes keras_posenc.SPEED seconds against 1 for "base", so its
@@ -382,12 +404,131 @@ def test_render_rejects_broken_markers(runner, tmp_path):
             "relative_attention", "one"), tmp_path)  # fmt: skip
 
 
-def test_docs_page_matches_its_json(runner):
-    """Every rendered block of docs/benchmarks.md is what its JSON gives: a number typed
-    into one by hand fails here (`python -m benchmarks render` rewrites them)."""
+def test_docs_pages_match_their_json(runner):
+    """Every rendered block of the summary and of the notes is what its JSON gives: a number
+    typed into one by hand fails here (`python -m benchmarks render` rewrites them)."""
+    docs = docs_folder()
+    for page in runner.PAGES:
+        text = (docs / page).read_text()
+        assert runner.render_document(text, docs / "data" / "benchmarks") == text, page
+    summary = (docs / "benchmarks.md").read_text()
+    assert summary.count("<!-- benchmarks:summary:") == 2 * len(runner.charts.HEADLINES)
+
+
+def test_summary_page_is_one_screen_without_issue_numbers(runner):
+    """The summary stays short, shows every chart, and cites no issue a reader cannot open."""
     docs = docs_folder()
     text = (docs / "benchmarks.md").read_text()
-    assert runner.render_document(text, docs / "data" / "benchmarks") == text
+    assert len(text.splitlines()) < 300
+    for name in runner.charts.HEADLINES:
+        assert f"](img/benchmarks/{name}.svg)" in text, name
+        assert (docs / "img" / "benchmarks" / f"{name}.svg").is_file(), name
+    assert "benchmark-notes.md" in text
+
+
+# Pages for developers, which may cite the project's issues; every other page is a user's.
+DEVELOPER_PAGES = ("development.md", "benchmark-notes.md", "changelog.md")
+
+
+def test_user_docs_cite_no_issue_numbers():
+    """A reader cannot open the project's issues: user pages say what changed instead."""
+    pattern = re.compile(r"(?i)\bissues? #?\d+|(?<![\w&/])#\d+\b")
+    found = [
+        f"{path.relative_to(docs_folder())}:{number}: {match[0]}"
+        for path in sorted(docs_folder().rglob("*.md"))
+        if path.name not in DEVELOPER_PAGES
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        for match in pattern.finditer(line)
+    ]
+    assert found == []
+
+
+def test_summary_renders_from_the_json(summary, runner):
+    """A summary cell is its record's field, formatted; a missing run reads "-"."""
+    data = docs_folder() / "data" / "benchmarks"
+    record = json.loads((data / "relative_attention.json").read_text())
+    row = next(
+        r
+        for r in record["backends"]["jax"]["results"]["current"]
+        if r["implementation"] == "rel_bias" and r["length"] == 2048
+    )
+    block = summary.render_summary("relative_attention_time", data)
+    line = next(x for x in block.splitlines() if x.startswith("| bias, L = 2048 |"))
+    assert line.split(" | ")[2] == f"{row['x_mha']:.2f}x"
+    assert (
+        "![Relative attention" in block and "(img/benchmarks/relative_attention_time.svg)" in block
+    )
+    assert f"commit `{record['trees']['current']['commit'][:10]}`" in block
+    assert summary.format_value(None, "x") == "-" and summary.format_value(0.704, "s") == "0.70 s"
+    assert summary.format_value(123.4, "images/s") == "123 images/s"
+    with pytest.raises(ValueError, match="no summary headline 'nope'"):
+        summary.render_summary("nope", data)
+    text = "<!-- benchmarks:summary:muse start -->\n<!-- benchmarks:summary:muse end -->\n"
+    assert runner.stale_blocks(text, data) == ["summary:muse"]
+    rendered = runner.render_document(text, data)
+    assert runner.stale_blocks(rendered, data) == []
+
+
+def _docs_copy(tmp_path: pathlib.Path) -> pathlib.Path:
+    """The docs' benchmark records and charts, copied to a throwaway docs folder."""
+    docs = docs_folder()
+    copy = tmp_path / "docs"
+    shutil.copytree(docs / "data" / "benchmarks", copy / "data" / "benchmarks")
+    shutil.copytree(docs / "img" / "benchmarks", copy / "img" / "benchmarks")
+    return copy
+
+
+def test_charts_are_current(charts):
+    """The committed charts show their JSON (and, drawn by this matplotlib version, are
+    byte for byte what it draws): `python -m benchmarks charts` redraws them."""
+    assert charts.stale_charts(docs_folder()) == []
+
+
+def test_charts_are_deterministic(charts, tmp_path):
+    """Two drawings of one chart are the same bytes: no date, fixed ids, a fixed size."""
+    pytest.importorskip("matplotlib")
+    spec = charts.chart_spec(charts.HEADLINES["muse"], docs_folder() / "data" / "benchmarks")
+    first, second = charts.draw(spec), charts.draw(spec)
+    assert first == second
+    text = first.decode()
+    assert 'width="648pt"' in text and "<dc:date>" not in text
+    assert f"benchmarks-chart sha256:{charts.fingerprint(spec)}" in text
+    for label in spec["labels"]:
+        assert label in text  # text stays text: the diff of a changed chart is readable
+    docs = _docs_copy(tmp_path)
+    assert charts.write_charts(docs) == []  # the committed ones are already these bytes
+
+
+def test_check_finds_a_stale_chart(charts, tmp_path):
+    """A chart whose JSON changed, a missing chart and one drawn by other code are stale."""
+    docs = _docs_copy(tmp_path)
+    assert charts.stale_charts(docs, redraw=False) == []
+    path = docs / "data" / "benchmarks" / "export.json"
+    record = json.loads(path.read_text())
+    for row in record["backends"]["jax"]["results"]["current"]:
+        if row.get("ort_over_keras") is not None:
+            row["ort_over_keras"] *= 0.5
+    path.write_text(json.dumps(record))
+    (docs / "img" / "benchmarks" / "coatnet.svg").unlink()
+    assert charts.stale_charts(docs, redraw=False) == ["export", "coatnet"]
+    matplotlib = pytest.importorskip("matplotlib")
+    muse = docs / "img" / "benchmarks" / "muse.svg"
+    text = muse.read_text()
+    if f"Matplotlib v{matplotlib.__version__}," not in text:
+        pytest.skip("the committed charts were drawn by another matplotlib version")
+    muse.write_text(text.replace("#1a73e8", "#000000"))  # JAX's bars recoloured
+    assert charts.stale_charts(docs, redraw=False) == ["export", "coatnet"]
+    assert charts.stale_charts(docs) == ["muse", "export", "coatnet"]
+    assert sorted(charts.write_charts(docs)) == ["coatnet", "export", "muse"]
+    assert charts.stale_charts(docs) == []
+
+
+def test_charts_command_checks(runner, tmp_path, capsys):
+    docs = _docs_copy(tmp_path)
+    assert runner.main(["charts", "--docs-folder", str(docs), "--check"]) == 0
+    (docs / "img" / "benchmarks" / "zoo_create.svg").unlink()
+    assert runner.main(["charts", "--docs-folder", str(docs), "--check"]) == 1
+    assert "zoo_create.svg: differs from its JSON" in capsys.readouterr().out
 
 
 @pytest.mark.large

@@ -38,15 +38,17 @@ SITE = {
     "experiments/a/index.html": ["plot.png", "https://example.org/badge.png", "../b/maps.png"],
     "experiments/a/notes/index.html": [],
     "guides/b/index.html": ["../../experiments/a/plot.png", "diagram.png"],
+    "benchmarks/index.html": ["../img/benchmarks/chart.svg", "../img/logo.svg"],
 }
 
 
-def test_figures_are_the_images_under_experiments(check_site, tmp_path):
+def test_figures_are_the_images_under_experiments_and_benchmark_charts(check_site, tmp_path):
     write_site(tmp_path, SITE)
     assert check_site.figure_images(str(tmp_path)) == {
         "/": ["experiments/a/plot.png"],
         "/experiments/a/": ["plot.png", "../b/maps.png"],
         "/guides/b/": ["../../experiments/a/plot.png"],
+        "/benchmarks/": ["../img/benchmarks/chart.svg"],
     }
 
 
@@ -84,9 +86,15 @@ def test_check_figures_reports_each_narrow_or_absent_figure(check_site, tmp_path
         {base + "experiments/a/plot.png": 1200, base + "experiments/b/maps.png": 420}
     )
     problems = check_site.check_figures(driver, base, str(tmp_path))
-    assert driver.visited == [base, base + "experiments/a/", base + "guides/b/"]
+    assert driver.visited == [
+        base,
+        base + "benchmarks/",
+        base + "experiments/a/",
+        base + "guides/b/",
+    ]
     assert problems == [
         "/: figure 'experiments/a/plot.png' is not in the rendered page",
+        "/benchmarks/: figure '../img/benchmarks/chart.svg' is not in the rendered page",
         "figure /experiments/a/../b/maps.png is 420 px wide; figures need at least 800 px",
         "/guides/b/: figure '../../experiments/a/plot.png' is not in the rendered page",
     ]
@@ -95,7 +103,9 @@ def test_check_figures_reports_each_narrow_or_absent_figure(check_site, tmp_path
 def test_a_site_without_figures_fails_the_check(check_site, tmp_path):
     write_site(tmp_path, {"index.html": ["assets/logo.png"]})
     problems = check_site.check_figures(FakeDriver({}), "http://127.0.0.1:8000/", str(tmp_path))
-    assert problems == ["no figures (images under /experiments/) found in the site"]
+    assert problems == [
+        "no figures (images under /experiments/ or /img/benchmarks/) found in the site"
+    ]
 
 
 def test_broken_links_finds_missing_pages_and_anchors_parsing_each_page_once(

@@ -1,6 +1,6 @@
 """TensorFlow's overrides of the reference kernels (`keras_posenc.backend.common`).
 
-Each says where it was measured; the numbers are in docs/benchmarks.md and the list of
+Each says where it was measured; the numbers are in docs/benchmark-notes.md and the list of
 kept overrides in docs/development.md ("Backend kernels").
 """
 

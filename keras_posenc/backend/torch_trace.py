@@ -3,7 +3,7 @@
 A decoding step is a plain function of model layers called once per generated token;
 eager Keras runs ~700 operations per ConvS2S step, ~540 of them same-dtype conversions
 and the export's metadata checks, which the trace drops: a step of
-``convs2s_iwslt_de_en`` is then about 3x faster on CPU (docs/benchmarks.md).
+``convs2s_iwslt_de_en`` is then about 3x faster on CPU (docs/benchmark-notes.md).
 ``torch.compile`` is not used: Keras' tree utilities break its graph into pieces (8
 graph breaks per ConvS2S step) and, on CPU, it ran the step slower than eager. Tracing
 costs about a second per input signature, so a signature runs eagerly (under

@@ -150,7 +150,7 @@ MODELS_WITH_UNCALLED_SUBLAYERS = {
 def test_created_models_have_every_layer_built(name):
     # Keras' JAX `predict_on_batch` (and each `predict`) first calls the model eagerly when
     # any layer is unbuilt: an unbuilt mask reader made `predict_on_batch` of
-    # shaw_transformer_base and muse_tiny 6x and 29x slower there (docs/benchmarks.md,
+    # shaw_transformer_base and muse_tiny 6x and 29x slower there (docs/benchmark-notes.md,
     # "`predict_on_batch` of models with an uncalled sublayer").
     model = zoo.create(name, **MODELS_WITH_UNCALLED_SUBLAYERS[name])
     unbuilt = sorted({type(layer).__name__ for layer in model._flatten_layers() if not layer.built})
