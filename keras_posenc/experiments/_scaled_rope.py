@@ -1,6 +1,6 @@
-"""The length study's scaled rotary rows (keras_posenc/experiments/length_generalization.py):
+"""The length study's scaled rotary rows (keras_posenc/experiments/length_generalization/):
 the trained `rope` models run at a test length with a scaled `RotaryPositions`, not retrained.
-Kept apart so the study's module does not grow with each scaling."""
+Kept apart so the study's models and tables do not grow with each scaling."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ SCALED_ROPE = {
     "rope_longrope": "longrope",
 }
 
-# The published claims of those rows (`length_generalization.CLAIMS`).
+# The published claims of those rows (`length_generalization.tables.CLAIMS`).
 SCALED_CLAIMS = {
     "rope_pi": "Chen et al. 2023: LLaMA 2048 -> 32768 with 1000 fine-tuning steps; "
     "without fine-tuning only for small s",
