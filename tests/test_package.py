@@ -368,3 +368,15 @@ def test_export_modules_are_in_no_import_cycle():
         if any(m == package or m.startswith(package + ".") for m in cycle)
     ]
     assert not cycles, f"import cycles through keras_posenc.export: {cycles}"
+
+
+def test_length_study_modules_are_in_no_import_cycle():
+    # Issue 48, item 2: the length study's package imports its modules one way (tasks,
+    # models, tables, figure, results, runs), none of them the package's __init__.
+    package = "keras_posenc.experiments.length_generalization"
+    graph = _import_graph()
+    modules = [m for m in graph if m == package or m.startswith(package + ".")]
+    assert len(modules) == 7, modules
+    assert not any(package in graph[m] for m in modules if m != package)
+    cycles = [cycle for cycle in _import_cycles(graph) if any(m in modules for m in cycle)]
+    assert not cycles, f"import cycles through {package}: {cycles}"
