@@ -25,8 +25,8 @@ from test_convert_timm import fixture
 
 from keras_posenc import cli, zoo
 from keras_posenc.convert import config_from_timm
-from keras_posenc.zoo.coatnet import build_coatnet
 from keras_posenc.hub import ImagePreprocessor, load_preset, preset_path, save_preset
+from keras_posenc.zoo.coatnet import build_coatnet
 
 pytestmark = pytest.mark.contract
 
