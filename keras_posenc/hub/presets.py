@@ -1,14 +1,6 @@
-"""Presets: a model, its image preprocessing and its class names in one folder, and
-pretrained weights by name (timm's CoAtNets on the Hugging Face hub).
-
-A preset folder has keras-hub's layout::
-
-    config.json           the model (keras.saving.serialize_keras_object)
-    model.weights.h5      its weights (model.save_weights)
-    preprocessor.json     the ImagePreprocessor or TranslationPreprocessor (serialized)
-    assets/...            the preprocessor's files (a translation model's vocabularies, BPE codes)
-    metadata.json         versions, parameter count, date, where the weights came from
-    assets/class_names.json   one name per output class, if known
+"""Sources resolved to preset folders: pretrained weights by name (timm's CoAtNets and
+MaxViTs on the Hugging Face hub), fairseq translation archives, and preset folders
+(their format: :mod:`keras_posenc.hub.folder`).
 
 A *source* is a preset folder, ``hf://ORG/REPO``, a timm model repository on the hub
 (``hf://timm/coatnet_0_rw_224.sw_in1k``), or a fairseq translation archive: its URL
@@ -21,9 +13,9 @@ TranslationPreprocessor`) and cached like a hub source. A hub source is download
 :func:`cache_folder` (``KERAS_POSENC_HOME``); later loads read that folder and ask the hub
 nothing.
 
->>> from keras_posenc import zoo
->>> # model = zoo.from_preset("hf://timm/coatnet_0_rw_224.sw_in1k")   # downloads once
->>> # preset = zoo.load_preset("hf://timm/coatnet_0_rw_224.sw_in1k")
+>>> from keras_posenc import hub
+>>> # model = hub.from_preset("hf://timm/coatnet_0_rw_224.sw_in1k")   # downloads once
+>>> # preset = hub.load_preset("hf://timm/coatnet_0_rw_224.sw_in1k")
 >>> # preset.classify(["cat.jpg"], top=5)
 """
 
