@@ -7,7 +7,7 @@ encodes. Everything runs unchanged on TensorFlow, JAX and PyTorch; the backend
 is chosen by ``KERAS_BACKEND`` before ``keras`` is first imported.
 
 ``import keras_posenc`` itself does not import Keras (so ``posenc --help`` starts
-fast); ``layers``, ``zoo`` and ``probe`` are imported on first use, and as soon
+fast); ``layers``, ``zoo``, ``probe`` and ``hub`` (presets) are imported on first use, and as soon
 as Keras is imported every keras-posenc class is registered for loading
 ``.keras`` files ("Import time" in docs/development.md).
 
@@ -28,12 +28,12 @@ try:
 except _metadata.PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__", "layers", "probe", "zoo"]
+__all__ = ["__version__", "hub", "layers", "probe", "zoo"]
 
 
 def __getattr__(name: str) -> _Any:
-    """``keras_posenc.layers`` (``zoo``, ``probe``): imported, with Keras, on first use."""
-    if name in ("layers", "probe", "zoo"):
+    """``keras_posenc.layers`` (``zoo``, ``probe``, ``hub``): imported, with Keras, on first use."""
+    if name in ("hub", "layers", "probe", "zoo"):
         _registration.register_all()
         return globals()[name]  # the import system set it on this package
     raise AttributeError(f"module 'keras_posenc' has no attribute {name!r}")

@@ -43,8 +43,10 @@ from typing import Any
 from keras_posenc import _quiet
 
 # The subpackages whose import registers every serializable class (layers, zoo
-# models, the probe's PosENet): what ``import keras_posenc`` imported eagerly before.
-REGISTERING = ("keras_posenc.layers", "keras_posenc.zoo", "keras_posenc.probe")
+# models, the probe's PosENet, the hub's ImagePreprocessor): what ``import keras_posenc``
+# imported eagerly before. The hub also hands the zoo its preset functions
+# (keras_posenc/hub/__init__.py), so ``zoo.create(name, weights="hf://...")`` reaches it.
+REGISTERING = ("keras_posenc.layers", "keras_posenc.zoo", "keras_posenc.probe", "keras_posenc.hub")
 
 
 def register_all() -> None:

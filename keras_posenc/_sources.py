@@ -4,8 +4,9 @@ Keras-free, so that ``posenc classify`` and ``posenc translate`` can refuse a hu
 source or URL that is in no cache while its server cannot be reached before Keras
 and its backend are imported (:func:`offline_failure`): without a network such a
 source fails within seconds, in one line (issue #57: huggingface_hub retried for
-83 s). ``keras_posenc.zoo.presets`` and ``keras_posenc.zoo.archives`` use the
-same functions.
+83 s). ``keras_posenc.hub.timm``, ``keras_posenc.hub.fairseq`` and
+``keras_posenc.hub.archives`` use the same functions (they are Keras-free here, not in
+``keras_posenc.hub``, whose import loads Keras).
 """
 
 from __future__ import annotations

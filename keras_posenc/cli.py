@@ -420,7 +420,7 @@ def _classify(args: argparse.Namespace) -> int:
     missing = [path for path in args.images if not os.path.isfile(path)]
     if missing:  # before anything downloads
         raise FileNotFoundError(f"no such image file: {missing[0]!r}.")
-    from keras_posenc.zoo.presets import load_preset
+    from keras_posenc.hub import load_preset
 
     preset = load_preset(args.model)
     top = min(args.top, int(preset.model.output_shape[-1]))
@@ -442,7 +442,7 @@ def _translate(args: argparse.Namespace) -> int:
             texts += handle.read().splitlines()
     if not texts:
         raise ValueError("nothing to translate: give sentences or --file.")
-    from keras_posenc.zoo.presets import load_preset
+    from keras_posenc.hub import load_preset
 
     preset = load_preset(args.model, progress=not args.quiet)
     for translation in preset.translate(

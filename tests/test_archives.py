@@ -1,5 +1,5 @@
 """Archives that expand implausibly are refused before they are decompressed, and the scratch
-folder of a killed conversion is removed by the next run (keras_posenc/zoo/archives.py).
+folder of a killed conversion is removed by the next run (keras_posenc/hub/archives.py).
 
 Pure Python (tarfile, processes): backend-neutral.
 """
@@ -19,7 +19,7 @@ import pytest
 from fairseq_archive import NAME, write_archive
 
 from keras_posenc import zoo
-from keras_posenc.zoo import archives
+from keras_posenc.hub import archives
 
 pytestmark = pytest.mark.neutral
 
@@ -83,7 +83,7 @@ def test_the_limits_are_stated_and_can_be_raised(tmp_path, monkeypatch):
 
 KILLED_RUN = """
 import sys, time
-from keras_posenc.zoo import archives
+from keras_posenc.hub import archives
 with archives.scratch_folder(sys.argv[1]) as scratch:
     open(scratch + "/model.pt", "wb").write(bytes(1000))
     print(scratch, flush=True)

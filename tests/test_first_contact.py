@@ -158,7 +158,7 @@ def test_offline_sources_fail_within_seconds_in_one_line(tmp_path, monkeypatch, 
 
     assert offline_failure(runs[0][-1]) is None
     if importlib.util.find_spec("huggingface_hub") is not None:
-        from keras_posenc.zoo.presets import preset_path
+        from keras_posenc.hub import preset_path
 
         start = time.perf_counter()
         with pytest.raises(ConnectionError, match="HF_HUB_OFFLINE=1") as caught:

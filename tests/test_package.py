@@ -353,21 +353,9 @@ def test_import_cycle_finder_sees_lazy_and_package_imports():
     graph = {"p": {"p.a"}, "p.a": {"p.b"}, "p.b": {"p.a"}, "q": {"p"}}
     assert _import_cycles(graph) == [["p.a", "p.b"]]
     found = _import_graph()
-    # presets imports the staging module inside save_preset, not the export package.
-    assert "keras_posenc.export.staging" in found["keras_posenc.zoo.presets"]
-    assert "keras_posenc.export" not in found["keras_posenc.zoo.presets"]
-
-
-def test_export_modules_are_in_no_import_cycle():
-    # Issue 48: no import circles, lazy imports included. The export package (and what
-    # imports it) is clear of them; other packages' cycles are not this test's yet.
-    package = "keras_posenc.export"
-    cycles = [
-        cycle
-        for cycle in _import_cycles(_import_graph())
-        if any(m == package or m.startswith(package + ".") for m in cycle)
-    ]
-    assert not cycles, f"import cycles through keras_posenc.export: {cycles}"
+    # the preset folder imports the staging module inside save_preset, not the export package.
+    assert "keras_posenc.export.staging" in found["keras_posenc.hub.folder"]
+    assert "keras_posenc.export" not in found["keras_posenc.hub.folder"]
 
 
 def test_length_study_modules_are_in_no_import_cycle():
@@ -380,3 +368,35 @@ def test_length_study_modules_are_in_no_import_cycle():
     assert not any(package in graph[m] for m in modules if m != package)
     cycles = [cycle for cycle in _import_cycles(graph) if any(m in modules for m in cycle)]
     assert not cycles, f"import cycles through {package}: {cycles}"
+
+
+# The layers' cycle, removed by the layers' fix on its own branch (issue 48, item 1): the
+# one allow-listed set until then. Today the finder splits it in two cycles, one of them
+# through layers.position_biases too, hence that module beside the set below.
+_ALLOWED_CYCLE = [
+    "keras_posenc.layers._attention",
+    "keras_posenc.layers._checks",
+    "keras_posenc.layers.position_schemes",
+    "keras_posenc.layers.relative_index",
+    "keras_posenc.layers.relative_position_2d",
+]
+
+
+def test_package_is_in_no_import_cycle():
+    # Issue 48: no import circles in keras_posenc/, lazy imports included (the zoo reaches
+    # the hub's presets through registry.preset_function, keras_posenc/hub/__init__.py).
+    allowed = {*_ALLOWED_CYCLE, "keras_posenc.layers.position_biases"}
+    cycles = [cycle for cycle in _import_cycles(_import_graph()) if not set(cycle) <= allowed]
+    assert not cycles, f"import cycles in keras_posenc: {cycles}"
+
+
+def test_the_zoo_imports_nothing_above_it():
+    # docs/development.md, "Architecture": export, convert and the hub import the zoo.
+    above = ("keras_posenc.export", "keras_posenc.convert", "keras_posenc.hub")
+    graph = _import_graph()
+    found = {
+        module: sorted(m for m in imported if m.startswith(above))
+        for module, imported in graph.items()
+        if module == "keras_posenc.zoo" or module.startswith("keras_posenc.zoo.")
+    }
+    assert not any(found.values()), {m: i for m, i in found.items() if i}

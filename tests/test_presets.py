@@ -1,4 +1,4 @@
-"""Presets and pretrained weights by name: keras_posenc.zoo.presets and `posenc classify`.
+"""Presets and pretrained weights by name: keras_posenc.hub and `posenc classify`.
 
 Nothing leaves the machine: hub_server.HubServer serves the hub's file API on 127.0.0.1
 (HF_ENDPOINT points at it), and the repositories it serves are written here from the timm
@@ -25,8 +25,8 @@ from test_convert_timm import fixture
 
 from keras_posenc import cli, zoo
 from keras_posenc.convert import config_from_timm
+from keras_posenc.hub import ImagePreprocessor, load_preset, preset_path, save_preset
 from keras_posenc.zoo.coatnet import build_coatnet
-from keras_posenc.zoo.presets import ImagePreprocessor, load_preset, preset_path, save_preset
 
 pytestmark = pytest.mark.contract
 

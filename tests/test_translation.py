@@ -31,8 +31,7 @@ from hub_server import HubServer
 
 from keras_posenc import cli, zoo
 from keras_posenc.convert import fairseq_to_posenc_ids, load_fairseq_checkpoint
-from keras_posenc.zoo import archives
-from keras_posenc.zoo.presets import load_preset, preset_path, remove_cached, save_preset
+from keras_posenc.hub import archives, load_preset, preset_path, remove_cached, save_preset
 from keras_posenc.zoo.translation import TranslationPreprocessor
 from reference import search
 from reference.fairseq_checkpoint import fconv_forward

@@ -2,7 +2,7 @@
 once it is complete, so a failed export leaves nothing at the target.
 
 :func:`staged` is the one home of these writes: the exporters use it, and so does
-``keras_posenc.zoo.presets.save_preset``.
+``keras_posenc.hub.save_preset``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,19 @@ Each family module registers its named configurations with
 module, so ``list_models`` is complete as soon as ``keras_posenc.zoo`` is.
 Model cards (parameters ours vs the paper's, measured speed, export status)
 live in the repository's top-level ``zoo/`` folder.
+
+Presets (downloads, archives, preset folders) live in :mod:`keras_posenc.hub`, which sits
+above the zoo; :func:`from_preset`, :func:`load_preset` and :func:`save_preset` here are
+the hub's, reached through the registry's hook (``registry.preset_function``), not an
+import.
 """
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import keras
 
 from keras_posenc.zoo import (
     coatnet,  # noqa: F401  (registers coatnet_0 .. coatnet_4)
@@ -23,12 +35,12 @@ from keras_posenc.zoo import (
 )
 from keras_posenc.zoo.adapt import ZooFunctional, ZooModel
 from keras_posenc.zoo.distribution import layout_map
-from keras_posenc.zoo.presets import from_preset, load_preset, save_preset
 from keras_posenc.zoo.registry import (
     ModelSpec,
     create,
     get_spec,
     list_models,
+    preset_function,
     register_model,
     unregister_model,
 )
@@ -47,3 +59,33 @@ __all__ = [
     "ZooFunctional",
     "ZooModel",
 ]
+
+
+def from_preset(source: str | os.PathLike, *, progress: bool = True) -> keras.Model:
+    """The model of a preset source: :func:`keras_posenc.hub.from_preset` (see there).
+
+    >>> # model = zoo.from_preset("hf://timm/coatnet_0_rw_224.sw_in1k")   # downloads once
+    """
+    return preset_function("from_preset")(source, progress=progress)
+
+
+def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Any:
+    """A preset (model, preprocessor, class names, metadata): :func:`keras_posenc.hub.load_preset`.
+
+    >>> # preset = zoo.load_preset("hf://timm/coatnet_0_rw_224.sw_in1k")   # downloads once
+    """
+    return preset_function("load_preset")(source, progress=progress)
+
+
+def save_preset(model: keras.Model, path: str | os.PathLike, **options: Any) -> str:
+    """Saves a preset folder: :func:`keras_posenc.hub.save_preset` (its keyword arguments:
+    ``preprocessor``, ``class_names``, ``metadata``, ``overwrite``).
+
+    >>> import tempfile
+    >>> inputs = keras.Input((3,))
+    >>> model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    >>> folder = save_preset(model, tempfile.mkdtemp() + "/tiny")
+    >>> load_preset(folder).metadata["num_classes"]
+    2
+    """
+    return preset_function("save_preset")(model, path, **options)

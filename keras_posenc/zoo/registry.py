@@ -244,7 +244,7 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
         weights: None for fresh initialisation (nothing is downloaded); the path of a
             ``.weights.h5`` file (``model.save_weights``) or a ``.keras`` file
             (``model.save``) saved from the same configuration; or a preset source
-            (:func:`~keras_posenc.zoo.presets.preset_path`): a preset folder, or
+            (:func:`~keras_posenc.hub.preset_path`): a preset folder, or
             ``hf://ORG/REPO``, a timm checkpoint on the Hugging Face hub
             (``zoo.create("coatnet_0_rw_224", weights="hf://timm/coatnet_0_rw_224.sw_in1k")``),
             which **is downloaded and converted on first use**, then read from the cache.
@@ -428,11 +428,47 @@ def _preset_weights(weights: str | os.PathLike) -> tuple[str | os.PathLike, int 
     converted first); other ``weights`` as they are, with no class count."""
     path = os.fspath(weights) if isinstance(weights, str | os.PathLike) else weights
     if isinstance(path, str) and (path.startswith("hf://") or os.path.isdir(path)):
-        from keras_posenc.zoo.presets import WEIGHTS_FILE, _class_count, preset_path
-
-        folder = preset_path(path)
-        return os.path.join(folder, WEIGHTS_FILE), _class_count(folder)
+        return preset_function("weights")(path)
     return weights, None
+
+
+# The preset functions of keras_posenc.hub, which sits above the zoo (docs/development.md,
+# "Architecture"): the hub hands them over when it is imported (set_preset_functions), so
+# the zoo reaches presets without importing them.
+_PRESET_FUNCTIONS: dict[str, Callable[..., Any]] = {}
+
+
+def set_preset_functions(**functions: Callable[..., Any]) -> None:
+    """Registers the hub's preset functions by role: ``from_preset``, ``load_preset``,
+    ``save_preset`` and ``weights`` (a source -> its weights file and class count).
+
+    Called by ``keras_posenc/hub/__init__.py``; a role given again replaces the first.
+
+    >>> sorted(_PRESET_FUNCTIONS) == sorted(
+    ...     ["from_preset", "load_preset", "save_preset", "weights"])  # the hub is loaded
+    True
+    """
+    for role, function in functions.items():
+        if not callable(function):
+            raise TypeError(
+                f"set_preset_functions: `{role}` must be callable, got {type(function).__name__}."
+            )
+    _PRESET_FUNCTIONS.update(functions)
+
+
+def preset_function(role: str) -> Callable[..., Any]:
+    """The hub's preset function for ``role`` (see :func:`set_preset_functions`); the
+    registering packages are imported first if the hub was not (keras_posenc/_registration.py)."""
+    if role not in _PRESET_FUNCTIONS:
+        from keras_posenc import _registration
+
+        _registration.register_all()  # imports keras_posenc.hub, which registers its functions
+    if role not in _PRESET_FUNCTIONS:
+        raise ValueError(
+            f"zoo: no preset function {role!r} is registered (keras_posenc.hub registers "
+            f"{', '.join(['from_preset', 'load_preset', 'save_preset', 'weights'])})."
+        )
+    return _PRESET_FUNCTIONS[role]
 
 
 def _check_weights_file(name: str, weights: str | os.PathLike) -> None:

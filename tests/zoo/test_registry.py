@@ -171,3 +171,32 @@ def test_required_overrides_are_named_before_building():
         zoo.create("convs2s_small", src_vocab_size=20)
     assert zoo.get_spec("convs2s_lm").required_arguments() == ("vocab_size",)
     assert zoo.get_spec("coatnet_0").required_arguments() == ()
+
+
+def test_presets_are_reached_through_the_hubs_registration(registered, tmp_path, monkeypatch):
+    # The zoo imports nothing of keras_posenc.hub (above it): the hub hands the registry its
+    # functions when imported (keras_posenc/hub/__init__.py), and zoo.create finds them.
+    from keras_posenc import hub
+    from keras_posenc.zoo import registry
+
+    assert registry.preset_function("load_preset") is hub.load_preset
+    model = zoo.create("test_mlp_small")
+    folder = zoo.save_preset(model, tmp_path / "preset")
+    assert hub.load_preset(folder).metadata["num_classes"] == 3
+    loaded = zoo.create("test_mlp_small", weights=folder)
+    np.testing.assert_allclose(loaded.get_weights()[0], model.get_weights()[0])
+    with pytest.raises(TypeError, match="set_preset_functions: `weights` must be callable"):
+        registry.set_preset_functions(weights="hub")
+
+    # Without the registration (the hub not yet imported), the registering packages are
+    # imported: the hub registers again.
+    def hub_registers():
+        registry.set_preset_functions(weights=hub.preset_weights)
+
+    monkeypatch.setattr(registry, "_PRESET_FUNCTIONS", {})
+    monkeypatch.setattr("keras_posenc._registration.register_all", hub_registers)
+    assert registry.preset_function("weights") is hub.preset_weights
+    monkeypatch.setattr(registry, "_PRESET_FUNCTIONS", {})
+    monkeypatch.setattr("keras_posenc._registration.register_all", lambda: None)
+    with pytest.raises(ValueError, match="zoo: no preset function 'from_preset'"):
+        zoo.from_preset(folder)

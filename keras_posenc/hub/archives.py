@@ -12,7 +12,7 @@ target (absolute paths, ``..``, links pointing out) before anything is written, 
 archive whose members declare an implausible size (a "decompression bomb": see
 ``MAX_EXPANSION`` and ``MAX_EXTRACTED_BYTES``) as soon as the member's header is read.
 
-Both raise errors that name the source; the preset code (:mod:`keras_posenc.zoo.
+Both raise errors that name the source; the preset code (:mod:`keras_posenc.hub.
 presets`) turns an archive into a cached preset.
 """
 
@@ -171,7 +171,7 @@ def _check_declared(
         f"{who}: {archive!r} is refused: its members declare at least {declared} bytes (from "
         f"{member.name!r} on), over {limit}; an archive of a model is not that compressible. "
         "Nothing was extracted. If you trust it, raise the limit (extract_archive's "
-        "arguments, or keras_posenc.zoo.archives.MAX_EXPANSION / MAX_EXTRACTED_BYTES)."
+        "arguments, or keras_posenc.hub.archives.MAX_EXPANSION / MAX_EXTRACTED_BYTES)."
     )
 
 
