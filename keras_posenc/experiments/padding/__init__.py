@@ -34,7 +34,7 @@ The package has one module per job (docs/development.md, "Architecture"):
 ``settings`` (the columns, parts and budgets), ``features`` (the content-free
 images, the networks and their frozen features), ``readouts`` (least-squares
 and trained readouts, scored), ``study`` (the runs of every part, their rows and
-maps), ``experiment`` (:func:`probe_padding_mode` and :func:`padding_experiment`),
+maps), ``experiment`` (`probe_padding_mode` and `padding_experiment`),
 ``tables`` (markdown), ``figures`` (the maps' figures and their data) and
 ``results`` (everything a run writes).
 """
