@@ -400,3 +400,17 @@ def test_the_zoo_imports_nothing_above_it():
         if module == "keras_posenc.zoo" or module.startswith("keras_posenc.zoo.")
     }
     assert not any(found.values()), {m: i for m, i in found.items() if i}
+
+
+def test_padding_study_modules_are_in_no_import_cycle():
+    # Issue 48: the padding study is a package of modules by job (docs/development.md,
+    # "Architecture"), each importing only those before it, lazy imports included.
+    package = "keras_posenc.experiments.padding"
+    graph = _import_graph()
+    assert {f"{package}.{name}" for name in ("settings", "study", "figures")} <= set(graph)
+    cycles = [
+        cycle
+        for cycle in _import_cycles(graph)
+        if any(m == package or m.startswith(package + ".") for m in cycle)
+    ]
+    assert not cycles, f"import cycles through {package}: {cycles}"

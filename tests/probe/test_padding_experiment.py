@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from keras_posenc.experiments import padding_experiment
-from keras_posenc.experiments.padding import COLUMNS, LinearReadout, _cell, read_figure_data
+from keras_posenc.experiments.padding import COLUMNS, read_figure_data
+from keras_posenc.experiments.padding.tables import _cell
+from keras_posenc.probe import LinearReadout
 
 pytestmark = pytest.mark.contract
 
