@@ -14,9 +14,10 @@ Two kinds of model generate:
   position, starting from the prompt's first token. The searches return the
   whole sequence, prompt included, ``(batch, max_length)``.
 
-Both kinds follow one decoding contract (design.md, "Decoding caches"), so
-one implementation of each search serves both. The step (cache reordering,
-the decoder step, the rules below) is compiled once per batch shape
+Both kinds follow one decoding contract (docs/development.md, "Compiled decoding
+and model creation", and the cache format in "Conventions"), so one
+implementation of each search serves both. The step (cache reordering, the
+decoder step, the rules below) is compiled once per batch shape
 (``tf.function`` on TensorFlow, ``jax.jit`` on JAX; on PyTorch a graph traced
 with ``torch.export`` once a shape has run eagerly a few times, see
 ``keras_posenc.backend.compile_function``), and its cost does not grow

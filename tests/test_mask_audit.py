@@ -1,5 +1,5 @@
 """Every mask argument of every public layer goes through the one mask check
-(`_attention.check_mask`): a floating mask (perhaps additive, 0 / -1e9) is a
+(`_checks.check_mask`): a floating mask (perhaps additive, 0 / -1e9) is a
 `TypeError` and a mask of the wrong shape a `ValueError`, each naming the layer and
 the argument. The list of mask arguments is read from the layers' signatures, so a
 new one fails here until it is covered."""

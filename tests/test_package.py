@@ -10,6 +10,7 @@ import sys
 
 import keras
 import pytest
+from repository import repository_path
 
 import keras_posenc
 from keras_posenc import cli, export, layers, probe, zoo
@@ -370,23 +371,10 @@ def test_length_study_modules_are_in_no_import_cycle():
     assert not cycles, f"import cycles through {package}: {cycles}"
 
 
-# The layers' cycle, removed by the layers' fix on its own branch (issue 48, item 1): the
-# one allow-listed set until then. Today the finder splits it in two cycles, one of them
-# through layers.position_biases too, hence that module beside the set below.
-_ALLOWED_CYCLE = [
-    "keras_posenc.layers._attention",
-    "keras_posenc.layers._checks",
-    "keras_posenc.layers.position_schemes",
-    "keras_posenc.layers.relative_index",
-    "keras_posenc.layers.relative_position_2d",
-]
-
-
 def test_package_is_in_no_import_cycle():
     # Issue 48: no import circles in keras_posenc/, lazy imports included (the zoo reaches
     # the hub's presets through registry.preset_function, keras_posenc/hub/__init__.py).
-    allowed = {*_ALLOWED_CYCLE, "keras_posenc.layers.position_biases"}
-    cycles = [cycle for cycle in _import_cycles(_import_graph()) if not set(cycle) <= allowed]
+    cycles = _import_cycles(_import_graph())
     assert not cycles, f"import cycles in keras_posenc: {cycles}"
 
 
@@ -414,3 +402,43 @@ def test_padding_study_modules_are_in_no_import_cycle():
         if any(m == package or m.startswith(package + ".") for m in cycle)
     ]
     assert not cycles, f"import cycles through {package}: {cycles}"
+
+
+@pytest.mark.parametrize("package", ["keras_posenc.layers", "keras_posenc.backend"])
+def test_layers_and_backend_modules_are_in_no_import_cycle(package):
+    # Issue 48: each idea of the layers has one home, in an order without circles
+    # (docs/development.md, "Architecture": imports inside layers/).
+    cycles = [
+        cycle
+        for cycle in _import_cycles(_import_graph())
+        if any(m == package or m.startswith(package + ".") for m in cycle)
+    ]
+    assert not cycles, f"import cycles through {package}: {cycles}"
+
+
+def _cited_files(text: str) -> list[str]:
+    """The repository files a text cites by path (``docs/development.md``), and any
+    citation of design.md, a page the repository never had."""
+    rooted = r"(?:docs|tests|benchmarks|keras_posenc)/[\w./-]+\.(?:py|md|toml)"
+    return re.findall(rf"(?<![\w/.-])(?:{rooted}|[\w./-]*design\.md)\b", text)
+
+
+def test_package_cites_only_repository_files():
+    """A comment, docstring or lint message that cites a file cites one in the repository
+    (the rules live in docs/development.md)."""
+    assert _cited_files("see docs/a.md, tests/b.py and (design.md, 'X')") == [
+        "docs/a.md",
+        "tests/b.py",
+        "design.md",
+    ]
+    assert _cited_files("timm's ``maxxvit.py``, keras_hub/src/models/backbone.py") == []
+    root = repository_path()
+    package = pathlib.Path(keras_posenc.__file__).parent
+    missing = [
+        f"{path.relative_to(package.parent)}: {cited}"
+        for path in sorted(package.rglob("*"))
+        if path.suffix in (".py", ".toml", ".md")
+        for cited in _cited_files(path.read_text(encoding="utf-8"))
+        if "design.md" in cited or not (root / cited).exists()
+    ]
+    assert not missing, "citations of files not in the repository:\n" + "\n".join(missing)

@@ -6,8 +6,8 @@ supports (SavedModel from torch needs torch_xla; ONNX from JAX needs jax2onnx
 and fails on dynamic lengths). :func:`export_model` therefore exports on
 TensorFlow: directly when TensorFlow is the active backend, otherwise by saving
 the model as ``.keras`` and loading it in a subprocess with
-``KERAS_BACKEND=tensorflow`` (design.md, "Export design"). It then runs the
-artifact (onnxruntime, ``tf.saved_model.load``, or LiteRT's own interpreter from
+``KERAS_BACKEND=tensorflow`` (docs/development.md, "Architecture": Export). It then
+runs the artifact (onnxruntime, ``tf.saved_model.load``, or LiteRT's own interpreter from
 ``ai_edge_litert`` for a ``.tflite`` file) on the same random inputs as
 the Keras model, at two sequence lengths when the model has dynamic axes, and
 reports the largest absolute difference. Outputs that are not finite fail the

@@ -6,7 +6,7 @@ CoAtNet's `RelativeTransformerBlock2D` and (for its masked softmax)
 written once (see "Architecture" in docs/development.md):
 
 - **masks** are boolean or integer 0/1, ``True`` = may attend, checked at the
-  layer's boundary by `check_mask` (a floating mask is refused: an additive
+  layer's boundary by `_checks.check_mask` (a floating mask is refused: an additive
   0 / -1e9 mask cast to bool would be silently inverted);
 - **precision**: logits and softmax in float32, masked logits filled with one
   large finite value (`MASK_FILL`, never ``-inf``), a fully masked query row
@@ -56,98 +56,6 @@ MIN_AUTO_BLOCK = 64
 
 
 # --------------------------------------------------------------------------- masks
-
-
-def _dtype_name(value: Any) -> str:
-    dtype = getattr(value, "dtype", None)
-    if dtype is None:
-        dtype = np.asarray(value).dtype
-    try:
-        return keras.backend.standardize_dtype(dtype)
-    except (ValueError, TypeError):
-        return str(dtype)
-
-
-def check_mask(caller: str, argument: str, mask: Any, expected: tuple, names: tuple) -> Any:
-    """``mask`` as a bool tensor after checking its dtype and shape, or None.
-
-    Masks are boolean or integer 0/1 (``True``/1 = a real token, may attend).
-    A floating mask is refused with a `TypeError`: an additive mask (0 where
-    attention is allowed, -1e9 where not) cast to bool would be inverted, so it
-    belongs in an ``attention_bias`` argument. This is the one deliberate
-    difference from ``keras.layers.MultiHeadAttention``, which casts any mask.
-
-    Args:
-        caller: the layer, as it should appear in errors.
-        argument: the argument's name (``"attention_mask"``, ``"mask"``, ...).
-        mask: None, or anything ``keras.ops.convert_to_tensor`` takes.
-        expected: the expected shape, one entry per axis: an int (a size of 1
-            also broadcasts) or None where any size is accepted.
-        names: the names of the axes, for the error message.
-    """
-    if mask is None:
-        return None
-    dtype = _dtype_name(mask)
-    if dtype != "bool" and "int" not in dtype:
-        raise TypeError(
-            f"{caller}: `{argument}` must be boolean or integer 0/1 (True = may attend), "
-            f"got dtype {dtype}. A floating mask is not cast to bool here, since an additive "
-            "mask (0 / -1e9) would be inverted: pass additive masks as `attention_bias` "
-            "(MultiHeadRelativeAttention), or convert with `mask = bias == 0`."
-        )
-    _check_broadcast(caller, argument, mask, expected, names, exact_rank=True)
-    return ops.cast(mask, "bool")
-
-
-def check_bias(caller: str, argument: str, bias: Any, expected: tuple, names: tuple) -> Any:
-    """``bias`` as a tensor after checking that it is additive and broadcasts to ``expected``.
-
-    An additive bias (``attention_bias``) is numeric, not boolean: a boolean given here
-    is a mask, which belongs in ``attention_mask``. Its shape follows NumPy's broadcasting
-    (the trailing axes align, each of the expected size or 1), so a wrong size is named
-    here instead of failing inside each backend's addition.
-    """
-    if bias is None:
-        return None
-    dtype = _dtype_name(bias)
-    if dtype == "bool" or not ("float" in dtype or "int" in dtype):
-        raise TypeError(
-            f"{caller}: `{argument}` must be an additive float bias (0 where attention is "
-            f"allowed, a large negative number where not), got dtype {dtype}; boolean masks "
-            "go in `attention_mask`."
-        )
-    _check_broadcast(caller, argument, bias, expected, names, exact_rank=False)
-    return ops.convert_to_tensor(bias)
-
-
-def _known(size: Any) -> bool:
-    """Whether a size is a number (not None, nor a symbolic size of a JAX export)."""
-    return isinstance(size, int | np.integer)
-
-
-def _check_broadcast(
-    caller: str, argument: str, value: Any, expected: tuple, names: tuple, exact_rank: bool
-) -> None:
-    """Raises if ``value``'s shape does not broadcast to ``expected`` (None = any size).
-
-    With ``exact_rank`` the ranks must be equal; else the shape may have fewer axes,
-    aligned on the last ones as in NumPy's broadcasting.
-    """
-    shape = tuple(getattr(value, "shape", np.shape(value)))
-    wanted = "(" + ", ".join(names) + ")"
-    shown = "(" + ", ".join(n if w is None else str(w) for n, w in zip(names, expected)) + ")"
-    if len(shape) != len(expected) if exact_rank else len(shape) > len(expected):
-        rank = f"rank {len(expected)}" if exact_rank else f"rank at most {len(expected)}"
-        raise ValueError(
-            f"{caller}: `{argument}` must have shape {wanted} = {shown} ({rank}), "
-            f"got shape {shape}."
-        )
-    for size, want in zip(shape, expected[len(expected) - len(shape) :], strict=True):
-        if _known(size) and _known(want) and size not in (want, 1):
-            raise ValueError(
-                f"{caller}: `{argument}` must have shape {wanted} = {shown} (or 1 on an axis, "
-                f"to broadcast), got shape {shape}."
-            )
 
 
 def causal_mask(query_length: Any, key_length: Any, offset: Any = 0) -> Any:

@@ -11,14 +11,110 @@ from typing import Any
 
 import keras
 import numpy as np
+from keras import ops
 
-from keras_posenc.layers._attention import check_mask
 from keras_posenc.layers.activations import get_activation
 
 
 def shape_of(value: Any) -> tuple:
     """The shape of a tensor, a ``keras.KerasTensor`` or anything numpy can shape."""
     return tuple(getattr(value, "shape", np.shape(value)))
+
+
+# --------------------------------------------------------------------------- masks
+# Checked at a layer's boundary, before the attention core (`_attention`) sees them.
+
+
+def _dtype_name(value: Any) -> str:
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(value).dtype
+    try:
+        return keras.backend.standardize_dtype(dtype)
+    except (ValueError, TypeError):
+        return str(dtype)
+
+
+def check_mask(caller: str, argument: str, mask: Any, expected: tuple, names: tuple) -> Any:
+    """``mask`` as a bool tensor after checking its dtype and shape, or None.
+
+    Masks are boolean or integer 0/1 (``True``/1 = a real token, may attend).
+    A floating mask is refused with a `TypeError`: an additive mask (0 where
+    attention is allowed, -1e9 where not) cast to bool would be inverted, so it
+    belongs in an ``attention_bias`` argument. This is the one deliberate
+    difference from ``keras.layers.MultiHeadAttention``, which casts any mask.
+
+    Args:
+        caller: the layer, as it should appear in errors.
+        argument: the argument's name (``"attention_mask"``, ``"mask"``, ...).
+        mask: None, or anything ``keras.ops.convert_to_tensor`` takes.
+        expected: the expected shape, one entry per axis: an int (a size of 1
+            also broadcasts) or None where any size is accepted.
+        names: the names of the axes, for the error message.
+    """
+    if mask is None:
+        return None
+    dtype = _dtype_name(mask)
+    if dtype != "bool" and "int" not in dtype:
+        raise TypeError(
+            f"{caller}: `{argument}` must be boolean or integer 0/1 (True = may attend), "
+            f"got dtype {dtype}. A floating mask is not cast to bool here, since an additive "
+            "mask (0 / -1e9) would be inverted: pass additive masks as `attention_bias` "
+            "(MultiHeadRelativeAttention), or convert with `mask = bias == 0`."
+        )
+    _check_broadcast(caller, argument, mask, expected, names, exact_rank=True)
+    return ops.cast(mask, "bool")
+
+
+def check_bias(caller: str, argument: str, bias: Any, expected: tuple, names: tuple) -> Any:
+    """``bias`` as a tensor after checking that it is additive and broadcasts to ``expected``.
+
+    An additive bias (``attention_bias``) is numeric, not boolean: a boolean given here
+    is a mask, which belongs in ``attention_mask``. Its shape follows NumPy's broadcasting
+    (the trailing axes align, each of the expected size or 1), so a wrong size is named
+    here instead of failing inside each backend's addition.
+    """
+    if bias is None:
+        return None
+    dtype = _dtype_name(bias)
+    if dtype == "bool" or not ("float" in dtype or "int" in dtype):
+        raise TypeError(
+            f"{caller}: `{argument}` must be an additive float bias (0 where attention is "
+            f"allowed, a large negative number where not), got dtype {dtype}; boolean masks "
+            "go in `attention_mask`."
+        )
+    _check_broadcast(caller, argument, bias, expected, names, exact_rank=False)
+    return ops.convert_to_tensor(bias)
+
+
+def _known(size: Any) -> bool:
+    """Whether a size is a number (not None, nor a symbolic size of a JAX export)."""
+    return isinstance(size, int | np.integer)
+
+
+def _check_broadcast(
+    caller: str, argument: str, value: Any, expected: tuple, names: tuple, exact_rank: bool
+) -> None:
+    """Raises if ``value``'s shape does not broadcast to ``expected`` (None = any size).
+
+    With ``exact_rank`` the ranks must be equal; else the shape may have fewer axes,
+    aligned on the last ones as in NumPy's broadcasting.
+    """
+    shape = tuple(getattr(value, "shape", np.shape(value)))
+    wanted = "(" + ", ".join(names) + ")"
+    shown = "(" + ", ".join(n if w is None else str(w) for n, w in zip(names, expected)) + ")"
+    if len(shape) != len(expected) if exact_rank else len(shape) > len(expected):
+        rank = f"rank {len(expected)}" if exact_rank else f"rank at most {len(expected)}"
+        raise ValueError(
+            f"{caller}: `{argument}` must have shape {wanted} = {shown} ({rank}), "
+            f"got shape {shape}."
+        )
+    for size, want in zip(shape, expected[len(expected) - len(shape) :], strict=True):
+        if _known(size) and _known(want) and size not in (want, 1):
+            raise ValueError(
+                f"{caller}: `{argument}` must have shape {wanted} = {shown} (or 1 on an axis, "
+                f"to broadcast), got shape {shape}."
+            )
 
 
 def check_int(caller: str, name: str, value: Any, minimum: int | None = None) -> int:
@@ -97,6 +193,28 @@ def check_ints(
             f"{caller}: `{name}` must have {count} entries{what}, got {len(items)}: {value!r}."
         )
     return tuple(int(v) for v in items)
+
+
+def grid_size(value: Any, who: str, argument: str) -> tuple[int, int]:
+    """``value`` as a ``(height, width)`` pair of positive ints; an int means a square grid.
+
+    The one check of grid sizes: `Grid2DPositions`, `RelativePositionBias2D`, CoAtNet's
+    and MaxViT's blocks and models use it.
+    """
+    pair = (value, value) if isinstance(value, int | np.integer) else value
+    try:
+        pair = tuple(pair)
+    except TypeError:
+        pair = (pair,)
+    valid = len(pair) == 2 and all(
+        isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0 for v in pair
+    )
+    if not valid:
+        raise ValueError(
+            f"{who}: `{argument}` must be a positive int or a pair (height, width) of "
+            f"positive ints; received {argument}={value!r}"
+        )
+    return int(pair[0]), int(pair[1])
 
 
 def check_activation(caller: str, activation: Any, name: str = "activation") -> Any:
@@ -234,7 +352,7 @@ class SequenceChecks:
 
     def _check_mask(self, argument: str, mask: Any, rank: int = 2, like: Any = None) -> Any:
         """``mask`` as booleans, after checking its rank (2 for padding, 3 for attention),
-        its dtype (boolean or integer 0/1, `_attention.check_mask`) and, given ``like``
+        its dtype (boolean or integer 0/1, `check_mask`) and, given ``like``
         (the expected shape, None where any size goes), its shape."""
         if mask is None:
             return None

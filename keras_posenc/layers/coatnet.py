@@ -24,13 +24,10 @@ from keras_posenc.layers._checks import (
     check_int,
     check_positive_number,
     check_rate,
+    grid_size,
 )
 from keras_posenc.layers.position_biases import ContinuousPositionBias2D
-from keras_posenc.layers.relative_position_2d import (
-    RelativePositionBias2D,
-    grid_size,
-    is_static_size,
-)
+from keras_posenc.layers.relative_position_2d import RelativePositionBias2D, is_static_size
 
 STRIDE_ON = ("expand", "depthwise", "pool")
 #: The downsampling pools: 2 x 2 stride-2 max or average, or ``"max3"``, a 3 x 3 stride-2

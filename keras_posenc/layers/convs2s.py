@@ -24,6 +24,7 @@ from keras_posenc.layers._checks import (
     SequenceChecks,
     check_bool,
     check_int,
+    check_mask,
     check_rate,
     has_empty_axis,
     shape_of,
@@ -328,7 +329,7 @@ class GLUConv1D(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         # The one mask check (boolean or integer 0/1; a float mask, perhaps additive, is
         # refused), then a select: multiplying by the mask kept NaN in padding and scaled
         # the input by an int mask of 2s.
-        mask = _attention.check_mask(
+        mask = check_mask(
             self._describe(), "mask", mask, tuple(shape_of(inputs)[:2]), ("batch", "time")
         )
         if mask is not None:
@@ -678,7 +679,7 @@ class ConvS2SAttention(keras.layers.Layer):
         keys, values = self._unpack(encoder_out)
         keys_shape = shape_of(keys)
         self._check_shapes(shape_of(x), shape_of(target_embedding), keys_shape, shape_of(values))
-        encoder_mask = _attention.check_mask(
+        encoder_mask = check_mask(
             self._describe(),
             "encoder_mask",
             encoder_mask,

@@ -30,6 +30,7 @@ from keras_posenc.layers._checks import (
     check_bool,
     check_bool_or_auto,
     check_int,
+    check_mask,
     check_positive_number,
     check_rate,
     shape_of,
@@ -348,9 +349,7 @@ class MUSEAttention(CachedSequenceSpec, SequenceChecks, keras.layers.Layer):
         input_shape = shape_of(inputs)
         self._check_input_shape(inputs)
         x = inputs
-        mask = _attention.check_mask(
-            self._describe(), "mask", mask, input_shape[:2], ("batch", "time")
-        )
+        mask = check_mask(self._describe(), "mask", mask, input_shape[:2], ("batch", "time"))
         if mask is not None:
             # A fresh tensor: the projections (which do not support masking)
             # must not receive the input's Keras mask.

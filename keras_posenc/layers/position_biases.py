@@ -43,16 +43,12 @@ from keras_posenc.layers._checks import (
     check_int,
     check_positive_number,
     check_rate,
+    grid_size,
 )
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers.position_schemes import PositionScheme, register_scheme
-from keras_posenc.layers.relative_position_2d import (
-    call_size,
-    grid_size,
-    is_static_size,
-    relative_index_2d,
-    relative_index_2d_tensor,
-)
+from keras_posenc.layers.relative_index import relative_index_2d, relative_index_2d_tensor
+from keras_posenc.layers.relative_position_2d import call_size, is_static_size
 
 __all__ = [
     "ALiBi",

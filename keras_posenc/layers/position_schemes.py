@@ -38,9 +38,8 @@ import keras
 import numpy as np
 
 from keras_posenc.layers import relative_index
-from keras_posenc.layers._checks import check_int
+from keras_posenc.layers._checks import check_int, grid_size
 from keras_posenc.layers._description import Description
-from keras_posenc.layers.relative_position_2d import grid_size, relative_index_2d
 
 __all__ = [
     "ClipPositions",
@@ -355,7 +354,7 @@ class Grid2DPositions(PositionScheme):
 
     def index_matrix(self) -> np.ndarray:
         """The ``(h * w, h * w)`` int32 row of every (query cell, key cell) pair."""
-        return relative_index_2d(*self.size)
+        return relative_index.relative_index_2d(*self.size)
 
     def index(self, r: Any) -> Any:
         raise TypeError(f"{self!r} indexes pairs of grid cells (`index_matrix`), not 1D distances.")
@@ -425,9 +424,9 @@ def names() -> tuple[str, ...]:
         >>> {"shaw", "t5", "t5_decoder", "irpe", "alibi"} <= set(position_schemes.names())
         True
     """
-    # Imported here (it imports this module): its computed schemes register on import.
-    from keras_posenc.layers import position_biases  # noqa: F401
-
+    # The computed schemes of position_biases.py (which imports this module) are registered
+    # by then: the package's __init__.py imports it, and any import of a layers module
+    # runs the package's __init__.py first.
     return tuple(sorted(_REGISTRY))
 
 

@@ -17,10 +17,12 @@ from keras import ops
 from keras_posenc import backend
 from keras_posenc.layers import _attention, position_schemes, relative_index
 from keras_posenc.layers._checks import (
+    check_bias,
     check_bool,
     check_bool_or_auto,
     check_features,
     check_int,
+    check_mask,
     check_rate,
     has_empty_axis,
 )
@@ -480,7 +482,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
                 q_relative = _attention.scale_queries(q_turned, self.key_dim)  # without xPos
 
         q = _attention.scale_queries(q, self.key_dim)
-        attention_bias = _attention.check_bias(
+        attention_bias = check_bias(
             f"{type(self).__name__}({self.name!r})",
             "attention_bias",
             attention_bias,
@@ -703,7 +705,7 @@ class MultiHeadRelativeAttention(keras.layers.Layer):
         batch, query_length = query.shape[0], query.shape[1]
         # With a cache the keys are the cache's rows, not `value`'s.
         key_length = value.shape[1] if cache is None else cache.shape[2]
-        check = _attention.check_mask
+        check = check_mask
         keys = ((batch, key_length), ("batch", "k_len"))
         query_mask = check(
             caller, "query_mask", query_mask, (batch, query_length), ("batch", "q_len")

@@ -457,3 +457,46 @@ def multiscale_index(r: Any, scale: int) -> Any:
     scale = check_int("multiscale_index", "scale", scale, minimum=2)
     width = scale // 2
     return ops.clip(ops.floor_divide(_as_int32(r), width), -width, width) + width
+
+
+# --------------------------------------------------------------------------- 2D grids
+# The index of `Grid2DPositions` (position_schemes.py) and of the 2D biases
+# (relative_position_2d.py, position_biases.py): pairs of cells of a grid.
+
+
+def relative_index_2d(height: int, width: int) -> np.ndarray:
+    """Index into a flattened ``(2H-1, 2W-1)`` table for every (query, key) pair of a grid.
+
+    Positions are flattened row-major; entry ``[q, k]`` for query ``(i, j)`` and
+    key ``(i', j')`` is ``(i - i' + H - 1) * (2W - 1) + (j - j' + W - 1)``.
+
+    Returns:
+        int32 array of shape ``(H * W, H * W)``.
+
+    Examples:
+
+        >>> print(relative_index_2d(1, 2))  # a 1 x 2 grid: a table of 1 x 3 offsets
+        [[1 0]
+         [2 1]]
+    """
+    rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
+    rows, cols = rows.reshape(-1), cols.reshape(-1)
+    row_offset = rows[:, None] - rows[None, :] + height - 1
+    col_offset = cols[:, None] - cols[None, :] + width - 1
+    return (row_offset * (2 * width - 1) + col_offset).astype("int32")
+
+
+def relative_index_2d_tensor(height: Any, width: Any) -> Any:
+    """`relative_index_2d` for a grid whose sides are tensors (known at run time).
+
+    The same entries, computed with ``keras.ops`` in the graph, flattened to
+    ``(H * W * H * W,)``: what a model built for images of any size needs when the
+    map's size is unknown until the call (a traced graph, an exported artifact).
+    Tested equal to `relative_index_2d` (tests/zoo/test_any_size.py).
+    """
+    rows, cols = ops.meshgrid(ops.arange(height), ops.arange(width), indexing="ij")
+    rows, cols = ops.reshape(rows, (-1,)), ops.reshape(cols, (-1,))
+    row_offset = ops.expand_dims(rows, 1) - ops.expand_dims(rows, 0) + height - 1
+    col_offset = ops.expand_dims(cols, 1) - ops.expand_dims(cols, 0) + width - 1
+    index = row_offset * (2 * width - 1) + col_offset
+    return ops.reshape(ops.cast(index, "int32"), (-1,))

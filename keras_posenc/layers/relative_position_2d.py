@@ -8,50 +8,16 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.layers import position_schemes
+from keras_posenc.layers._checks import grid_size
 from keras_posenc.layers._memory import check_allocation
+from keras_posenc.layers.relative_index import relative_index_2d_tensor
 
 _CLASS = "RelativePositionBias2D"
 
 
-def grid_size(value: Any, who: str, argument: str) -> tuple[int, int]:
-    """``value`` as a ``(height, width)`` pair of positive ints; an int means a square grid.
-
-    The one check of grid sizes: `Grid2DPositions` and `RelativePositionBias2D` use it.
-    """
-    pair = (value, value) if isinstance(value, int | np.integer) else value
-    try:
-        pair = tuple(pair)
-    except TypeError:
-        pair = (pair,)
-    valid = len(pair) == 2 and all(
-        isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0 for v in pair
-    )
-    if not valid:
-        raise ValueError(
-            f"{who}: `{argument}` must be a positive int or a pair (height, width) of "
-            f"positive ints; received {argument}={value!r}"
-        )
-    return int(pair[0]), int(pair[1])
-
-
 def _table_shape(height: int, width: int) -> tuple[int, int]:
     return 2 * height - 1, 2 * width - 1
-
-
-def relative_index_2d(height: int, width: int) -> np.ndarray:
-    """Index into a flattened ``(2H-1, 2W-1)`` table for every (query, key) pair of a grid.
-
-    Positions are flattened row-major; entry ``[q, k]`` for query ``(i, j)`` and
-    key ``(i', j')`` is ``(i - i' + H - 1) * (2W - 1) + (j - j' + W - 1)``.
-
-    Returns:
-        int32 array of shape ``(H * W, H * W)``.
-    """
-    rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
-    rows, cols = rows.reshape(-1), cols.reshape(-1)
-    row_offset = rows[:, None] - rows[None, :] + height - 1
-    col_offset = cols[:, None] - cols[None, :] + width - 1
-    return (row_offset * (2 * width - 1) + col_offset).astype("int32")
 
 
 def bilinear_matrix(in_size: int, out_size: int) -> np.ndarray:
@@ -79,22 +45,6 @@ def bilinear_matrix(in_size: int, out_size: int) -> np.ndarray:
 def is_static_size(size: Any) -> bool:
     """Whether ``size`` holds Python ints only (not tensors of a size known at run time)."""
     return all(isinstance(v, int | np.integer) for v in size)
-
-
-def relative_index_2d_tensor(height: Any, width: Any) -> Any:
-    """:func:`relative_index_2d` for a grid whose sides are tensors (known at run time).
-
-    The same entries, computed with ``keras.ops`` in the graph, flattened to
-    ``(H * W * H * W,)``: what a model built for images of any size needs when the
-    map's size is unknown until the call (a traced graph, an exported artifact).
-    Tested equal to :func:`relative_index_2d` (tests/layers/test_relative_position_2d.py).
-    """
-    rows, cols = ops.meshgrid(ops.arange(height), ops.arange(width), indexing="ij")
-    rows, cols = ops.reshape(rows, (-1,)), ops.reshape(cols, (-1,))
-    row_offset = ops.expand_dims(rows, 1) - ops.expand_dims(rows, 0) + height - 1
-    col_offset = ops.expand_dims(cols, 1) - ops.expand_dims(cols, 0) + width - 1
-    index = row_offset * (2 * width - 1) + col_offset
-    return ops.reshape(ops.cast(index, "int32"), (-1,))
 
 
 def bilinear_matrix_tensor(in_size: int, out_size: Any) -> Any:
@@ -267,9 +217,6 @@ class RelativePositionBias2D(keras.layers.Layer):
     def _resolve_position(who: str, position: Any, size: Any) -> Any:
         """The `Grid2DPositions` of ``position`` (a scheme, its config or ``"grid2d"``) or
         of ``size``."""
-        # Imported here: position_schemes builds its 2D scheme on this module's index.
-        from keras_posenc.layers import position_schemes
-
         if position is None:
             return position_schemes.Grid2DPositions.checked(who, size=size)
         position = position_schemes.get(position, who)

@@ -57,10 +57,10 @@ from keras_posenc.layers._checks import (
     check_ints,
     check_positive_number,
     check_rate,
+    grid_size,
 )
 from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
-from keras_posenc.layers.relative_position_2d import grid_size
 from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.config import BlockOptions, ZooConfig, by_name
 from keras_posenc.zoo.registry import register_model

@@ -49,9 +49,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc.layers._checks import check_bool, check_int
+from keras_posenc.layers._checks import check_bool, check_int, grid_size
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
-from keras_posenc.layers.relative_position_2d import grid_size
 from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.coatnet import (
     ConvBlockConfig,

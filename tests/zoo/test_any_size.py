@@ -17,12 +17,8 @@ from tiers import matrix
 
 from keras_posenc import zoo
 from keras_posenc.layers import ContinuousPositionBias2D, RelativePositionBias2D
-from keras_posenc.layers.relative_position_2d import (
-    bilinear_matrix,
-    bilinear_matrix_tensor,
-    relative_index_2d,
-    relative_index_2d_tensor,
-)
+from keras_posenc.layers.relative_index import relative_index_2d, relative_index_2d_tensor
+from keras_posenc.layers.relative_position_2d import bilinear_matrix, bilinear_matrix_tensor
 
 pytestmark = pytest.mark.contract
 
