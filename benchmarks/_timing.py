@@ -60,3 +60,18 @@ def inference() -> contextlib.AbstractContextManager:
 
         return torch.no_grad()
     return contextlib.nullcontext()
+
+
+def library_compile_function() -> Callable:
+    """The measured library's ``compile_function`` (keras_posenc/backend/__init__.py).
+
+    The runner's ``--against REF`` runs this tree's script on REF's library
+    (benchmarks/README.md), and commits from before the backend package call the same
+    function ``keras_posenc._compile.compile_inference``: this keeps those commits
+    measurable.
+    """
+    try:
+        from keras_posenc.backend import compile_function
+    except ImportError:
+        from keras_posenc._compile import compile_inference as compile_function
+    return compile_function

@@ -49,7 +49,8 @@ import subprocess
 import sys
 import time
 
-from _timing import write_json  # benchmarks/_timing.py, next to this script
+# benchmarks/_timing.py, next to this script
+from _timing import library_compile_function, write_json
 
 HEADS, HEAD_DIM = 8, 64
 IMPLEMENTATIONS = (
@@ -146,7 +147,7 @@ def measure_times(implementations: list[str], length: int, batch: int, repeats: 
     import keras
     from keras import ops
 
-    from keras_posenc.backend import compile_function
+    compile_function = library_compile_function()
 
     inputs = _inputs(length, batch)
     functions = {}
