@@ -6,19 +6,19 @@ that can downsample by 2 in their first block of a stage. When they do (or when
 they change the width) the shortcut becomes ``Proj(Pool(x))``: a 2 x 2, stride-2
 max pool followed by a 1 x 1 projection (with bias), each only where needed.
 Feature maps are channels-last, ``(batch, height, width, channels)``.
-
-The package has one module per job, importing each other one way (``shared``,
-``partitions`` -> ``mbconv``, ``transformer``), none of them this ``__init__``,
-which re-exports the public names:
-
-- ``shared``: what both blocks share: the feature-map checks, the downsampling
-  pools (:data:`POOLS`), the ``Proj(Pool(x))`` shortcut and stochastic depth;
-- ``mbconv``: `MBConv` and its `SqueezeExcite`, with PyTorch's padding
-  (`symmetric_pad`);
-- ``partitions``: MaxViT's block and grid windows (`partition_windows`,
-  `merge_windows`);
-- ``transformer``: `RelativeTransformerBlock2D`.
 """
+
+# The package has one module per job, importing each other one way (``shared``,
+# ``partitions`` -> ``mbconv``, ``transformer``), none of them this ``__init__``,
+# which re-exports the public names (docs/development.md, "Architecture"):
+#
+# - ``shared``: what both blocks share: the feature-map checks, the downsampling
+#   pools (``POOLS``), the ``Proj(Pool(x))`` shortcut and stochastic depth;
+# - ``mbconv``: `MBConv` and its `SqueezeExcite`, with PyTorch's padding
+#   (`symmetric_pad`);
+# - ``partitions``: MaxViT's block and grid windows (`partition_windows`,
+#   `merge_windows`);
+# - ``transformer``: `RelativeTransformerBlock2D`.
 
 from keras_posenc.layers.coatnet.mbconv import (
     EXPAND_FROM,
@@ -47,9 +47,9 @@ __all__ = [
     "RelativeTransformerBlock2D",
     "make_pool",
     "symmetric_pad",
-    "drop_path",
     "partition_windows",
     "merge_windows",
+    "drop_path",
     "ATTENTION_WIDTHS",
     "EXPAND_FROM",
     "NORMS",

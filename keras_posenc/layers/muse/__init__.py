@@ -12,18 +12,18 @@ token).
 attention + convolution branch, the feed-forward branch (and, in the decoder,
 the cross-attention) run in parallel from the same input and are summed with
 the residual before one layer normalisation (post-norm).
-
-The package has one module per job, importing each other one way (``attention``
--> ``block`` -> ``encoder``, ``decoder``), none of them this ``__init__``, which
-re-exports the public names:
-
-- ``attention``: `MUSEAttention` (the attention, the static and dynamic
-  convolutions, the gate, the cache) and the argument checks the blocks share;
-- ``block``: what the encoder and decoder blocks share (arguments, validation,
-  the self-attention, the feed-forward branch, the post-norm sum);
-- ``encoder``: `MUSEEncoderLayer`;
-- ``decoder``: `MUSEDecoderLayer` and its cross-attention over the encoder output.
 """
+
+# The package has one module per job, importing each other one way (``attention``
+# -> ``block`` -> ``encoder``, ``decoder``), none of them this ``__init__``, which
+# re-exports the public names (docs/development.md, "Architecture"):
+#
+# - ``attention``: `MUSEAttention` (the attention, the static and dynamic
+#   convolutions, the gate, the cache) and the argument checks the blocks share;
+# - ``block``: what the encoder and decoder blocks share (arguments, validation,
+#   the self-attention, the feed-forward branch, the post-norm sum);
+# - ``encoder``: `MUSEEncoderLayer`;
+# - ``decoder``: `MUSEDecoderLayer` and its cross-attention over the encoder output.
 
 from keras_posenc.layers.muse.attention import MUSEAttention
 from keras_posenc.layers.muse.decoder import MUSEDecoderLayer
