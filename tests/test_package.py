@@ -416,6 +416,16 @@ def test_layers_and_backend_modules_are_in_no_import_cycle(package):
     assert not cycles, f"import cycles through {package}: {cycles}"
 
 
+@pytest.mark.parametrize("package", ["keras_posenc.layers.muse", "keras_posenc.layers.coatnet"])
+def test_layer_packages_modules_import_each_other_not_their_package(package):
+    # Issue 48, item 3: a layer family split by job (docs/development.md, "Architecture");
+    # its modules import each other by path, none the package's __init__ (which re-exports).
+    graph = _import_graph()
+    modules = [m for m in graph if m.startswith(package + ".")]
+    assert len(modules) == 4, modules
+    assert not [m for m in modules if package in graph[m]]
+
+
 def _cited_files(text: str) -> list[str]:
     """The repository files a text cites by path (``docs/development.md``), and any
     citation of design.md, a page the repository never had."""
