@@ -47,12 +47,12 @@ from keras_posenc.layers._checks import (
     shape_of,
 )
 from keras_posenc.layers._initializers import redraw_seeded_weights, sublayer_initializer
-from keras_posenc.layers.relative_attention import (
-    MultiHeadRelativeAttention,
+from keras_posenc.layers._relative_arguments import (
     check_relative_arguments,
     check_relative_logits,
     check_rotary,
 )
+from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 
 __all__ = ["RelativeTransformerDecoder", "RelativeTransformerEncoder"]
 
