@@ -47,10 +47,8 @@ from keras_posenc.layers.relative_position import (
     RelativePositionEmbedding,
 )
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
-from keras_posenc.layers.relative_transformer import (
-    RelativeTransformerDecoder,
-    RelativeTransformerEncoder,
-)
+from keras_posenc.layers.relative_transformer import RelativeTransformerEncoder
+from keras_posenc.layers.relative_transformer_decoder import RelativeTransformerDecoder
 from keras_posenc.layers.rotary import RotaryPositions
 
 __all__ = [

@@ -46,10 +46,8 @@ from keras import ops
 from keras_posenc.layers._checks import check_bool, check_int, check_positive_number, check_rate
 from keras_posenc.layers._memory import check_allocation
 from keras_posenc.layers.position_schemes import ClipPositions
-from keras_posenc.layers.relative_transformer import (
-    RelativeTransformerDecoder,
-    RelativeTransformerEncoder,
-)
+from keras_posenc.layers.relative_transformer import RelativeTransformerEncoder
+from keras_posenc.layers.relative_transformer_decoder import RelativeTransformerDecoder
 from keras_posenc.zoo.config import ZooConfig, by_name
 from keras_posenc.zoo.language_model import LanguageModel
 from keras_posenc.zoo.registry import register_model

@@ -17,10 +17,8 @@ from keras_posenc.layers import LogBuckets, _attention
 from keras_posenc.layers.convs2s import ConvS2SAttention
 from keras_posenc.layers.muse import MUSEAttention, MUSEDecoderLayer
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
-from keras_posenc.layers.relative_transformer import (
-    RelativeTransformerDecoder,
-    RelativeTransformerEncoder,
-)
+from keras_posenc.layers.relative_transformer import RelativeTransformerEncoder
+from keras_posenc.layers.relative_transformer_decoder import RelativeTransformerDecoder
 
 pytestmark = pytest.mark.contract
 

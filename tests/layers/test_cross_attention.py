@@ -20,7 +20,7 @@ from keras import ops
 
 from keras_posenc.layers import ClipPositions, _cross_attention
 from keras_posenc.layers._cross_attention import CoreCachedMultiHeadAttention
-from keras_posenc.layers.relative_transformer import RelativeTransformerDecoder
+from keras_posenc.layers.relative_transformer_decoder import RelativeTransformerDecoder
 
 pytestmark = pytest.mark.contract
 

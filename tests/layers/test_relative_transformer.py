@@ -9,10 +9,8 @@ from keras import ops
 
 import layer_checks
 from keras_posenc.layers import ClipPositions, LogBuckets, RotaryPositions
-from keras_posenc.layers.relative_transformer import (
-    RelativeTransformerDecoder,
-    RelativeTransformerEncoder,
-)
+from keras_posenc.layers.relative_transformer import RelativeTransformerEncoder
+from keras_posenc.layers.relative_transformer_decoder import RelativeTransformerDecoder
 from reference.relative_attention import causal_mask, clip_index_matrix
 from reference.relative_index import relative_positions, t5_relative_position_bucket
 from reference.relative_transformer import decoder_block, encoder_block

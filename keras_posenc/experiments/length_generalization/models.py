@@ -21,7 +21,7 @@ from keras_posenc.layers.relative_position import (
     MultiScaleRelativePositionEmbedding,
     RelativePositionBias,
 )
-from keras_posenc.layers.relative_transformer import RelativeTransformerDecoder
+from keras_posenc.layers.relative_transformer_decoder import RelativeTransformerDecoder
 from keras_posenc.layers.rotary import RotaryPositions
 
 # The encodings that are trained, in the tables' order (the scaled rotary rows follow `rope`).
