@@ -97,4 +97,5 @@ branches: nothing in this package asks which backend runs.
 from keras_posenc.generation.sampling import SAMPLERS as SAMPLERS
 from keras_posenc.generation.searches import beam_search, generate, greedy_search, sample
 
-__all__ = ["beam_search", "generate", "greedy_search", "sample"]
+# In the order of the API page (docs/api/generation.md orders its members by this list).
+__all__ = ["greedy_search", "sample", "beam_search", "generate"]
