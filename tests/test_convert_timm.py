@@ -29,7 +29,7 @@ from keras_posenc.convert import (
     load_timm_state_dict,
     to_timm_state_dict,
 )
-from keras_posenc.convert.timm import _infer_name
+from keras_posenc.convert.timm.checkpoint import _infer_name
 from keras_posenc.zoo.coatnet import TIMM_CONFIGS
 
 pytestmark = pytest.mark.contract

@@ -28,7 +28,8 @@ from keras_posenc.convert import (
     maxvit_config_from_timm,
     to_timm_state_dict,
 )
-from keras_posenc.convert.timm import _MAXVIT_CONFIGS, _infer_name
+from keras_posenc.convert.timm.checkpoint import _infer_name
+from keras_posenc.convert.timm.conversion import _MAXVIT_CONFIGS
 from keras_posenc.layers import ContinuousPositionBias2D
 
 pytestmark = pytest.mark.contract

@@ -318,7 +318,7 @@ def test_search_argument_errors(call, error, message):
 
 
 # Bad sampler settings are refused where generation receives the sampler, before any search
-# runs (keras_posenc/generation.py, _check_sampler_settings): pure Python, so once.
+# runs (keras_posenc/generation/sampling.py, _check_sampler_settings): pure Python, so once.
 @pytest.mark.neutral
 @pytest.mark.parametrize(
     "sampler, message",

@@ -14,6 +14,7 @@ from keras import ops
 
 from keras_posenc import backend, generation
 from keras_posenc.backend import torch_trace
+from keras_posenc.generation.compiled import _COMPILED
 from keras_posenc.zoo.convs2s import ConvS2S
 
 pytestmark = pytest.mark.contract
@@ -250,7 +251,7 @@ def test_torch_traces_the_decoding_step_of_a_zoo_model():
     length = torch_trace.TORCH_TRACE_AFTER + 8
     greedy = generation.greedy_search(model, source, max_length=length, min_length=length)
     beam, _ = generation.beam_search(model, source, beam_size=2, max_length=length)
-    compiled = generation._COMPILED[model]
+    compiled = _COMPILED[model]
     for kind in (("loop", True, None, 0), ("reordering_step", True)):
         traced = getattr(compiled[kind], "step", compiled[kind])  # a loop's traced body
         assert isinstance(traced, torch_trace.TorchTracedFunction), kind
