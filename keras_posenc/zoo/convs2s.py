@@ -64,17 +64,19 @@ from keras_posenc.zoo.language_model import LanguageModel
 from keras_posenc.zoo.registry import register_model
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
 
+# In the order of the API page (docs/api/zoo.md sorts by it): the layers, the models,
+# the configurations, the functions.
 __all__ = [
-    "CONFIGS",
-    "ConvS2S",
-    "ConvS2SConfig",
-    "ConvS2SEmbedding",
-    "ConvS2SLMConfig",
-    "ConvS2SLanguageModel",
     "PositionEmbedding",
+    "ConvS2SEmbedding",
+    "ConvS2S",
+    "ConvS2SLanguageModel",
+    "ConvS2SConfig",
+    "ConvS2SLMConfig",
+    "parse_layer_specs",
     "build_convs2s",
     "build_convs2s_lm",
-    "parse_layer_specs",
+    "CONFIGS",
 ]
 
 REFERENCE = (
