@@ -51,7 +51,7 @@ DEFAULT_LORA_LAYER_NAMES = ("query", "value", "qkv", "in_projection", "out_proje
 
 
 #: The variable name of a learned *absolute* position table (ConvS2S's
-#: ``position_embedding`` layer, a ``convs2s.PositionEmbedding``): not ``embeddings``,
+#: ``position_embedding`` layer, a ``convs2s_layers.PositionEmbedding``): not ``embeddings``,
 #: the token tables' name, so that a name can exclude it from weight decay.
 POSITION_TABLE_NAME = "position_embeddings"
 

@@ -1,7 +1,7 @@
 """T5's named configurations: :class:`T5Config` and the table ``zoo.t5`` registers.
 
-Beside keras_posenc/zoo/t5.py rather than in it, which is over the repository's 800 lines
-a file; ``keras_posenc.zoo.t5`` re-exports both.
+One of T5's modules by job, beside keras_posenc/zoo/t5.py (the model, which registers the
+table) and keras_posenc/zoo/t5_layers.py (its layers); ``keras_posenc.zoo.t5`` re-exports both.
 
 Examples:
 

@@ -25,7 +25,7 @@ from keras_posenc.layers.relative_position import (
     RelativePositionEmbedding,
 )
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
-from keras_posenc.zoo.convs2s import ConvS2SEmbedding, PositionEmbedding
+from keras_posenc.zoo.convs2s_layers import ConvS2SEmbedding, PositionEmbedding
 from reference.adapt import decayed, head_projection, lora_kernel
 
 pytestmark = pytest.mark.contract
@@ -195,9 +195,9 @@ def test_convs2s_files_saved_before_the_position_table_rename_load(tmp_path, mon
     Keras stores a layer's variables by their order, not by their names. Float and int8
     (the int8 file lists the position tables among the quantized layers, which the new
     class must quantize again)."""
-    from keras_posenc.zoo import convs2s
+    from keras_posenc.zoo import convs2s_layers
 
-    monkeypatch.setattr(convs2s, "PositionEmbedding", keras.layers.Embedding)
+    monkeypatch.setattr(convs2s_layers, "PositionEmbedding", keras.layers.Embedding)
     old, x = make("convs2s", seed=1)
     paths = [v.path for v in old.weights if "position_embedding/" in v.path]
     assert [path.rsplit("/", 1)[1] for path in paths] == ["embeddings"] * 2

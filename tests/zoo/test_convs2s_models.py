@@ -417,7 +417,7 @@ def test_training_lowers_the_loss():
 
 def test_embedding_against_numpy():
     # e = token_table[id] + position_table[p], p = real tokens before it; zero at padding.
-    from keras_posenc.zoo.convs2s import ConvS2SEmbedding
+    from keras_posenc.zoo.convs2s_layers import ConvS2SEmbedding
 
     layer = ConvS2SEmbedding(vocab_size=9, embed_dim=4, max_positions=6)
     ids = np.array([[0, 0, 5, 6, 7], [3, 4, 0, 0, 0]], "int32")
