@@ -452,3 +452,18 @@ def test_package_cites_only_repository_files():
         if "design.md" in cited or not (root / cited).exists()
     ]
     assert not missing, "citations of files not in the repository:\n" + "\n".join(missing)
+
+
+# The layout's size rule (docs/development.md, "Rules of the house"): a module over this
+# many lines does several jobs and is split into one module per job.
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_is_over_the_size_limit():
+    package = pathlib.Path(keras_posenc.__file__).parent
+    sizes = {
+        str(path.relative_to(package.parent)): len(path.read_text().splitlines())
+        for path in sorted(package.rglob("*.py"))
+    }
+    over = {path: lines for path, lines in sizes.items() if lines > MAX_MODULE_LINES}
+    assert sizes and not over, f"modules over {MAX_MODULE_LINES} lines (split by job): {over}"
