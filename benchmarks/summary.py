@@ -101,12 +101,12 @@ def _relative_time(records: dict[str, dict]) -> Rows:
         for length in (512, 2048)
         for impl, label in _RELATIVE.items()
     ]
-    return _pick(records, "relative_attention", cases, _field("x_mha"))
+    return _pick(records, "summary_relative_attention", cases, _field("x_mha"))
 
 
 def _relative_memory(records: dict[str, dict]) -> Rows:
     cases = [(label, {"implementation": i, "length": 2048}) for i, label in _RELATIVE.items()]
-    return _pick(records, "relative_attention", cases, _memory_over_mha)
+    return _pick(records, "summary_relative_attention", cases, _memory_over_mha)
 
 
 def _position_schemes(records: dict[str, dict]) -> Rows:
@@ -120,7 +120,7 @@ def _position_schemes(records: dict[str, dict]) -> Rows:
         "rope_yarn": "RoPE with YaRN",
     }
     cases = [(label, {"implementation": i, "length": 2048}) for i, label in schemes.items()]
-    return _pick(records, "position_schemes", cases, _field("x_mha"))
+    return _pick(records, "summary_position_schemes", cases, _field("x_mha"))
 
 
 def _muse(records: dict[str, dict]) -> Rows:
@@ -130,13 +130,13 @@ def _muse(records: dict[str, dict]) -> Rows:
         for length in (512, 1024)
         for impl, label in kinds.items()
     ]
-    return _pick(records, "muse", cases, _field("compiled_x_mha"))
+    return _pick(records, "summary_muse", cases, _field("compiled_x_mha"))
 
 
 def _generation(records: dict[str, dict]) -> Rows:
     rows = _pick(
         records,
-        "convs2s_generation.against",
+        "summary_convs2s_generation",
         [("convs2s_iwslt_de_en, greedy", {"model": "convs2s_iwslt_de_en", "path": "cached"})],
         _field("x_recompute"),
     )
@@ -176,13 +176,13 @@ def _export(records: dict[str, dict]) -> Rows:
 
 def _coatnet(records: dict[str, dict]) -> Rows:
     cases = [("eager, model(x)", {"mode": "eager"}), ("predict_on_batch", {"mode": "compiled"})]
-    return _pick(records, "coatnet", cases, _field("images_per_second"))
+    return _pick(records, "summary_coatnet", cases, _field("images_per_second"))
 
 
 def _zoo_create(records: dict[str, dict]) -> Rows:
     models = ("coatnet_0", "shaw_transformer_base", "muse_encoder_small", "muse_tiny")
     cases = [(model, {"model": model}) for model in models]
-    return _pick(records, "zoo_create_predict.against", cases, _field("cold_seconds"))
+    return _pick(records, "summary_zoo_create", cases, _field("cold_seconds"))
 
 
 HEADLINES = {
@@ -193,7 +193,7 @@ HEADLINES = {
             "Relative attention: time / MultiHeadAttention's",
             "x",
             "time over `keras.layers.MultiHeadAttention`'s at the same length: below 1 is faster",
-            ("relative_attention",),
+            ("summary_relative_attention",),
             _relative_time,
         ),
         Headline(
@@ -201,7 +201,7 @@ HEADLINES = {
             "Relative attention at L = 2048: extra peak memory / MultiHeadAttention's",
             "x",
             "extra peak memory over MultiHeadAttention's at L = 2048: below 1 is less memory",
-            ("relative_attention",),
+            ("summary_relative_attention",),
             _relative_memory,
         ),
         Headline(
@@ -209,7 +209,7 @@ HEADLINES = {
             "Position schemes at L = 2048: time / MultiHeadAttention's",
             "x",
             "time over MultiHeadAttention's at L = 2048: below 1 is faster",
-            ("position_schemes",),
+            ("summary_position_schemes",),
             _position_schemes,
         ),
         Headline(
@@ -217,7 +217,7 @@ HEADLINES = {
             "MUSE attention, compiled: time / MultiHeadAttention's",
             "x",
             "compiled time over MultiHeadAttention's at the same length: below 1 is faster",
-            ("muse",),
+            ("summary_muse",),
             _muse,
         ),
         Headline(
@@ -226,7 +226,7 @@ HEADLINES = {
             "x",
             "tokens per second with the cache over recomputing the prefix at every step: "
             "above 1 is faster",
-            ("convs2s_generation.against", "generation_convs2s_lm", "generation"),
+            ("summary_convs2s_generation", "generation_convs2s_lm", "generation"),
             _generation,
         ),
         Headline(
@@ -243,7 +243,7 @@ HEADLINES = {
             "CoAtNet-0, 224 x 224, batch 8: images per second",
             "images/s",
             "images per second: higher is faster",
-            ("coatnet",),
+            ("summary_coatnet",),
             _coatnet,
         ),
         Headline(
@@ -251,7 +251,7 @@ HEADLINES = {
             "zoo.create in a fresh process: seconds",
             "s",
             "seconds to build the model in a fresh process (imports done): lower is faster",
-            ("zoo_create_predict.against",),
+            ("summary_zoo_create",),
             _zoo_create,
             backends=("tensorflow", "torch"),
         ),
