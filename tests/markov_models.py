@@ -12,8 +12,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_posenc.zoo import Seq2SeqModel
 from keras_posenc.zoo.language_model import LanguageModel
-from keras_posenc.zoo.seq2seq import Seq2SeqModel
 
 
 def _tables(table, position):
@@ -37,9 +37,12 @@ class MarkovModel(Seq2SeqModel):
     def __init__(self, table, position, **kwargs):
         vocab = table.shape[0]
         self.table, self.position = _tables(table, position)
-        self._init_seq2seq(vocab, vocab, 0, 1, 2, None, position.shape[0])
-        inputs, logits = self._functional_graph()
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        super().__init__(
+            source_vocab_size=vocab,
+            target_vocab_size=vocab,
+            max_target_length=position.shape[0],
+            **kwargs,
+        )
 
     def encode(self, encoder_token_ids, training=None):
         return (ops.cast(encoder_token_ids, "float32") * 0.0,)

@@ -104,9 +104,7 @@ class Unnamed(Seq2SeqModel):
 
     def __init__(self, **kwargs):
         self.embedding = keras.layers.Embedding(10, 4, name="embedding")
-        self._init_seq2seq(10, 10, 0, 1, 2, None, None)
-        inputs, logits = self._functional_graph()
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        super().__init__(source_vocab_size=10, target_vocab_size=10, **kwargs)
 
     def encode(self, encoder_token_ids, training=None):
         return self.embedding(encoder_token_ids), ops.not_equal(encoder_token_ids, 0)

@@ -13,9 +13,30 @@ docs' figures and the tests all run the same code.
 - :func:`~keras_posenc.experiments.coatnet_layouts.layout_experiment`:
   CoAtNet's four stage layouts (C-C-C-C ... C-T-T-T) trained on a synthetic
   task that needs both local texture and global layout.
+
+The synthetic sequence tasks the zoo's recipes (the repository's ``zoo/*/train_*.py``)
+train on are exported here too, from :mod:`~keras_posenc.experiments.seq2seq_tasks`:
+:func:`reverse_task` with :func:`train_reverse` and :func:`exact_match` (encoder-decoders),
+:func:`periodic_task` with :func:`train_periodic` (language models).
 """
 
 from keras_posenc.experiments.length_generalization import length_generalization_experiment
 from keras_posenc.experiments.padding import padding_experiment, probe_padding_mode
+from keras_posenc.experiments.seq2seq_tasks import (
+    exact_match,
+    periodic_task,
+    reverse_task,
+    train_periodic,
+    train_reverse,
+)
 
-__all__ = ["length_generalization_experiment", "padding_experiment", "probe_padding_mode"]
+__all__ = [
+    "exact_match",
+    "length_generalization_experiment",
+    "padding_experiment",
+    "periodic_task",
+    "probe_padding_mode",
+    "reverse_task",
+    "train_periodic",
+    "train_reverse",
+]

@@ -5,11 +5,17 @@
 >>> # model = zoo.create(names[0], weights=None, **overrides)
 >>> # model = zoo.from_preset("hf://timm/coatnet_0_rw_224.sw_in1k")  # downloads once
 
+The base class of the encoder-decoders, :class:`Seq2SeqModel`, is public: a model of
+one's own subclasses it (``encode``, ``decode``, cached decoding) and gets ``fit``,
+``generate``, ``translate`` and export; :class:`MUSEEmbedding` (MUSE's scaled embedding,
+sinusoidal positions and output projection) serves such a model too.
+
 Each family module registers its named configurations with
 :func:`register_model` when it is imported; this package imports every family
 module, so ``list_models`` is complete as soon as ``keras_posenc.zoo`` is.
 Model cards (parameters ours vs the paper's, measured speed, export status)
-live in the repository's top-level ``zoo/`` folder.
+and recipes (training scripts on this package's public names) live in the
+repository's top-level ``zoo/`` folder.
 
 Presets (downloads, archives, preset folders) live in :mod:`keras_posenc.hub`, which sits
 above the zoo; :func:`from_preset`, :func:`load_preset` and :func:`save_preset` here are
@@ -35,6 +41,7 @@ from keras_posenc.zoo import (
 )
 from keras_posenc.zoo.adapt import ZooFunctional, ZooModel
 from keras_posenc.zoo.distribution import layout_map
+from keras_posenc.zoo.muse import MUSEEmbedding
 from keras_posenc.zoo.registry import (
     ModelSpec,
     create,
@@ -44,6 +51,7 @@ from keras_posenc.zoo.registry import (
     register_model,
     unregister_model,
 )
+from keras_posenc.zoo.seq2seq import Seq2SeqModel
 
 __all__ = [
     "ModelSpec",
@@ -53,8 +61,10 @@ __all__ = [
     "layout_map",
     "list_models",
     "load_preset",
+    "MUSEEmbedding",
     "register_model",
     "save_preset",
+    "Seq2SeqModel",
     "unregister_model",
     "ZooFunctional",
     "ZooModel",

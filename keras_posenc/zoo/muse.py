@@ -427,7 +427,8 @@ class MUSE(Seq2SeqModel):
                 f"{owner}: share_embeddings=True needs one vocabulary, got src_vocab_size="
                 f"{src_vocab_size!r} and tgt_vocab_size={tgt_vocab_size!r}."
             )
-        self._init_seq2seq(
+        # Checked before the layers are created from them (Seq2SeqModel checks them again).
+        ids = self.check_seq2seq_arguments(
             src_vocab_size,
             tgt_vocab_size,
             pad_id,
@@ -439,9 +440,9 @@ class MUSE(Seq2SeqModel):
         policy = keras.dtype_policies.get(kwargs.get("dtype") or keras.config.dtype_policy())
         blocks = {**self._blocks_config, "dtype": policy}
         self.target_embedding = MUSEEmbedding(
-            self.target_vocab_size,
+            ids["target_vocab_size"],
             self.hidden_dim,
-            pad_id=self.pad_id,
+            pad_id=ids["pad_id"],
             dropout=self._blocks_config["dropout"],
             tie_weights=self.tie_output_embedding,
             dtype=policy,
@@ -451,9 +452,9 @@ class MUSE(Seq2SeqModel):
             self.source_embedding = self.target_embedding
         else:
             self.source_embedding = MUSEEmbedding(
-                self.source_vocab_size,
+                ids["source_vocab_size"],
                 self.hidden_dim,
-                pad_id=self.pad_id,
+                pad_id=ids["pad_id"],
                 dropout=self._blocks_config["dropout"],
                 dtype=policy,
                 name="source_embedding",
@@ -469,18 +470,7 @@ class MUSE(Seq2SeqModel):
         # Built before the graph: `encode` computes their cross-attention caches.
         for block in self.decoder_blocks:
             block.build((None, None, self.hidden_dim), (None, None, self.hidden_dim))
-        inputs, logits = self._functional_graph()
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-        # keras.Model.__init__ resets attributes it does not know; set the ids again.
-        self._init_seq2seq(
-            src_vocab_size,
-            tgt_vocab_size,
-            pad_id,
-            bos_id,
-            eos_id,
-            max_source_positions,
-            max_target_positions,
-        )
+        super().__init__(**ids, **kwargs)
 
     @property
     def head_dim(self) -> int:
@@ -567,7 +557,7 @@ class MUSE(Seq2SeqModel):
     def get_config(self) -> dict:
         blocks = self._blocks_config
         return {
-            "name": self.name,
+            **super().get_config(),
             "src_vocab_size": self.source_vocab_size,
             "tgt_vocab_size": self.target_vocab_size,
             "hidden_dim": self.hidden_dim,

@@ -268,13 +268,20 @@ class ShawTransformer(_RelativeStack, Seq2SeqModel):
             else check_int(owner, "num_decoder_layers", num_decoder_layers, 1)
         )
         self._decoder_layers_given = num_decoder_layers is not None
-        ids = (vocabulary_size, vocabulary_size, pad_id, bos_id, eos_id)
-        limits = (max_source_length, max_target_length)
-        self._init_seq2seq(*ids, *limits)
+        # Checked before the layers are created from them (Seq2SeqModel checks them again).
+        ids = self.check_seq2seq_arguments(
+            vocabulary_size,
+            vocabulary_size,
+            pad_id,
+            bos_id,
+            eos_id,
+            max_source_length,
+            max_target_length,
+        )
         policy = _policy(kwargs)
         self._init_blocks(
             owner,
-            self.source_vocab_size,
+            ids["source_vocab_size"],
             hidden_dim,
             intermediate_dim,
             num_heads,
@@ -299,11 +306,8 @@ class ShawTransformer(_RelativeStack, Seq2SeqModel):
             block.build(shape, shape)
         self.encoder_norm = self._final_norm("encoder_layer_norm", policy)
         self.decoder_norm = self._final_norm("decoder_layer_norm", policy)
-        self.target_mask = T5TargetMask(self.pad_id, dtype=policy, name="target_mask")
-        inputs, logits = self._functional_graph()
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-        # keras.Model.__init__ resets attributes it does not know; set the ids again.
-        self._init_seq2seq(*ids, *limits)
+        self.target_mask = T5TargetMask(ids["pad_id"], dtype=policy, name="target_mask")
+        super().__init__(**ids, **kwargs)
 
     # ------------------------------------------------------------------ contract
 
@@ -386,7 +390,7 @@ class ShawTransformer(_RelativeStack, Seq2SeqModel):
 
     def get_config(self) -> dict:
         return {
-            "name": self.name,
+            **super().get_config(),
             "vocabulary_size": self.source_vocab_size,
             **self._stack_config(),
             "num_layers": self.num_layers,

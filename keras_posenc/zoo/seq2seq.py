@@ -1,7 +1,8 @@
 """The base class of the zoo's encoder-decoder models and the decoding contract.
 
 Every sequence-to-sequence zoo model (ConvS2S, MUSE, ...) is a
-:class:`Seq2SeqModel`: a functional ``keras.Model`` whose call is the
+:class:`Seq2SeqModel` (``keras_posenc.zoo.Seq2SeqModel``, which a model of one's
+own subclasses: see the class): a functional ``keras.Model`` whose call is the
 teacher-forced forward pass,
 
     model({"encoder_token_ids": source, "decoder_token_ids": target_in}) -> logits
@@ -167,26 +168,187 @@ class GeneratingModel:
 class Seq2SeqModel(GeneratingModel, FunctionalModel):
     """An encoder-decoder zoo model: teacher-forced call, cached decoding, ``generate``.
 
-    Subclasses build their layers, call :meth:`_init_seq2seq` with the token
-    ids and limits, then build the functional graph with
-    :meth:`_functional_graph` and pass it to ``keras.Model.__init__``. They
-    implement ``encode``, ``decode``, ``init_cache`` and ``decode_step`` (see
-    the module docstring) and list their constructor arguments in
-    ``get_config``.
+    The base class of the zoo's encoder-decoders, and the way to write one's own.
+    A subclass is written as keras-hub writes its functional backbones: its
+    ``__init__`` creates its layers as attributes, then calls
+    ``super().__init__(source_vocab_size=..., target_vocab_size=..., pad_id=...,
+    bos_id=..., eos_id=..., max_source_length=..., max_target_length=...,
+    **kwargs)``, which checks the token ids and limits, sets them as attributes,
+    builds the functional graph from the subclass's ``encode`` and ``decode``
+    (inputs ``encoder_token_ids`` and ``decoder_token_ids``, output ``logits``)
+    and initialises ``keras.Model`` with it (``name``, ``trainable`` in
+    ``kwargs``). Until then attributes are plain Python attributes (on PyTorch a
+    layer cannot be assigned before ``keras.Model.__init__``); the graph tracks
+    every layer it calls, so their weights train and save. A layer whose weights
+    ``encode`` reads without calling it (MUSE's decoder layers, whose
+    cross-attention keys and values the encoder state holds) is built before
+    ``super().__init__``. A subclass whose layers need the checked values calls
+    :meth:`check_seq2seq_arguments` first.
+
+    It implements ``encode``, ``decode``, ``init_cache`` and ``decode_step`` (see
+    :mod:`keras_posenc.zoo.seq2seq`), and may name its state and cache
+    (``encoder_state_names``, ``cache_names``). Its ``get_config`` extends
+    ``super().get_config()`` (``name``, ``trainable``) with its constructor's
+    arguments; :meth:`from_config` calls the constructor with them, so
+    ``keras.models.load_model`` and ``clone_model`` rebuild it (registered with
+    ``keras.saving.register_keras_serializable``). ``fit``, ``evaluate``,
+    ``generate``, ``translate`` and the export of its decoding graphs
+    (:func:`keras_posenc.export.export_seq2seq`) then work as for the zoo's models.
+
+    Args:
+        source_vocab_size: number of source token ids (at least 3).
+        target_vocab_size: number of target token ids, the logits' width (at least 3).
+        pad_id: padding id (0), the source mask is ``ids != pad_id``.
+        bos_id: the id every target starts with (1).
+        eos_id: the id that ends a target (2).
+        max_source_length: the longest source the model accepts (its position
+            table), or None (any length).
+        max_target_length: the longest target (``bos`` included), or None.
+        **kwargs: ``keras.Model`` arguments (``name``, ``trainable``).
 
     Attributes:
         decoder_start_may_be_pad: a class attribute: whether ``bos_id`` (the
             decoder start token) may equal ``pad_id`` (False; T5: True). Such a
             model never reads position 0 of a target as padding.
-        source_vocab_size: number of source token ids.
-        target_vocab_size: number of target token ids (the logits' width).
-        pad_id, bos_id, eos_id: the special token ids.
-        max_source_length: the longest source the model accepts (its position
-            table), or None when any length works.
-        max_target_length: the longest target (``bos`` included), or None.
+        source_vocab_size, target_vocab_size, pad_id, bos_id, eos_id,
+            max_source_length, max_target_length: the checked arguments.
+
+    Raises:
+        TypeError, ValueError: a vocabulary size, id or limit that is not an
+            integer in range, or ids that are not distinct (naming the class).
+
+    Examples:
+
+        >>> import keras
+        >>> import numpy as np
+        >>> from keras import ops
+        >>> from keras_posenc import zoo
+        >>> @keras.saving.register_keras_serializable(package="docs")
+        ... class Bag(zoo.Seq2SeqModel):
+        ...     '''The mean source embedding added to each target token's.'''
+        ...
+        ...     def __init__(self, vocab_size=12, width=8, **kwargs):
+        ...         self.vocab_size, self.width = vocab_size, width
+        ...         self.embedding = keras.layers.Embedding(vocab_size, width, name="embedding")
+        ...         self.head = keras.layers.Dense(vocab_size, name="head")
+        ...         super().__init__(
+        ...             source_vocab_size=vocab_size, target_vocab_size=vocab_size, **kwargs
+        ...         )
+        ...
+        ...     def encode(self, encoder_token_ids, training=None):
+        ...         return (ops.mean(self.embedding(encoder_token_ids), axis=1),)
+        ...
+        ...     def decode(self, decoder_token_ids, encoder_state, training=None):
+        ...         context = ops.expand_dims(encoder_state[0], 1)
+        ...         return self.head(self.embedding(decoder_token_ids) + context)
+        ...
+        ...     def init_cache(self, encoder_state, max_length):
+        ...         return tuple(encoder_state)  # no decoder buffers: each step sees one token
+        ...
+        ...     def decode_step(self, token_ids, cache, index):
+        ...         logits = self.decode(ops.expand_dims(token_ids, 1), cache)
+        ...         return logits[:, 0], cache
+        ...
+        ...     def get_config(self):
+        ...         return {**super().get_config(), "vocab_size": self.vocab_size,
+        ...                 "width": self.width}
+        >>> model = Bag(name="bag")
+        >>> model.bos_id, model.output_names
+        (1, ['logits'])
+        >>> source = np.array([[5, 6, 7, 2], [8, 9, 2, 0]])
+        >>> target_in = np.array([[1, 7, 6], [1, 9, 8]])
+        >>> tuple(model({"encoder_token_ids": source, "decoder_token_ids": target_in}).shape)
+        (2, 3, 12)
+        >>> model.generate(source, max_length=5).shape
+        (2, 5)
+        >>> Bag.from_config(model.get_config()).count_params() == model.count_params()
+        True
     """
 
     decoder_start_may_be_pad = False
+
+    def __init__(
+        self,
+        *,
+        source_vocab_size: int | None = None,
+        target_vocab_size: int | None = None,
+        pad_id: int = 0,
+        bos_id: int = 1,
+        eos_id: int = 2,
+        max_source_length: int | None = None,
+        max_target_length: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "inputs" in kwargs:
+            # Transitional: ConvS2S and T5 (keras_posenc/zoo/convs2s.py, t5.py) still set
+            # their ids with `_init_seq2seq` and pass the graph of `_functional_graph`; both
+            # go once they call this constructor with their ids.
+            super().__init__(**kwargs)
+            return
+        checked = self.check_seq2seq_arguments(
+            source_vocab_size,
+            target_vocab_size,
+            pad_id,
+            bos_id,
+            eos_id,
+            max_source_length,
+            max_target_length,
+        )
+        # Set before the graph is built: `encode` and `decode` read them (the padding id).
+        for name, value in checked.items():
+            setattr(self, name, value)
+        inputs, logits = self._functional_graph()
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+
+    @classmethod
+    def check_seq2seq_arguments(
+        cls,
+        source_vocab_size: int | None,
+        target_vocab_size: int | None,
+        pad_id: int = 0,
+        bos_id: int = 1,
+        eos_id: int = 2,
+        max_source_length: int | None = None,
+        max_target_length: int | None = None,
+    ) -> dict[str, Any]:
+        """The constructor's token arguments, checked: a dict of the seven, by name.
+
+        A subclass whose layers need them (a vocabulary size, the padding id) calls
+        this before creating the layers and passes the result on to
+        ``super().__init__(**checked, **kwargs)``.
+
+        Raises:
+            TypeError, ValueError: as the constructor (naming the class).
+        """
+        owner = cls.__name__
+        vocabularies = {}
+        for name, vocab in (
+            ("source_vocab_size", source_vocab_size),
+            ("target_vocab_size", target_vocab_size),
+        ):
+            vocabularies[name] = check_int(owner, name, vocab, 0)
+            if vocabularies[name] < 3:
+                raise ValueError(
+                    f"{owner}: `{name}` must be at least 3 (pad, bos and eos ids), got {vocab}."
+                )
+        source, target = vocabularies["source_vocab_size"], vocabularies["target_vocab_size"]
+        ids = check_special_ids(
+            owner,
+            pad_id,
+            bos_id,
+            eos_id,
+            min(source, target),
+            f"both vocabulary sizes ({source}, {target})",
+            cls.decoder_start_may_be_pad,
+        )
+        limits = {
+            name: None if value is None else check_int(owner, name, value, 0)
+            for name, value in (
+                ("max_source_length", max_source_length),
+                ("max_target_length", max_target_length),
+            )
+        }
+        return {**vocabularies, **ids, **limits}
 
     def _init_seq2seq(
         self,
@@ -198,37 +360,18 @@ class Seq2SeqModel(GeneratingModel, FunctionalModel):
         max_source_length: int | None,
         max_target_length: int | None,
     ) -> None:
-        owner = type(self).__name__
-        self.source_vocab_size = check_int(owner, "source_vocab_size", source_vocab_size, 0)
-        self.target_vocab_size = check_int(owner, "target_vocab_size", target_vocab_size, 0)
-        for name, vocab in (
-            ("source_vocab_size", source_vocab_size),
-            ("target_vocab_size", target_vocab_size),
-        ):
-            if vocab < 3:
-                raise ValueError(
-                    f"{owner}: `{name}` must be at least 3 (pad, bos and eos ids), got {vocab}."
-                )
-        ids = check_special_ids(
-            owner,
+        """Transitional, for ConvS2S and T5 until they call the constructor with their ids."""
+        checked = self.check_seq2seq_arguments(
+            source_vocab_size,
+            target_vocab_size,
             pad_id,
             bos_id,
             eos_id,
-            min(self.source_vocab_size, self.target_vocab_size),
-            f"both vocabulary sizes ({self.source_vocab_size}, {self.target_vocab_size})",
-            self.decoder_start_may_be_pad,
+            max_source_length,
+            max_target_length,
         )
-        self.pad_id, self.bos_id, self.eos_id = ids["pad_id"], ids["bos_id"], ids["eos_id"]
-        self.max_source_length = (
-            None
-            if max_source_length is None
-            else check_int(owner, "max_source_length", max_source_length, 0)
-        )
-        self.max_target_length = (
-            None
-            if max_target_length is None
-            else check_int(owner, "max_target_length", max_target_length, 0)
-        )
+        for name, value in checked.items():
+            setattr(self, name, value)
 
     def _functional_graph(self) -> tuple[dict, Any]:
         """Symbolic inputs (``encoder_token_ids``, ``decoder_token_ids``) and the logits."""
@@ -241,6 +384,10 @@ class Seq2SeqModel(GeneratingModel, FunctionalModel):
         # float32 keeps the logits' dtype under a mixed policy, and the Keras mask passes.
         logits = keras.layers.Identity(dtype="float32", name="logits")(logits)
         return inputs, logits
+
+    def get_config(self) -> dict:
+        """``name`` and ``trainable``; a subclass adds its constructor's arguments."""
+        return {"name": self.name, "trainable": self.trainable}
 
     # ------------------------------------------------------------------ contract
 
@@ -410,20 +557,14 @@ class Seq2SeqModel(GeneratingModel, FunctionalModel):
         limit_name = "max_source_length" if source else "max_target_length"
         return check_token_array(self, argument, token_ids, vocab, limit, limit_name)
 
-    def _seq2seq_config(self) -> dict:
-        return {
-            "source_vocab_size": self.source_vocab_size,
-            "target_vocab_size": self.target_vocab_size,
-            "pad_id": self.pad_id,
-            "bos_id": self.bos_id,
-            "eos_id": self.eos_id,
-        }
-
     @classmethod
     def from_config(cls, config: dict) -> Seq2SeqModel:
+        """The model of a :meth:`get_config` dict: the constructor called with it.
+
+        A ``dtype`` key is dropped: the model takes ``keras.config.dtype_policy()``.
+        """
         config = dict(config)
-        for key in ("trainable", "dtype"):
-            config.pop(key, None)
+        config.pop("dtype", None)
         return cls(**config)
 
 

@@ -6,7 +6,7 @@ Uses only the public API. Run with any backend:
 
 The model is the zoo's `convs2s_small` (embeddings 64, encoder and decoder 4 GLU layers of
 64 channels and kernel 3, dropout 0.1) with 20 ids (17 words); the task is
-keras_posenc.experiments.seq2seq_tasks.reverse_task (4-12 words), 20 000 training
+keras_posenc.experiments.reverse_task (4-12 words), 20 000 training
 sequences, Adam 2e-3, batch 64; scored by exact match on 1 000 held-out sequences.
 """
 
@@ -17,7 +17,7 @@ import argparse
 import keras
 
 from keras_posenc import zoo
-from keras_posenc.experiments.seq2seq_tasks import train_reverse
+from keras_posenc.experiments import train_reverse
 
 
 def main() -> None:

@@ -6,15 +6,15 @@ Uses only the public API. Run with any backend:
 
 Both models have the same frame: 3 encoder and 3 decoder blocks of width 64, feed-forward
 128, 4 heads, dropout 0.1, the scaled embeddings and sinusoidal positions of
-`keras_posenc.zoo.muse.MUSEEmbedding`, 20 ids. They differ only in the blocks:
+`zoo.MUSEEmbedding`, 20 ids. They differ only in the blocks:
 
     muse         the zoo's `muse_tiny` (MUSE blocks: attention + dynamic convolutions of
                  kernel 3 and 15 from one value projection, FFN, in parallel, post-norm)
     transformer  keras_hub.layers.TransformerEncoder / TransformerDecoder (attention, then
                  FFN, each with its own residual and post-norm), decoded by recomputing the
-                 prefix (its cache is the token buffer)
+                 prefix (its cache is the token buffer): a `zoo.Seq2SeqModel` subclass
 
-The task is keras_posenc.experiments.seq2seq_tasks.reverse_task (4-12 words from 17),
+The task is keras_posenc.experiments.reverse_task (4-12 words from 17),
 20 000 training sequences, Adam 2e-3, batch 64, scored by exact match on 1 000 held-out
 sequences with greedy decoding: the same recipe as zoo/convs2s/train_reverse.py.
 """
@@ -28,21 +28,20 @@ import keras
 from keras import ops
 
 from keras_posenc import zoo
-from keras_posenc.experiments.seq2seq_tasks import train_reverse
-from keras_posenc.zoo.muse import MUSEEmbedding
-from keras_posenc.zoo.seq2seq import Seq2SeqModel
+from keras_posenc.experiments import train_reverse
 
 VOCAB, WIDTH, FFN, HEADS, LAYERS, DROPOUT, MAX_LENGTH = 20, 64, 128, 4, 3, 0.1, 64
 
 
-class TransformerBaseline(Seq2SeqModel):
+class TransformerBaseline(zoo.Seq2SeqModel):
     """keras_hub Transformer blocks between MUSE's embeddings and output projection."""
 
     def __init__(self, **kwargs: Any) -> None:
         import keras_hub
 
-        self.source_embedding = MUSEEmbedding(VOCAB, WIDTH, dropout=DROPOUT, name="source")
-        self.target_embedding = MUSEEmbedding(
+        # The layers first, then the base class, which builds the graph from encode/decode.
+        self.source_embedding = zoo.MUSEEmbedding(VOCAB, WIDTH, dropout=DROPOUT, name="source")
+        self.target_embedding = zoo.MUSEEmbedding(
             VOCAB, WIDTH, dropout=DROPOUT, tie_weights=False, name="target"
         )
         self.encoder_blocks = [
@@ -53,10 +52,13 @@ class TransformerBaseline(Seq2SeqModel):
             keras_hub.layers.TransformerDecoder(FFN, HEADS, dropout=DROPOUT, name=f"decoder_{i}")
             for i in range(LAYERS)
         ]
-        self._init_seq2seq(VOCAB, VOCAB, 0, 1, 2, MAX_LENGTH, MAX_LENGTH)
-        inputs, logits = self._functional_graph()
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-        self._init_seq2seq(VOCAB, VOCAB, 0, 1, 2, MAX_LENGTH, MAX_LENGTH)
+        super().__init__(
+            source_vocab_size=VOCAB,
+            target_vocab_size=VOCAB,
+            max_source_length=MAX_LENGTH,
+            max_target_length=MAX_LENGTH,
+            **kwargs,
+        )
 
     def encode(self, encoder_token_ids: Any, training: Any = None) -> tuple:
         mask = ops.not_equal(encoder_token_ids, 0)

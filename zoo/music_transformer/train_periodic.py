@@ -7,7 +7,7 @@ Uses only the public API. Run with any backend:
 The model is the zoo's `music_transformer_base` shrunk to CPU size: 2 layers of width 64,
 feed-forward 128, 4 heads, relative keys up to distance 64 (a row per distance of the
 48-event sequences, so the skew applies), 16 events. The task is
-keras_posenc.experiments.seq2seq_tasks.periodic_task: bos, then a random motif of 2-8
+keras_posenc.experiments.periodic_task: bos, then a random motif of 2-8
 events repeated to 48 ids; 10 000 training sequences, 10 epochs, Adam 2e-3, batch 64.
 Scored on 200 held-out sequences: from bos and the first 16 events, greedy search
 continues to 48, and the share of continued events equal to the sequence's is reported.
@@ -20,7 +20,7 @@ import argparse
 import keras
 
 from keras_posenc import zoo
-from keras_posenc.experiments.seq2seq_tasks import train_periodic
+from keras_posenc.experiments import train_periodic
 
 TINY = dict(
     num_events=16,

@@ -7,7 +7,7 @@ Uses only the public API. Run with any backend:
 The model is the zoo's `shaw_transformer_base` shrunk to the size of the other families'
 examples: 3 encoder and 3 decoder layers of width 64, feed-forward 128, 4 heads, relative
 keys and values clipped at 16, dropout 0.1, 20 ids. The task is
-keras_posenc.experiments.seq2seq_tasks.reverse_task (4-12 words from 17; ids pad 0, start
+keras_posenc.experiments.reverse_task (4-12 words from 17; ids pad 0, start
 1, end 2): 20 000 training sequences, Adam 2e-3, batch 64, scored by exact match on 1 000
 held-out sequences with greedy decoding, the recipe of zoo/t5/train_reverse.py.
 """
@@ -19,7 +19,7 @@ import argparse
 import keras
 
 from keras_posenc import zoo
-from keras_posenc.experiments.seq2seq_tasks import train_reverse
+from keras_posenc.experiments import train_reverse
 
 TINY = dict(
     vocabulary_size=20,

@@ -7,7 +7,7 @@ Uses only the public API. Run with any backend:
 The model is the zoo's `t5_small` shrunk to the size of the other families' examples: 3
 encoder and 3 decoder blocks of width 64, feed-forward 128, 4 heads of 16, dropout 0.1,
 T5's relative bias (32 log buckets up to distance 128, one table per stack), tied
-embedding, 20 ids. The task is keras_posenc.experiments.seq2seq_tasks.reverse_task (4-12
+embedding, 20 ids. The task is keras_posenc.experiments.reverse_task (4-12
 words from 17), whose ids are pad 0, start 1, end 2: the model is created with
 `decoder_start_id=1, eos_id=2` instead of T5's 0 and 1 (T5 accepts either). 20 000
 training sequences, Adam 2e-3, batch 64, scored by exact match on 1 000 held-out sequences
@@ -21,7 +21,7 @@ import argparse
 import keras
 
 from keras_posenc import zoo
-from keras_posenc.experiments.seq2seq_tasks import train_reverse
+from keras_posenc.experiments import train_reverse
 
 TINY = dict(
     vocabulary_size=20,
