@@ -206,7 +206,7 @@ class ConvS2S(_FoldedWeightNormSteps, Seq2SeqModel):
         )
         self.dropout = check_rate(owner, "dropout", dropout)
         self.weight_norm = check_bool(owner, "weight_norm", weight_norm)
-        self._init_seq2seq(
+        checked = self.check_seq2seq_arguments(
             src_vocab_size,
             tgt_vocab_size,
             pad_id,
@@ -273,8 +273,7 @@ class ConvS2S(_FoldedWeightNormSteps, Seq2SeqModel):
         # Track the stacks' sublayers on the model, so their weights are saved.
         self.encoder_stack_layers = self.encoder_stack.layers()
         self.decoder_stack_layers = self.decoder_stack.layers()
-        inputs, logits = self._functional_graph()
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        super().__init__(**checked, **kwargs)
 
     # ------------------------------------------------------------------ contract
 

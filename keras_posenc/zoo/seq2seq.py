@@ -279,12 +279,6 @@ class Seq2SeqModel(GeneratingModel, FunctionalModel):
         max_target_length: int | None = None,
         **kwargs: Any,
     ) -> None:
-        if "inputs" in kwargs:
-            # Transitional: ConvS2S and T5 (keras_posenc/zoo/convs2s.py, t5.py) still set
-            # their ids with `_init_seq2seq` and pass the graph of `_functional_graph`; both
-            # go once they call this constructor with their ids.
-            super().__init__(**kwargs)
-            return
         checked = self.check_seq2seq_arguments(
             source_vocab_size,
             target_vocab_size,
@@ -349,29 +343,6 @@ class Seq2SeqModel(GeneratingModel, FunctionalModel):
             )
         }
         return {**vocabularies, **ids, **limits}
-
-    def _init_seq2seq(
-        self,
-        source_vocab_size: int,
-        target_vocab_size: int,
-        pad_id: int,
-        bos_id: int,
-        eos_id: int,
-        max_source_length: int | None,
-        max_target_length: int | None,
-    ) -> None:
-        """Transitional, for ConvS2S and T5 until they call the constructor with their ids."""
-        checked = self.check_seq2seq_arguments(
-            source_vocab_size,
-            target_vocab_size,
-            pad_id,
-            bos_id,
-            eos_id,
-            max_source_length,
-            max_target_length,
-        )
-        for name, value in checked.items():
-            setattr(self, name, value)
 
     def _functional_graph(self) -> tuple[dict, Any]:
         """Symbolic inputs (``encoder_token_ids``, ``decoder_token_ids``) and the logits."""

@@ -257,7 +257,7 @@ class T5(Seq2SeqModel):
         )
         self._decoder_layers_given = num_decoder_layers is not None
         self.tie_embeddings = check_bool(owner, "tie_embeddings", tie_embeddings)
-        self._init_seq2seq(
+        checked = self.check_seq2seq_arguments(
             vocabulary_size,
             vocabulary_size,
             pad_id,
@@ -285,9 +285,10 @@ class T5(Seq2SeqModel):
             self.decoder = T5Stack(self.num_decoder_layers, **stack, decoder=True, name="decoder")
         except (TypeError, ValueError) as error:
             raise type(error)(f"{owner}: {error}") from error
-        check_allocation(owner, "token embedding", [(self.source_vocab_size, self.hidden_dim)])
+        vocabulary = checked["source_vocab_size"]
+        check_allocation(owner, "token embedding", [(vocabulary, self.hidden_dim)])
         self.token_embedding = keras.layers.ReversibleEmbedding(
-            self.source_vocab_size,
+            vocabulary,
             self.hidden_dim,
             tie_weights=self.tie_embeddings,
             embeddings_initializer=_normal(1.0),
@@ -295,22 +296,11 @@ class T5(Seq2SeqModel):
             dtype=policy,
             name="token_embedding",
         )
-        self.target_mask = T5TargetMask(self.pad_id, dtype=policy, name="target_mask")
+        self.target_mask = T5TargetMask(checked["pad_id"], dtype=policy, name="target_mask")
         # Built before the graph: `encode` computes the cross-attention caches.
         self.token_embedding.build((None, None))
         self.decoder.build((None, None, self.hidden_dim))
-        inputs, logits = self._functional_graph()
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-        # keras.Model.__init__ resets attributes it does not know; set the ids again.
-        self._init_seq2seq(
-            vocabulary_size,
-            vocabulary_size,
-            pad_id,
-            decoder_start_id,
-            eos_id,
-            max_source_length,
-            max_target_length,
-        )
+        super().__init__(**checked, **kwargs)
 
     # ------------------------------------------------------------------ contract
 
