@@ -446,7 +446,8 @@ def test_user_docs_cite_no_issue_numbers():
 def test_summary_renders_from_the_json(summary, runner):
     """A summary cell is its record's field, formatted; a missing run reads "-"."""
     data = docs_folder() / "data" / "benchmarks"
-    record = json.loads((data / "relative_attention.json").read_text())
+    (stem,) = summary.HEADLINES["relative_attention_time"].sources
+    record = json.loads((data / f"{stem}.json").read_text())
     row = next(
         r
         for r in record["backends"]["jax"]["results"]["current"]
