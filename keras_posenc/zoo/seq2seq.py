@@ -209,9 +209,10 @@ class Seq2SeqModel(GeneratingModel, FunctionalModel):
     Attributes:
         decoder_start_may_be_pad: a class attribute: whether ``bos_id`` (the
             decoder start token) may equal ``pad_id`` (False; T5: True). Such a
-            model never reads position 0 of a target as padding.
-        source_vocab_size, target_vocab_size, pad_id, bos_id, eos_id,
-            max_source_length, max_target_length: the checked arguments.
+            model never reads position 0 of a target as padding. The checked
+            arguments (``source_vocab_size``, ``target_vocab_size``, ``pad_id``,
+            ``bos_id``, ``eos_id``, ``max_source_length``, ``max_target_length``)
+            are attributes of the same names.
 
     Raises:
         TypeError, ValueError: a vocabulary size, id or limit that is not an
