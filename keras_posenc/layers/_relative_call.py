@@ -223,6 +223,12 @@ class RelativeCallSteps:
                 f"centres them on the queries, which a rolling cache cannot replay; use a "
                 f"cache of the whole length (longer than sliding_window + attention_sinks)."
             )
+        if self._reads_query_position:
+            raise ValueError(
+                f"{name}: position={self.position!r} reads each query's own position besides "
+                f"the distance, which the runs of a rolling cache do not carry; use a cache of "
+                f"the whole length (longer than sliding_window + attention_sinks)."
+            )
         _attention.check_cache_index(name, index, None, None)
         slots, positions, written = _attention.rolling_positions(index, sinks, window)
         cached = ops.take(cache, slots, axis=2)  # (batch, 2, sinks + window, ...) in order
@@ -246,6 +252,12 @@ class RelativeCallSteps:
         return k, v, ops.stack((keys, values), axis=1), layout
 
     # ------------------------------------------------------------------ sliding windows
+
+    @property
+    def _reads_query_position(self) -> bool:
+        """Whether the relative term reads the query's position, not only ``j - i`` (FIRE):
+        it then needs the keys at positions ``0 ..`` (no runs: `_attend_block`)."""
+        return self.relative == "bias" and not self.position.toeplitz
 
     @staticmethod
     def _shift_runs(keys: tuple, first: int) -> tuple:
@@ -274,7 +286,7 @@ class RelativeCallSteps:
         ``2 W`` keys)."""
         window = self.sliding_window
         static = all(isinstance(x, int) for x in (first, last, offset, key_length))
-        if window is None or not static or key_length <= 2 * window:
+        if window is None or not static or key_length <= 2 * window or self._reads_query_position:
             return None
         lo = max(0, offset + first - window + 1)
         hi = min(key_length, offset + last - 1 + window)  # the causal mask cuts the rest
