@@ -180,7 +180,13 @@ def test_rolling_cache_refusals():
         dynamic(x, x, cache=np.zeros((1, 2, 3, 4, 8), "float32"), cache_update_index=0)
     fire = _layer(relative="bias", position="fire", sliding_window=3)
     with pytest.raises(ValueError, match="reads each query's own position"):
-        fire(x, x, cache=np.zeros((1, 2, 3, 4, 8), "float32"), cache_update_index=0)
+        fire(
+            x,
+            x,
+            cache=np.zeros((1, 2, 3, 4, 8), "float32"),
+            cache_update_index=0,
+            use_causal_mask=True,
+        )
     gqa = _layer(relative=None, num_key_value_heads=2)
     with pytest.raises(ValueError, match=r"\(batch, 2, max_len, 2, 8\)"):
         gqa(x, x, cache=np.zeros((1, 2, 5, 4, 8), "float32"), cache_update_index=0)
