@@ -11,6 +11,9 @@
   :func:`to_timm_state_dict` goes back (e.g. after fine-tuning in Keras).
 - :func:`from_keras_hub_t5`: a keras-hub ``T5Backbone`` (any keras-hub T5 preset) ->
   :class:`~keras_posenc.zoo.t5.T5`.
+- :func:`from_keras_hub_decoder`: keras-hub's ``LlamaBackbone``, ``Llama3Backbone`` and
+  ``MistralBackbone`` -> :class:`~keras_posenc.zoo.decoder_lm.DecoderLM`;
+  :func:`from_keras_hub` takes any of these backbones.
 """
 
 from keras_posenc.convert.fairseq import (
@@ -22,6 +25,7 @@ from keras_posenc.convert.fairseq import (
     posenc_to_fairseq_ids,
     read_fairseq_dictionary,
 )
+from keras_posenc.convert.keras_hub_decoders import from_keras_hub, from_keras_hub_decoder
 from keras_posenc.convert.keras_hub_t5 import from_keras_hub_t5
 from keras_posenc.convert.timm import (
     config_from_timm,
@@ -37,6 +41,8 @@ __all__ = [
     "fairseq_to_posenc_ids",
     "from_fairseq_archive",
     "from_fairseq_fconv",
+    "from_keras_hub",
+    "from_keras_hub_decoder",
     "from_keras_hub_t5",
     "from_timm_coatnet",
     "from_timm_maxvit",

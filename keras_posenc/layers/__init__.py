@@ -14,6 +14,7 @@ from keras_posenc.layers._memory import EstimateTooLarge, memory_limit, set_memo
 from keras_posenc.layers.activations import exact_gelu, tanh_gelu
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, SqueezeExcite
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
+from keras_posenc.layers.decoder_block import DecoderBlock
 from keras_posenc.layers.muse import MUSEAttention, MUSEDecoderLayer, MUSEEncoderLayer
 from keras_posenc.layers.padding import SpatialPadding2D
 from keras_posenc.layers.position_biases import (
@@ -57,6 +58,7 @@ __all__ = [
     "ContinuousBias",
     "ContinuousPositionBias2D",
     "ConvS2SAttention",
+    "DecoderBlock",
     "EstimateTooLarge",
     "FIRE",
     "GLUConv1D",
