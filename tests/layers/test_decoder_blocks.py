@@ -19,8 +19,9 @@ from reference.decoder_attention import decoder_attention
 
 pytestmark = pytest.mark.contract
 
-# float32 layers against float64 references, on outputs of size about 1 to 10.
-ATOL = 1e-4
+# float32 layers against float64 references, on outputs of size about 1 to 10 (measured:
+# 3e-7 for Llama, 1.4e-6 for Gemma 2 on TensorFlow; leaving out rotary moves Llama's by 1e-3).
+ATOL = 2e-5
 HIDDEN, HEADS, KV_HEADS, LENGTH = 16, 4, 2, 9
 
 
