@@ -223,3 +223,21 @@ def test_gemma_attention_query_scale_by_hidden_over_heads():
         mask=mask[:, None, :].astype(bool),
     )
     np.testing.assert_allclose(actual, expected, atol=ATOL)
+
+
+@pytest.mark.neutral
+def test_reference_masks_and_heads_by_hand():
+    # The reference's own pieces on cases written out: a causal window of 3 with 2 sinks,
+    # the symmetric window, and query head n reading key/value head n // (heads / groups).
+    from reference.decoder_attention import local_mask, repeat_heads
+
+    positions = np.arange(7)
+    causal = local_mask(positions, positions, window=3, sinks=2, causal=True)
+    assert np.flatnonzero(causal[6]).tolist() == [0, 1, 4, 5, 6]
+    assert np.flatnonzero(causal[1]).tolist() == [0, 1]
+    both = local_mask(positions, positions, window=2)
+    assert np.flatnonzero(both[3]).tolist() == [2, 3, 4]
+    decoding = local_mask(np.array([5]), positions[:6], window=3, causal=True)
+    assert np.flatnonzero(decoding[0]).tolist() == [3, 4, 5]
+    grouped = np.arange(2)[None, None, :, None] * np.ones((1, 1, 2, 3))
+    assert repeat_heads(grouped, 4)[0, 0, :, 0].tolist() == [0, 0, 1, 1]
