@@ -473,10 +473,14 @@ def decode_step_by_step(layer: keras.layers.Layer, x: np.ndarray) -> tuple[list,
     """The causal self-attention ``layer`` run on ``x`` one position at a time with a cache.
 
     Returns each step's output ``(batch, features)`` in order, and the final cache.
-    ``layer`` must have ``num_heads`` heads of ``key_dim`` (keras_hub's cache layout).
+    ``layer`` must have ``num_heads`` heads of ``key_dim`` (keras_hub's cache layout), or
+    a ``cache_shape`` method (`MultiHeadRelativeAttention`: key/value heads, a rolling cache).
     """
     batch, length = x.shape[:2]
-    cache = np.zeros((batch, 2, length, layer.num_heads, layer.key_dim), "float32")
+    if hasattr(layer, "cache_shape"):
+        cache = np.zeros(layer.cache_shape(batch, length), "float32")
+    else:
+        cache = np.zeros((batch, 2, length, layer.num_heads, layer.key_dim), "float32")
     steps = []
     for t in range(length):
         step, cache = layer(

@@ -69,9 +69,21 @@ def cumulative_sum(values: Any) -> Any:
 # --------------------------------------------------------------------------- attention
 
 
-def attention_probabilities(q: Any, k: Any, bias: Any) -> Any:
-    """``softmax(q k^T + bias)`` in float32; ``bias`` None or broadcastable to the logits."""
+def attention_probabilities(
+    q: Any, k: Any, bias: Any, soft_cap: float | None = None, capped: Any = None
+) -> Any:
+    """``softmax(q k^T + bias)`` in float32; ``bias`` None or broadcastable to the logits.
+
+    With ``soft_cap`` (Gemma 2's logit soft-capping) the logits ``q k^T + capped`` are first
+    squashed to ``soft_cap * tanh(logits / soft_cap)``; ``bias`` (the masks' fill, an
+    attention bias) is added after the cap, so a masked logit stays far below every other.
+    """
     logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, k), "float32")
+    if capped is not None:
+        logits = logits + capped
+    if soft_cap is not None:
+        cap = ops.cast(soft_cap, "float32")
+        logits = ops.tanh(logits / cap) * cap
     if bias is not None:
         logits = logits + bias
     return ops.softmax(logits, axis=-1)

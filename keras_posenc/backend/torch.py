@@ -186,9 +186,11 @@ def cumulative_sum(values: Any) -> Any:
     measured="one block-sized tensor instead of four (products, their sum with the bias, "
     "probabilities, cast) within a call's scratch (benchmarks/relative_attention.py)",
 )
-def attention_probabilities(q: Any, k: Any, bias: Any) -> Any:
+def attention_probabilities(
+    q: Any, k: Any, bias: Any, soft_cap: float | None = None, capped: Any = None
+) -> Any:
     workspace = _workspace(q, k, bias)
-    if workspace is None:
+    if workspace is None or soft_cap is not None or capped is not None:
         return REFERENCE
     batch, query_length, heads, head_dim = q.shape
     key_length = k.shape[1]

@@ -65,6 +65,42 @@ def causal_mask(query_length: Any, key_length: Any, offset: Any = 0) -> Any:
     return ops.expand_dims(ops.less_equal(keys[None, :], queries[:, None]), 0)
 
 
+def position_mask(
+    query_positions: Any,
+    key_positions: Any,
+    causal: bool,
+    window: int | None = None,
+    sinks: int = 0,
+) -> Any:
+    """``(1, q_len, k_len)`` bool from the queries' and keys' positions (1-D int), or None.
+
+    ``causal``: a key at or before the query; ``window``: ``|query - key| < window``
+    (Mistral's and Gemma 2's band: with ``causal``, the query and the ``window - 1`` keys
+    before it), where the first ``sinks`` positions stay visible (StreamingLLM's attention
+    sinks). Positions, not indices: a rolling cache's keys are not in order of their slots.
+    """
+    queries = ops.expand_dims(ops.cast(query_positions, "int32"), 1)
+    keys = ops.expand_dims(ops.cast(key_positions, "int32"), 0)
+    mask = ops.less_equal(keys, queries) if causal else None
+    if window is not None:
+        local = ops.less(ops.abs(queries - keys), window)
+        if sinks:
+            local = ops.logical_or(local, ops.less(keys, sinks))
+        mask = local if mask is None else ops.logical_and(mask, local)
+    return None if mask is None else ops.expand_dims(mask, 0)
+
+
+def repeat_heads(x: Any, num_heads: int) -> Any:
+    """Keys or values (batch, length, kv_heads, head_dim) repeated to ``num_heads`` heads.
+
+    Grouped-query attention: key/value head ``g`` serves the query heads ``g * group ..
+    (g + 1) * group - 1`` (keras-hub's Llama, Mistral and Gemma: ``ops.repeat`` on the head
+    axis). Only the call's keys are repeated; the cache keeps the key/value heads.
+    """
+    groups = num_heads // x.shape[2]
+    return x if groups == 1 else ops.repeat(x, groups, axis=2)
+
+
 def zero_invalid(x: Any, valid: Any) -> Any:
     """``x`` (batch, length, ...) zeroed where ``valid`` (batch, length) is False.
 
@@ -121,17 +157,24 @@ def cast_bias(bias: Any, dtype: Any) -> Any:
 
 
 def projection(
-    layer: keras.layers.Layer, equation: str, output_shape: tuple, bias_axes: str, name: str
+    layer: keras.layers.Layer,
+    equation: str,
+    output_shape: tuple,
+    bias_axes: str,
+    name: str,
+    use_bias: bool | None = None,
 ) -> keras.layers.EinsumDense:
     """An ``EinsumDense`` sublayer of ``layer`` with its own copy of the initializers.
 
-    ``layer`` gives ``use_bias``, ``kernel_initializer``, ``bias_initializer``
-    and the dtype policy; ``name`` is the sublayer's name (and its weights' path).
+    ``layer`` gives ``use_bias`` (unless ``use_bias`` is given), ``kernel_initializer``,
+    ``bias_initializer`` and the dtype policy; ``name`` is the sublayer's name (and its
+    weights' path).
     """
+    use_bias = layer.use_bias if use_bias is None else use_bias
     return keras.layers.EinsumDense(
         equation,
         output_shape=output_shape,
-        bias_axes=bias_axes if layer.use_bias else None,
+        bias_axes=bias_axes if use_bias else None,
         kernel_initializer=sublayer_initializer(layer.kernel_initializer, name),
         bias_initializer=sublayer_initializer(layer.bias_initializer, name),
         dtype=layer.dtype_policy,
@@ -139,9 +182,28 @@ def projection(
     )
 
 
-def head_projection(layer: keras.layers.Layer, units: int, name: str) -> Any:
-    """``(batch, length, features) -> (batch, length, num_heads, units)``."""
-    return projection(layer, "abc,cde->abde", (None, layer.num_heads, units), "de", name)
+def head_projection(
+    layer: keras.layers.Layer, units: int, name: str, heads: int | None = None
+) -> Any:
+    """``(batch, length, features) -> (batch, length, heads, units)``; ``heads`` defaults
+    to the layer's ``num_heads`` (keys and values of grouped-query attention have fewer)."""
+    heads = layer.num_heads if heads is None else heads
+    return projection(layer, "abc,cde->abde", (None, heads, units), "de", name)
+
+
+def head_norm(layer: keras.layers.Layer, name: str) -> keras.layers.Layer:
+    """The query-key normalisation of ``layer`` (its ``decoder_options``): a Keras
+    ``RMSNormalization`` or ``LayerNormalization`` over the head axis of (batch, length,
+    heads, head_dim), one scale (and bias) of ``head_dim`` shared by the heads (Gemma 3's,
+    Qwen 3's and OLMo's query/key norms per head)."""
+    options = layer.decoder_options
+    if options.query_key_norm == "rms":
+        return keras.layers.RMSNormalization(
+            axis=-1, epsilon=options.query_key_norm_epsilon, dtype=layer.dtype_policy, name=name
+        )
+    return keras.layers.LayerNormalization(
+        axis=-1, epsilon=options.query_key_norm_epsilon, dtype=layer.dtype_policy, name=name
+    )
 
 
 # --------------------------------------------------------------------------- cache
@@ -190,6 +252,48 @@ def write_key_value_cache(
     keys = write_rows(cache[:, 0], key, index)
     values = write_rows(cache[:, 1], value, index)
     return keys, values, ops.stack((keys, values), axis=1)
+
+
+def rolling_positions(index: Any, sinks: int, window: int) -> tuple:
+    """The positions held by a rolling cache before a write at ``index``, in order of position.
+
+    A rolling cache has ``sinks + window`` slots: position ``p < sinks`` lives in slot ``p``,
+    a later one in slot ``sinks + (p - sinks) % window``, so it keeps the sinks and the last
+    ``window`` positions. Up to its length it is an ordinary cache (slot = position).
+    Returns ``(slots, positions, valid)``: 1-D int32 slots to gather, in order, the positions
+    they hold (the sinks, then ``index - window .. index - 1``) and whether each is written
+    and not a sink seen twice.
+    """
+    index = ops.cast(index, "int32")
+    sink_positions = ops.arange(sinks, dtype="int32")
+    recent = index - window + ops.arange(window, dtype="int32")
+    slots = ops.concatenate([sink_positions, sinks + ops.mod(recent - sinks, window)])
+    positions = ops.concatenate([sink_positions, recent])
+    valid = ops.concatenate([ops.less(sink_positions, index), ops.greater_equal(recent, sinks)])
+    return slots, positions, valid
+
+
+def write_rolling_rows(cache: Any, rows: Any, index: Any, sinks: int) -> Any:
+    """``cache`` (batch, sinks + window, ...) with ``rows`` (batch, n, ...) of positions
+    ``index ..`` written in their slots (`rolling_positions`): of the rows that share a
+    slot, the latest. A gather and a select, like `write_rows` (exportable); ``n`` may
+    exceed the window (a long prompt): only its last ``window`` rows stay.
+    """
+    window = cache.shape[1] - sinks
+    length = ops.shape(rows)[1]
+    index = ops.cast(index, "int32")
+    last = index + length - 1
+    slots = ops.arange(cache.shape[1], dtype="int32")
+    # The latest position <= last in slot c's class (p = c mod window for c >= sinks).
+    recent = last - ops.mod(last - slots, window)
+    positions = ops.where(ops.less(slots, sinks), slots, recent)
+    inside = ops.logical_and(ops.greater_equal(positions, index), ops.less_equal(positions, last))
+    inside = ops.logical_and(
+        inside, ops.logical_or(ops.less(slots, sinks), ops.greater_equal(positions, sinks))
+    )
+    spread = ops.take(rows, ops.clip(positions - index, 0, length - 1), axis=1)
+    inside = ops.reshape(inside, (1, -1) + (1,) * (len(cache.shape) - 2))
+    return ops.where(inside, ops.cast(spread, cache.dtype), cache)
 
 
 def check_cache_index(caller: str, index: Any, cache_length: Any, rows: Any) -> None:
@@ -265,6 +369,8 @@ def attend(
     return_scores: bool = False,
     value_term: Callable[[Any], Any] | None = None,
     bias_diagonals: Any = None,
+    soft_cap: float | None = None,
+    capped_bias: Any = None,
 ) -> tuple:
     """Scaled dot-product attention of (batch, length, heads, head_dim) tensors.
 
@@ -290,6 +396,11 @@ def attend(
             diagonals (`backend.toeplitz_attention`: PyTorch on CPU reads them as
             a strided view, building nothing of size (heads, q_len, k_len));
             otherwise the bias is built and added to ``bias``.
+        soft_cap: None, or Gemma 2's logit cap ``c``: the logits ``q k^T + capped_bias``
+            become ``c * tanh(logits / c)`` before ``bias`` and the mask are added (not
+            with ``fused``: ``keras.ops.dot_product_attention`` has no cap on every backend).
+        capped_bias: None or a float32 bias added before the cap (relative logits); only
+            with ``soft_cap``.
 
     Returns:
         ``(output, probabilities)``: output (batch, q_len, heads, value_dim),
@@ -302,6 +413,8 @@ def attend(
     masked row (a finite but meaningless softmax) is zeroed on the small output.
     The peak is the bias, the content logits and their sum (3 S).
     """
+    if fused and soft_cap is not None:
+        raise ValueError("attend: `soft_cap` needs fused=False (the fused kernels have no cap).")
     if not fused:  # the peak, estimated before anything of its size is allocated
         logits = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
         check_allocation("attention", "logits, bias and their sum", [logits] * 3)
@@ -335,8 +448,11 @@ def attend(
     else:
         # PyTorch without gradients writes the logits and softmax into one scratch
         # buffer of the call (`backend.scratch`), the bias's own where it is one.
-        probabilities = backend.attention_probabilities(q, k, bias)
-        del bias
+        if soft_cap is None:
+            probabilities = backend.attention_probabilities(q, k, bias)
+        else:
+            probabilities = backend.attention_probabilities(q, k, bias, soft_cap, capped_bias)
+        del bias, capped_bias
         dropped = probabilities if dropout is None else dropout(probabilities, training=training)
         if not return_scores:
             probabilities = None

@@ -74,8 +74,13 @@ class RelativeCallSteps:
         query_length: Any,
         key_length: Any,
         offset: Any,
+        keys: tuple | None = None,
     ) -> Any:
-        """A rank-3 bool mask broadcastable to (batch, q_len, k_len), or None for no mask."""
+        """A rank-3 bool mask broadcastable to (batch, q_len, k_len), or None for no mask.
+
+        Queries are at positions ``offset ..``; keys at ``0 ..``, or as ``keys`` says (a
+        `key_layout`: their positions, which are written, and their runs of positions).
+        """
         mask = None
 
         def combine(current: Any, new: Any) -> Any:
@@ -87,8 +92,22 @@ class RelativeCallSteps:
             mask = combine(mask, ops.expand_dims(value_mask, -2))
         if key_mask is not None:
             mask = combine(mask, ops.expand_dims(key_mask, -2))
-        if use_causal_mask:
-            mask = combine(mask, _attention.causal_mask(query_length, key_length, offset))
+        window = self.decoder_options.sliding_window
+        if use_causal_mask or window is not None or keys is not None:
+            queries = ops.arange(query_length, dtype="int32") + ops.cast(offset, "int32")
+            positions = ops.arange(key_length, dtype="int32") if keys is None else keys[0]
+            mask = combine(
+                mask,
+                _attention.position_mask(
+                    queries,
+                    positions,
+                    use_causal_mask,
+                    window,
+                    self.decoder_options.attention_sinks,
+                ),
+            )
+            if keys is not None and keys[1] is not None:  # a rolling cache's unwritten slots
+                mask = combine(mask, ops.reshape(keys[1], (1, 1, -1)))
         if attention_mask is not None:  # rank 3, checked in `_check_masks`
             mask = combine(mask, attention_mask)
         return mask
@@ -113,18 +132,54 @@ class RelativeCallSteps:
 
     # ------------------------------------------------------------------ cache
 
-    def _use_cache(self, cache: Any, key: Any, value: Any, cache_update_index: Any) -> tuple:
+    def _project_keys(self, key: Any) -> Any:
+        """The projected keys (batch, length, kv_heads, key_dim), normalised per head with
+        ``query_key_norm``."""
+        k = self.key_dense(key)
+        return k if self.key_norm is None else self.key_norm(k)
+
+    def cache_shape(self, batch_size: int, max_length: int) -> tuple:
+        """The shape of the decoding cache for ``max_length`` positions:
+        ``(batch, 2, length, num_key_value_heads, key_dim)``.
+
+        With a ``sliding_window`` the length is at most ``attention_sinks + sliding_window``
+        (a rolling cache: the sinks and the last ``sliding_window`` keys), however long the
+        generation; up to that length a rolling cache is an ordinary one.
+
+        Examples:
+
+        >>> from keras_posenc.layers import MultiHeadRelativeAttention
+        >>> layer = MultiHeadRelativeAttention(
+        ...     8, 16, relative=None, num_key_value_heads=2, sliding_window=512
+        ... )
+        >>> layer.cache_shape(1, 4096)
+        (1, 2, 512, 2, 16)
+        """
+        rolling = self.decoder_options.rolling_length
+        length = max_length if rolling is None else min(max_length, rolling)
+        return (batch_size, 2, length, self.num_key_value_heads, self.key_dim)
+
+    def _is_rolling(self, cache: Any) -> bool:
+        """Whether ``cache`` is a rolling one: exactly sinks + window positions long."""
+        rolling = self.decoder_options.rolling_length
+        return rolling is not None and cache is not None and cache.shape[2] == rolling
+
+    def _check_cache_layout(self, cache: Any) -> None:
         name = f"{type(self).__name__}({self.name!r})"
         if self.value_dim != self.key_dim:
             raise ValueError(
-                f"{name}: `cache` needs value_dim == key_dim (one (batch, 2, max_len, num_heads, "
-                f"key_dim) tensor holds keys and values); got key_dim={self.key_dim}, "
-                f"value_dim={self.value_dim}."
+                f"{name}: `cache` needs value_dim == key_dim (one (batch, 2, max_len, "
+                f"num_key_value_heads, key_dim) tensor holds keys and values); got "
+                f"key_dim={self.key_dim}, value_dim={self.value_dim}."
             )
-        _attention.check_cache(name, "cache", cache, self.num_heads, self.key_dim)
+        _attention.check_cache(name, "cache", cache, self.num_key_value_heads, self.key_dim)
+
+    def _use_cache(self, cache: Any, key: Any, value: Any, cache_update_index: Any) -> tuple:
+        name = f"{type(self).__name__}({self.name!r})"
+        self._check_cache_layout(cache)
         if cache_update_index is None:
             return cache[:, 0, ...], cache[:, 1, ...], cache
-        new_key = self.key_dense(key)
+        new_key = self._project_keys(key)
         if self.rotary is not None and not self.rotary.dynamic:
             # Turned once, when written, without xPos' factors (each call applies them
             # centred on its queries); the dynamic scalings' rotation changes with the
@@ -133,6 +188,120 @@ class RelativeCallSteps:
         return _attention.write_key_value_cache(
             cache, new_key, self.value_dense(value), cache_update_index, caller=name
         )
+
+    def _use_rolling_cache(
+        self, cache: Any, key: Any, value: Any, index: Any, masks: tuple
+    ) -> tuple:
+        """Keys and values of a call on a rolling cache, the cache written, and their layout.
+
+        The keys are the cache's, in order of position (the sinks, then the ``window``
+        positions before ``index``), followed by the call's new keys; the layout
+        (`_attend_block`'s ``keys``) gives their positions, which of them are written, and
+        their runs of consecutive positions (the sinks; the window and the new keys), so
+        relative terms and masks see true distances. The new rows then go into their slots
+        (`_attention.write_rolling_rows`).
+        """
+        name = f"{type(self).__name__}({self.name!r})"
+        self._check_cache_layout(cache)
+        sinks, window = self.attention_sinks, self.sliding_window
+        if index is None:
+            raise ValueError(
+                f"{name}: a cache of sliding_window + attention_sinks = {sinks + window} "
+                f"positions is a rolling cache, whose slots hold positions that depend on "
+                f"the step: call it with `cache_update_index` (the position of the first query)."
+            )
+        if any(mask is not None for mask in masks):
+            raise ValueError(
+                f"{name}: a rolling cache (sliding_window + attention_sinks = {sinks + window} "
+                f"positions) takes no `value_mask`, `key_mask`, `attention_mask` or "
+                f"`attention_bias`: its slots do not follow the keys' positions. Use a cache "
+                f"of the whole length for padded keys or a bias."
+            )
+        if self.rotary is not None and (self.rotary.dynamic or self.rotary.causal_only):
+            raise ValueError(
+                f"{name}: rotary={self.rotary!r} turns cached keys by the current length or "
+                f"centres them on the queries, which a rolling cache cannot replay; use a "
+                f"cache of the whole length (longer than sliding_window + attention_sinks)."
+            )
+        _attention.check_cache_index(name, index, None, None)
+        slots, positions, written = _attention.rolling_positions(index, sinks, window)
+        cached = ops.take(cache, slots, axis=2)  # (batch, 2, sinks + window, ...) in order
+        new_key = self._project_keys(key)
+        if self.rotary is not None:  # turned once, at its position, like `_use_cache`
+            new_key = self.rotary.rotate(new_key, index, "key", xpos=False)
+        new_value = self.value_dense(value)
+        length = ops.shape(new_key)[1]
+        k = ops.concatenate([cached[:, 0], ops.cast(new_key, cache.dtype)], axis=1)
+        v = ops.concatenate([cached[:, 1], ops.cast(new_value, cache.dtype)], axis=1)
+        index = ops.cast(index, "int32")
+        layout = (
+            ops.concatenate([positions, index + ops.arange(length, dtype="int32")]),
+            ops.concatenate([written, ops.ones((length,), "bool")]),
+            # Runs of consecutive positions: (keys, their first query's position minus the
+            # first key's), the offset of the relative terms.
+            ((sinks, index), (window + length, window)) if sinks else ((window + length, window),),
+        )
+        keys = _attention.write_rolling_rows(cache[:, 0], new_key, index, sinks)
+        values = _attention.write_rolling_rows(cache[:, 1], new_value, index, sinks)
+        return k, v, ops.stack((keys, values), axis=1), layout
+
+    # ------------------------------------------------------------------ sliding windows
+
+    @staticmethod
+    def _shift_runs(keys: tuple, first: int) -> tuple:
+        """A key layout's runs (`_attend_block`) for the block of queries from ``first``."""
+        return tuple((run, run_offset + first) for run, run_offset in keys[2])
+
+    def _window_block(
+        self, query_length: Any, key_length: Any, offset: Any, block: int | None
+    ) -> int | None:
+        """Queries per block with a sliding window whose blocks read only their keys.
+
+        Where `_window_keys` applies, blocks of ``query_block_size`` queries (default the
+        window, at least `_attention.MIN_AUTO_BLOCK`) each attend to about ``2 W`` keys
+        (``3 W`` bidirectional) instead of all: time and memory grow as ``L W``, not
+        ``L^2``. Otherwise ``block``, the ordinary blocking.
+        """
+        if self._window_keys(0, query_length, offset, key_length) is None:
+            return block
+        size = self.query_block_size or max(self.sliding_window, _attention.MIN_AUTO_BLOCK)
+        return None if size >= query_length else size
+
+    def _window_keys(self, first: Any, last: Any, offset: Any, key_length: Any) -> tuple | None:
+        """``(sinks, lo, hi)``: the keys queries ``first .. last - 1`` can see in the window,
+        ``lo .. hi - 1`` and the first ``sinks`` (before ``lo``); None where that is not
+        known before running (unknown lengths, a tensor offset) or saves nothing (at most
+        ``2 W`` keys)."""
+        window = self.sliding_window
+        static = all(isinstance(x, int) for x in (first, last, offset, key_length))
+        if window is None or not static or key_length <= 2 * window:
+            return None
+        lo = max(0, offset + first - window + 1)
+        hi = min(key_length, offset + last - 1 + window)  # the causal mask cuts the rest
+        return min(self.attention_sinks, lo), lo, max(hi, lo)
+
+    @staticmethod
+    def _window_columns(window: tuple, tensors: tuple, first_position: int) -> tuple:
+        """``tensors`` (keys and values on axis 1; masks and biases on their last axis, or
+        broadcast there) at the window's keys, and the layout of those keys for a block
+        whose first query is at ``first_position``."""
+        sinks, lo, hi = window
+        columns = []
+        for index, tensor in enumerate(tensors):
+            if tensor is None or (index >= 2 and tensor.shape[-1] == 1):
+                columns.append(tensor)
+                continue
+            # Keys and values (batch, k_len, heads, dim); masks and biases (..., k_len).
+            pick = (lambda x, a, b: x[:, a:b]) if index < 2 else (lambda x, a, b: x[..., a:b])
+            part = pick(tensor, lo, hi)
+            if sinks:
+                part = ops.concatenate([pick(tensor, 0, sinks), part], axis=1 if index < 2 else -1)
+            columns.append(part)
+        positions = np.concatenate([np.arange(sinks), np.arange(lo, hi)]).astype("int32")
+        runs = ((hi - lo, first_position - lo),)
+        if sinks:
+            runs = ((sinks, first_position),) + runs
+        return columns, (ops.convert_to_tensor(positions), None, runs)
 
     # ------------------------------------------------------------------ routes to the core
 
@@ -159,16 +328,20 @@ class RelativeCallSteps:
         use_causal_mask: bool,
         training: Any,
         return_attention_scores: bool,
+        keys: tuple | None = None,
     ) -> tuple:
         """Attention of one block of (scaled) queries ``q`` at ``offset`` to every key.
 
         ``masks``: the block's query mask, the value and key masks and the block's
         rows of ``attention_mask`` (each None or bool). ``q`` may be a pair: the queries
-        of the content logits and those of the relative key term (xPos).
+        of the content logits and those of the relative key term (xPos). ``keys``: None
+        (keys at positions ``0 ..``) or their layout ``(positions, written, runs)`` (a
+        rolling cache, a window's keys): ``runs`` are ``(keys, offset)`` pairs, the
+        relative terms' offset of each run of consecutive positions, for this block.
         """
         query_length = ops.shape(q[0] if isinstance(q, tuple) else q)[1]
         key_length = ops.shape(k)[1]
-        mask = self._attention_mask(*masks, use_causal_mask, query_length, key_length, offset)
+        mask = self._attention_mask(*masks, use_causal_mask, query_length, key_length, offset, keys)
         return self._attend(
             q,
             k,
@@ -177,7 +350,7 @@ class RelativeCallSteps:
             attention_bias,
             query_length,
             key_length,
-            offset,
+            offset if keys is None else keys[2],
             training,
             return_attention_scores,
         )
@@ -203,12 +376,20 @@ class RelativeCallSteps:
         their sum (3 S without query blocking).
         """
         q, q_relative = q if isinstance(q, tuple) else (q, q)
-        relative_logits = self._relative_logits(q_relative, query_length, key_length, offset)
+        # `offset` may be the runs of a key layout (`_attend_block`): one relative term each.
+        runs = offset if isinstance(offset, tuple) else ((key_length, offset),)
+        relative_logits = self._relative_logits_of_runs(q_relative, query_length, runs)
         if attention_bias is not None:
             attention_bias = _attention.float32_bias(attention_bias)
-            relative_logits = (
-                attention_bias if relative_logits is None else relative_logits + attention_bias
-            )
+        cap = self.logit_soft_cap
+        capped = None
+        if cap is not None:  # the content and relative logits are capped, the rest added after
+            capped, bias = relative_logits, attention_bias
+        elif attention_bias is None or relative_logits is None:
+            bias = attention_bias if relative_logits is None else relative_logits
+        else:
+            bias = relative_logits + attention_bias
+        del relative_logits, attention_bias
         # `keras.ops.dot_product_attention` where it pays ("auto": PyTorch, whose CPU
         # kernel takes the bias and skips the probabilities) or where it was asked for.
         fused = _attention.use_fused_attention(
@@ -216,6 +397,7 @@ class RelativeCallSteps:
             self.dropout,
             training,
             expressible=self.relative != "keys_values"
+            and cap is None
             and not return_attention_scores
             and self.value_dim == self.key_dim,
         )
@@ -223,19 +405,21 @@ class RelativeCallSteps:
         if self.relative == "keys_values":
 
             def value_term(probabilities: Any) -> Any:
-                return self._relative_value_term(probabilities, query_length, key_length, offset)
+                return self._relative_value_term_of_runs(probabilities, query_length, runs)
 
         return _attention.attend(
             q,
             k,
             v,
             mask=mask,
-            bias=relative_logits,
+            bias=bias,
             dropout=self.dropout_layer,
             training=training,
             fused=fused,
             return_scores=return_attention_scores,
             value_term=value_term,
+            soft_cap=cap,
+            capped_bias=capped,
         )
 
     def _toeplitz_attend(
@@ -264,6 +448,8 @@ class RelativeCallSteps:
         if (
             self.relative != "bias"
             or not self.position.toeplitz
+            or self.logit_soft_cap is not None
+            or self.sliding_window is not None
             or any(mask is not None for mask in masks)
             or not (isinstance(query_length, int) and isinstance(key_length, int))
             or not _attention.use_fused_attention(

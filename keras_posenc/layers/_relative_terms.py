@@ -24,20 +24,55 @@ class RelativeTerms:
     ``relative_keys``, ``relative_values``), made in its ``__init__``.
     """
 
-    def _relative_logits(self, q: Any, query_length: Any, key_length: Any, offset: Any) -> Any:
+    def _relative_logits(
+        self, q: Any, query_length: Any, key_length: Any, offset: Any, skew: bool = True
+    ) -> Any:
         """The relative part of the logits, float32, (batch or 1, heads, q_len, k_len), or None.
 
         Within a call's `backend.scratch` the gathered key logits may be a scratch
-        buffer, which the attention core then overwrites.
+        buffer, which the attention core then overwrites. ``skew=False`` gathers even
+        with ``relative_logits="skew"`` (a run of a rolling cache, whose tensor offset
+        need not keep the bound `_use_skew` assumes).
         """
         if self.relative is None:
             return None
         if self.relative == "bias":
             bias = self.relative_bias.per_head(query_length, key_length, offset, "float32")
             return ops.expand_dims(bias, 0)
-        if self._use_skew(query_length, key_length, offset):
+        if skew and self._use_skew(query_length, key_length, offset):
             return self._skewed_key_logits(q, query_length, key_length, offset)
         return self._gathered_key_logits(q, query_length, key_length, offset)
+
+    def _relative_logits_of_runs(self, q: Any, query_length: Any, runs: tuple) -> Any:
+        """`_relative_logits` for keys in runs of consecutive positions, joined on the keys.
+
+        ``runs``: ``(keys, offset)`` pairs in key order (a rolling cache: the sinks, then
+        the window; keys at positions ``0 ..``: one run). A run's offset is its first
+        query's position minus its first key's: each run is the usual computation.
+        """
+        if len(runs) == 1:
+            return self._relative_logits(q, query_length, *runs[0])
+        parts = [self._relative_logits(q, query_length, *run, skew=False) for run in runs if run[0]]
+        if self.relative is None:
+            return None
+        return parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
+
+    def _relative_value_term_of_runs(
+        self, probabilities: Any, query_length: Any, runs: tuple
+    ) -> Any:
+        """`_relative_value_term` summed over runs of keys (`_relative_logits_of_runs`)."""
+        if len(runs) == 1:
+            return self._relative_value_term(probabilities, query_length, *runs[0])
+        total, start = None, 0
+        for length, offset in runs:
+            if length == 0:
+                continue
+            term = self._relative_value_term(
+                probabilities[..., start : start + length], query_length, length, offset
+            )
+            total = term if total is None else total + term
+            start += length
+        return total
 
     def _use_skew(self, query_length: Any, key_length: Any, offset: Any) -> bool:
         """Whether the skew applies: a `ClipPositions` row for every distance, static lengths.

@@ -28,6 +28,7 @@ from keras_posenc.layers._checks import (
     check_rate,
     has_empty_axis,
 )
+from keras_posenc.layers._decoder_arguments import check_decoder_arguments
 from keras_posenc.layers._memory import check_allocation
 from keras_posenc.layers._relative_arguments import (
     check_relative_arguments,
@@ -74,6 +75,19 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
     the cache holds keys before rotation and every step rotates them all: a
     decoding step at position ``t`` equals the full pass over the first
     ``t + 1`` tokens.
+
+    Decoders as released (Llama, Mistral, Qwen, Gemma 2/3):
+    ``num_key_value_heads`` groups the query heads around fewer key/value heads (grouped-
+    or multi-query attention; the cache holds the key/value heads only); ``sliding_window``
+    limits each query to the keys within ``W`` positions (with ``use_causal_mask``: itself
+    and the ``W - 1`` before it), ``attention_sinks`` keep the first keys visible
+    (StreamingLLM), and a cache of ``attention_sinks + sliding_window`` positions
+    (`cache_shape`) is a rolling one: its memory does not grow with the length, and a
+    decoding step equals the full pass. Relative terms and rotary see true distances
+    in the window. ``query_key_norm`` normalises each head's queries and keys,
+    ``logit_soft_cap`` squashes the logits with a ``tanh``, ``output_bias=False`` with
+    ``use_bias=True`` gives biases to the query/key/value projections only, and
+    ``query_scale_dim`` scales the queries by another head size.
 
     Memory (``S`` = one float32 ``(batch, heads, q_len, k_len)`` tensor): the
     key term is ``Q W_K^T`` of shape ``(batch, heads, q_len, rows)``, read
@@ -166,6 +180,30 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
             masked query rows still give zeros. Under mixed precision the
             fused function may compute in the compute dtype (e.g. bfloat16),
             so results differ from the default path by that dtype's rounding.
+        num_key_value_heads: heads of the keys and values (default ``num_heads``); must
+            divide ``num_heads``: key/value head ``g`` serves the query heads ``g * group
+            .. (g + 1) * group - 1`` (``group = num_heads / num_key_value_heads``; 1 is
+            multi-query attention).
+        sliding_window: None (default) or ``W``: the query at position ``i`` sees the keys
+            ``j`` with ``|i - j| < W`` (keras-hub's Mistral and Gemma 2 band). A cache of
+            exactly ``attention_sinks + W`` positions is then a rolling cache (`cache_shape`):
+            it keeps the sinks and the last ``W`` keys, needs ``cache_update_index``, and
+            takes no key masks or ``attention_bias`` (its slots are not in key order).
+        attention_sinks: with ``sliding_window``, the first ``attention_sinks`` positions
+            stay visible to every query (StreamingLLM's sinks), at their true distance.
+        query_key_norm: None (default), ``"rms"`` or ``"layer"``: the projected queries
+            and keys are normalised over each head's features (before rotary) by a Keras
+            ``RMSNormalization`` or ``LayerNormalization`` (sublayers ``query_norm`` and
+            ``key_norm``, one scale of ``key_dim`` shared by the heads; Gemma 3, Qwen 3).
+        query_key_norm_epsilon: the epsilon of those norms (default ``1e-6``).
+        logit_soft_cap: None (default) or ``c > 0``: the scaled content logits plus the
+            relative term become ``c * tanh(logits / c)`` (Gemma 2); ``attention_bias`` and
+            the masks are added after the cap. The fused kernel is not used then.
+        output_bias: whether the output projection has a bias; None (default) follows
+            ``use_bias`` (``use_bias=True, output_bias=False``: Qwen's projections).
+        query_scale_dim: the queries are scaled by ``1 / sqrt(query_scale_dim)``; default
+            ``key_dim`` (Gemma 2 with ``query_head_dim_normalize=False``:
+            ``hidden_dim // num_heads``).
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -188,10 +226,11 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
         attention_bias: an additive float bias broadcastable to
             ``(batch, heads, q_len, k_len)`` (e.g. a T5 bias shared across
             layers, or ALiBi), added to the logits before the softmax.
-        cache: ``(batch, 2, max_len, heads, head_dim)`` holding keys and
+        cache: ``(batch, 2, max_len, num_key_value_heads, head_dim)`` holding keys and
             values (keras_hub's ``CachedMultiHeadAttention`` layout; needs
-            ``value_dim == key_dim``). Without ``cache_update_index`` the cached
-            keys/values are used as they are (``key``/``value`` are ignored).
+            ``value_dim == key_dim``; `cache_shape` gives it). Without
+            ``cache_update_index`` the cached keys/values are used as they are
+            (``key``/``value`` are ignored).
         cache_update_index: position of the first query; the projected
             ``key``/``value`` are written into the cache there, and relative
             positions (and rotary angles) are offset by it, so decoding one
@@ -225,6 +264,29 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
     >>> tuple(output.shape), tuple(cache.shape)
     ((3, 1, 8), (3, 2, 5, 2, 4))
 
+    A Mistral-like layer: 4 query heads on 2 key/value heads, rotary, a window of 3 keys
+    and a rolling cache of 3 positions, however long the decoding:
+
+    >>> from keras_posenc.layers import RotaryPositions
+    >>> local = MultiHeadRelativeAttention(
+    ...     num_heads=4, key_dim=4, relative=None, rotary=RotaryPositions(),
+    ...     num_key_value_heads=2, sliding_window=3, use_bias=False,
+    ... )
+    >>> x = np.random.default_rng(0).normal(size=(1, 6, 8)).astype("float32")
+    >>> full = local(x, x, use_causal_mask=True)
+    >>> cache = np.zeros(local.cache_shape(1, 6), "float32")
+    >>> cache.shape
+    (1, 2, 3, 2, 4)
+    >>> steps = []
+    >>> for t in range(6):
+    ...     output, cache = local(
+    ...         x[:, t : t + 1], x[:, t : t + 1], cache=cache, cache_update_index=t,
+    ...         use_causal_mask=True,
+    ...     )
+    ...     steps.append(np.asarray(keras.ops.convert_to_numpy(output)))
+    >>> bool(np.allclose(np.concatenate(steps, 1), keras.ops.convert_to_numpy(full), atol=1e-5))
+    True
+
     Reference:
         Shaw, Uszkoreit, Vaswani, "Self-Attention with Relative Position
         Representations", NAACL 2018.
@@ -232,6 +294,13 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
         Text-to-Text Transformer", JMLR 2020.
         Huang et al., "Music Transformer: Generating Music with Long-Term
         Structure", 2018 (memory-efficient relative attention).
+        Ainslie et al., "GQA: Training Generalized Multi-Query Transformer Models from
+        Multi-Head Checkpoints", EMNLP 2023 (grouped-query attention).
+        Jiang et al., "Mistral 7B", 2023 (sliding window, rolling buffer cache).
+        Xiao et al., "Efficient Streaming Language Models with Attention Sinks", ICLR 2024.
+        Gemma Team, "Gemma 2: Improving Open Language Models at a Practical Size", 2024
+        (logit soft-capping); Dehghani et al., "Scaling Vision Transformers to 22 Billion
+        Parameters", ICML 2023 (query-key normalisation).
     """
 
     def __init__(
@@ -250,6 +319,14 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
         fused_attention: bool | str = "auto",
+        num_key_value_heads: int | None = None,
+        sliding_window: int | None = None,
+        attention_sinks: int = 0,
+        query_key_norm: str | None = None,
+        query_key_norm_epsilon: float = 1e-6,
+        logit_soft_cap: float | None = None,
+        output_bias: bool | None = None,
+        query_scale_dim: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -282,6 +359,25 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.fused_attention = check_bool_or_auto(caller, "fused_attention", fused_attention)
+        self.decoder_options = check_decoder_arguments(
+            caller,
+            self.num_heads,
+            self.key_dim,
+            self.use_bias,
+            num_key_value_heads=num_key_value_heads,
+            sliding_window=sliding_window,
+            attention_sinks=attention_sinks,
+            query_key_norm=query_key_norm,
+            query_key_norm_epsilon=query_key_norm_epsilon,
+            logit_soft_cap=logit_soft_cap,
+            output_bias=output_bias,
+            query_scale_dim=query_scale_dim,
+        )
+        options = self.decoder_options
+        self.num_key_value_heads = options.num_key_value_heads
+        self.sliding_window = options.sliding_window
+        self.attention_sinks = options.attention_sinks
+        self.logit_soft_cap = options.logit_soft_cap
         self.supports_masking = True
 
         # The relative tables depend only on the position scheme.
@@ -309,11 +405,11 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
         key_shape = value_shape if key_shape is None else tuple(key_shape)
         self._check_shapes(query_shape, value_shape, key_shape)
         output_dim = self.output_shape or query_shape[-1]
-        heads = self.num_heads
+        heads, kv_heads = self.num_heads, self.num_key_value_heads
         kernels = [
             (query_shape[-1], heads, self.key_dim),
-            (key_shape[-1], heads, self.key_dim),
-            (value_shape[-1], heads, self.value_dim),
+            (key_shape[-1], kv_heads, self.key_dim),
+            (value_shape[-1], kv_heads, self.value_dim),
             (heads, self.value_dim, output_dim),
         ]
         check_allocation(
@@ -322,13 +418,24 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
         )  # fmt: skip
         self.query_dense = _attention.head_projection(self, self.key_dim, "query")
         self.query_dense.build(query_shape)
-        self.key_dense = _attention.head_projection(self, self.key_dim, "key")
+        self.key_dense = _attention.head_projection(self, self.key_dim, "key", kv_heads)
         self.key_dense.build(key_shape)
-        self.value_dense = _attention.head_projection(self, self.value_dim, "value")
+        self.value_dense = _attention.head_projection(self, self.value_dim, "value", kv_heads)
         self.value_dense.build(value_shape)
         self.output_dense = _attention.projection(
-            self, "abcd,cde->abe", (None, output_dim), "e", "attention_output"
+            self,
+            "abcd,cde->abe",
+            (None, output_dim),
+            "e",
+            "attention_output",
+            use_bias=self.decoder_options.output_bias,
         )
+        self.query_norm = self.key_norm = None
+        if self.decoder_options.query_key_norm is not None:
+            self.query_norm = _attention.head_norm(self, "query_norm")
+            self.query_norm.build((None, None, heads, self.key_dim))
+            self.key_norm = _attention.head_norm(self, "key_norm")
+            self.key_norm.build((None, None, kv_heads, self.key_dim))
         self.output_dense.build((query_shape[0], query_shape[1], self.num_heads, self.value_dim))
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         for table in (self.relative_bias, self.relative_keys, self.relative_values):
@@ -406,19 +513,34 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
         offset = 0 if cache_update_index is None else cache_update_index
         q_relative = None  # the queries of the relative key term, where they differ (xPos)
         q = self.query_dense(query)  # (batch, q_len, heads, key_dim)
-        if cache is not None:
+        if self.query_norm is not None:
+            q = self.query_norm(q)
+        keys = None  # keys at positions 0 .., or their layout (a rolling cache)
+        if self._is_rolling(cache):
+            k, v, cache, keys = self._use_rolling_cache(
+                cache,
+                key,
+                value,
+                cache_update_index,
+                (value_mask, key_mask, attention_mask, attention_bias),
+            )
+        elif cache is not None:
             k, v, cache = self._use_cache(cache, key, value, cache_update_index)
         else:
-            k = self.key_dense(key)
+            k = self._project_keys(key)
             v = self.value_dense(value)
         query_length, key_length = ops.shape(q)[1], ops.shape(k)[1]
         if self.rotary is not None:  # the current length: the keys seen so far
             length = key_length if cache is None else offset + query_length
             q, k, q_turned = self.rotary.rotate_for_attention(q, k, offset, length, cache)
             if self.rotary.causal_only and self.relative in ("keys", "keys_values"):
-                q_relative = _attention.scale_queries(q_turned, self.key_dim)  # without xPos
-
-        q = _attention.scale_queries(q, self.key_dim)
+                q_relative = _attention.scale_queries(
+                    q_turned, self.decoder_options.query_scale_dim
+                )
+        # Grouped-query attention: each key/value head serves a group of query heads.
+        k = _attention.repeat_heads(k, self.num_heads)
+        v = _attention.repeat_heads(v, self.num_heads)
+        q = _attention.scale_queries(q, self.decoder_options.query_scale_dim)
         attention_bias = check_bias(
             f"{type(self).__name__}({self.name!r})",
             "attention_bias",
@@ -444,6 +566,32 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
                 rows = (rows, q_relative if last is None else q_relative[:, first:last])
             block_offset = offset if first == 0 else offset + first
             masks = (block_mask, value_mask, key_mask, block_attention_mask)
+            # A rolling cache's keys (runs shifted to the block), or in a sliding window
+            # only the keys the block can see (`_window_keys`); not compiled (per block).
+            block_keys = None if keys is None else keys[:2] + (self._shift_runs(keys, first),)
+            window = None
+            if keys is None and not return_attention_scores:
+                window = self._window_keys(first, last or query_length, offset, key_length)
+            k_block, v_block = k, v
+            if window is not None:
+                columns, block_keys = self._window_columns(
+                    window, (k, v, *masks[1:], block_bias), offset + first
+                )
+                k_block, v_block, value_block, key_block, attention_block, block_bias = columns
+                masks = (block_mask, value_block, key_block, attention_block)
+            if block_keys is not None:
+                return self._attend_block(
+                    rows,
+                    k_block,
+                    v_block,
+                    masks,
+                    block_bias,
+                    block_offset,
+                    use_causal_mask=use_causal_mask,
+                    training=training,
+                    return_attention_scores=return_attention_scores,
+                    keys=block_keys,
+                )
             # One compiled program per block shape where that pays (eager TensorFlow on
             # CPU: `backend.compiled_block`); the offset is then a tensor, so every
             # block of one size shares it.
@@ -477,6 +625,8 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
         if output is not None:
             return self._finish(self.output_dense(output), None, cache, return_attention_scores)
         block = self._query_block(query_length, key_length, attention_mask, attention_bias)
+        if keys is None and not return_attention_scores:  # a window's blocks, if it has them
+            block = self._window_block(query_length, key_length, offset, block)
         # Block-sized buffers reused within this call where the backend keeps them
         # (`backend.scratch`: PyTorch without gradients); not with scores, which are
         # kept per block.
@@ -528,6 +678,8 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
         results = [keras.KerasTensor(output_shape, dtype=self.compute_dtype)]
         if return_attention_scores:
             key_length = value.shape[1] if cache is None else cache.shape[2]
+            if self._is_rolling(cache) and cache_update_index is not None:
+                key_length = None if query.shape[1] is None else key_length + query.shape[1]
             scores_shape = (query.shape[0], self.num_heads, query.shape[1], key_length)
             results.append(keras.KerasTensor(scores_shape, dtype=self.compute_dtype))
         if cache is not None:
@@ -551,5 +703,16 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
             fused_attention=self.fused_attention,
+        )
+        options = self.decoder_options
+        config.update(
+            num_key_value_heads=options.num_key_value_heads,
+            sliding_window=options.sliding_window,
+            attention_sinks=options.attention_sinks,
+            query_key_norm=options.query_key_norm,
+            query_key_norm_epsilon=options.query_key_norm_epsilon,
+            logit_soft_cap=options.logit_soft_cap,
+            output_bias=options.output_bias,
+            query_scale_dim=options.query_scale_dim,
         )
         return config
