@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -65,8 +66,10 @@ def reference_weights(layer) -> dict:
         norm = getattr(layer, f"{role}_norm", None)
         if norm is None:
             continue
-        # keras' RMSNormalization holds `scale`; LayerNormalization `gamma` and `beta`.
-        scale = norm.scale if hasattr(norm, "scale") else norm.gamma
+        # keras' RMSNormalization holds `scale`; LayerNormalization `gamma` and `beta` (its
+        # `scale` is the boolean argument).
+        rms = isinstance(norm, keras.layers.RMSNormalization)
+        scale = norm.scale if rms else norm.gamma
         weights[f"{role}_norm_scale"] = array(scale)
         weights[f"{role}_norm_bias"] = array(getattr(norm, "beta", None))
     for name in ("relative_keys", "relative_values", "relative_bias"):
