@@ -260,11 +260,13 @@ def test_rolling_cache_steps_equal_the_full_pass(arguments, rng):
     np.testing.assert_allclose(full, expected, atol=ATOL)
 
 
-def test_rolling_cache_after_a_prefill(rng):
-    # A prompt of 4 in one call, then steps, through a rolling cache of 1 + 3 positions.
+@pytest.mark.parametrize(*matrix("prefill", [6, 4, 2]))
+def test_rolling_cache_after_a_prefill(prefill, rng):
+    # A prompt in one call, then steps, through a rolling cache of 1 + 3 positions: a prompt
+    # longer than the cache (6), as long (4) and shorter (2).
     layer, x = built(rng, num_key_value_heads=2, sliding_window=3, attention_sinks=1, rope=True)
     full = to_numpy(layer(x, x, use_causal_mask=True))
-    steps, _ = decode(layer, x, prefill=4)
+    steps, _ = decode(layer, x, prefill=prefill)
     np.testing.assert_allclose(steps, full, atol=ATOL)
 
 
