@@ -76,7 +76,7 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
     decoding step at position ``t`` equals the full pass over the first
     ``t + 1`` tokens.
 
-    Decoders as released (Llama, Mistral, Qwen, Gemma 2/3):
+    Decoders as released (Llama, Mistral, Qwen, Gemma 2/3; docs/guides/decoder-attention.md):
     ``num_key_value_heads`` groups the query heads around fewer key/value heads (grouped-
     or multi-query attention; the cache holds the key/value heads only); ``sliding_window``
     limits each query to the keys within ``W`` positions (with ``use_causal_mask``: itself
