@@ -142,9 +142,11 @@ class RelativeCallSteps:
         """The shape of the decoding cache for ``max_length`` positions:
         ``(batch, 2, length, num_key_value_heads, key_dim)``.
 
-        With a ``sliding_window`` the length is at most ``attention_sinks + sliding_window``
-        (a rolling cache: the sinks and the last ``sliding_window`` keys), however long the
-        generation; up to that length a rolling cache is an ordinary one.
+        With a ``sliding_window`` the length is ``attention_sinks + sliding_window`` (a
+        rolling cache: the sinks and the last ``sliding_window`` keys), however long or
+        short the generation: up to that length a rolling cache is an ordinary one, and one
+        shape for every length keeps a compiled or exported decoding step on the rolling path
+        (a cache length unknown when tracing would not be recognised as rolling).
 
         Examples:
 
@@ -156,7 +158,7 @@ class RelativeCallSteps:
         (1, 2, 512, 2, 16)
         """
         rolling = self.decoder_options.rolling_length
-        length = max_length if rolling is None else min(max_length, rolling)
+        length = max_length if rolling is None else rolling
         return (batch_size, 2, length, self.num_key_value_heads, self.key_dim)
 
     def _is_rolling(self, cache: Any) -> bool:

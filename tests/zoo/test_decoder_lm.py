@@ -135,3 +135,27 @@ def test_save_load_reproduces_the_outputs():
 def test_errors_name_the_class_and_argument(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DecoderLM(vocab_size=VOCAB, **kwargs)
+
+
+# Large: one ONNX export with tf2onnx and its verification took about 10 s.
+@pytest.mark.large
+def test_onnx_decoding_step_with_rolling_caches_equals_keras(tmp_path):
+    # Rolling caches (window 3 + 1 sink) in local layers, a full one in the global layer,
+    # one key/value head, caps and query-key norms: the step graph is verified against
+    # Keras on caches that decoding past the window leaves (export_language_model raises
+    # when they differ).
+    from keras_posenc.export import export_language_model
+
+    model = tiny(
+        sliding_window=3,
+        global_every=2,
+        attention_sinks=1,
+        num_key_value_heads=1,
+        logit_soft_cap=5.0,
+        final_logit_soft_cap=3.0,
+        query_key_norm="rms",
+    )
+    report = export_language_model(model, tmp_path)["decoder_step"]
+    assert report.max_abs_difference is not None and report.max_abs_difference <= 1e-4
+    shapes = [shape for name, shape, _ in report.inputs if name.startswith("cache_")]
+    assert shapes[0][2] == 4  # the rolling cache keeps its length in the graph
