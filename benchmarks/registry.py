@@ -161,6 +161,21 @@ BENCHMARKS = {
             across=("tokens_per_second", "first_seconds"),
         ),
         Benchmark(
+            "decoder_generation",
+            "decoder_generation.py",
+            keys=("implementation",),
+            columns=(
+                Column("implementation", "implementation", "text"),
+                Column("tokens/s", "tokens_per_second", "num"),
+                Column("s per batch", "seconds", "num"),
+                Column("first batch s", "first_seconds", "num"),
+                Column("x keras-hub", "x_keras_hub", "ratio"),
+                Column("tokens equal", "same_tokens", "ratio"),
+            ),
+            compare=("x_keras_hub", "tokens_per_second"),
+            across=("tokens_per_second", "first_seconds"),
+        ),
+        Benchmark(
             "zoo_create",
             "zoo_create.py",
             keys=("model",),
