@@ -185,10 +185,8 @@ def test_local_and_global_stack_round_trips_and_decodes(rng, tmp_path):
     # Local blocks decode with a rolling cache of sinks + window positions, global ones
     # with a cache of the whole length; both the built and the loaded stack.
     shapes = [block.self_attention.cache_shape(2, LENGTH) for block in blocks]
-    assert shapes == [
-        (2, 2, 1 + WINDOW, KV_HEADS, HEAD_DIM),
-        (2, 2, LENGTH, KV_HEADS, HEAD_DIM),
-    ] * 2
+    local, global_ = (2, 2, 1 + WINDOW, KV_HEADS, HEAD_DIM), (2, 2, LENGTH, KV_HEADS, HEAD_DIM)
+    assert shapes == [local, global_, local, global_]
     for stack in (blocks, restored):
         caches = [np.zeros(shape, "float32") for shape in shapes]
         steps, caches = decode(stack, x, caches)
