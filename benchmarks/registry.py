@@ -36,7 +36,9 @@ class Benchmark:
     ``keys`` name the fields that identify a row across rounds and trees; ``compare`` the
     fields ``--against`` compares; ``split`` an option whose comma-separated values run as
     one case each, with its default read from the script's module constant
-    ``split_default``; ``script`` a file name in this folder (or an absolute path).
+    ``split_default``; ``script`` a file name in this folder (or an absolute path);
+    ``arguments`` options the runner always passes to it first (one script measuring two
+    things registered twice, e.g. decoder_attention.py's ``--part``).
     """
 
     name: str
@@ -48,6 +50,7 @@ class Benchmark:
     split_default: str | None = None
     # Fields an ``across_BACKEND`` block compares between backends (see render_across).
     across: tuple[str, ...] = ()
+    arguments: tuple[str, ...] = ()
 
     def script_path(self) -> pathlib.Path:
         return HERE / self.script
@@ -80,6 +83,42 @@ BENCHMARKS = {
             compare=("x_mha", "extra_S"),
             split="--lengths",
             split_default="DEFAULT_LENGTHS",
+        ),
+        Benchmark(
+            "decoder_cache",
+            "decoder_attention.py",
+            keys=("case",),
+            columns=(
+                Column("case", "case", "text"),
+                Column("L", "length", "text"),
+                Column("kv heads", "kv_heads", "text"),
+                Column("slots", "cache_positions", "text"),
+                Column("cache MB", "cache_bytes", "mb"),
+                Column("x full", "x_full_cache", "ratio"),
+                Column("peak MB", "extra_peak_bytes", "mb"),
+                Column("x full", "x_full_peak", "ratio"),
+                Column("step ms", "step_seconds", "ms"),
+                Column("x full", "x_full_time", "ratio"),
+            ),
+            compare=("x_full_cache", "x_full_peak", "x_full_time"),
+            arguments=("--part", "cache"),
+        ),
+        Benchmark(
+            "decoder_window",
+            "decoder_attention.py",
+            keys=_ATTENTION_KEYS,
+            columns=(
+                Column("impl", "implementation", "text"),
+                Column("L", "length", "text"),
+                Column("ms", "seconds", "ms"),
+                Column("x full", "x_full", "ratio"),
+                Column("extra MB", "extra_peak_bytes", "mb"),
+                Column("x full", "x_full_memory", "ratio"),
+            ),
+            compare=("x_full", "x_full_memory"),
+            split="--lengths",
+            split_default="DEFAULT_LENGTHS",
+            arguments=("--part", "window"),
         ),
         Benchmark(
             "relative_logits",

@@ -270,11 +270,13 @@ def _module_constant(path: pathlib.Path, name: str) -> str:
 
 
 def cases(benchmark: Benchmark, script_args: list[str]) -> list[tuple[str, list[str]]]:
-    """The script's cases as (label, arguments): one per value of ``benchmark.split``."""
+    """The script's cases as (label, arguments): one per value of ``benchmark.split``, each
+    after the benchmark's fixed ``arguments``."""
     if "--json" in script_args or any(a.startswith("--json=") for a in script_args):
         raise ValueError("run: --json is the runner's; do not pass it to the script")
+    fixed = list(benchmark.arguments)
     if benchmark.split is None:
-        return [("all", list(script_args))]
+        return [("all", [*fixed, *script_args])]
     rest, values = [], None
     arguments = iter(script_args)
     for argument in arguments:
@@ -288,7 +290,9 @@ def cases(benchmark: Benchmark, script_args: list[str]) -> list[tuple[str, list[
             rest.append(argument)
     if values is None:
         values = _module_constant(benchmark.script_path(), benchmark.split_default)
-    return [(value, [benchmark.split, value, *rest]) for value in values.split(",") if value]
+    return [
+        (value, [*fixed, benchmark.split, value, *rest]) for value in values.split(",") if value
+    ]
 
 
 def _tail(text: str, replacements: dict[str, str], lines: int = 5) -> str:
@@ -590,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "list":
         for name, benchmark in sorted(BENCHMARKS.items()):
-            print(f"{name:<20} benchmarks/{benchmark.script}")
+            command = ["benchmarks/" + benchmark.script, *benchmark.arguments]
+            print(f"{name:<20} {shlex.join(command)}")
         return 0
     if args.command == "show":
         path = pathlib.Path(args.json)

@@ -173,6 +173,20 @@ def test_cases_split_the_option_and_keep_the_rest(runner, fake):
         runner.cases(benchmark, ["--json", "x.json"])
 
 
+def test_fixed_arguments_come_first(runner):
+    """One script registered twice: decoder_attention.py's parts, each with its ``--part``."""
+    window, cache = runner.BENCHMARKS["decoder_window"], runner.BENCHMARKS["decoder_cache"]
+    assert window.script == cache.script == "decoder_attention.py"
+    assert runner.cases(window, ["--lengths", "64,128", "--window", "16"]) == [
+        ("64", ["--part", "window", "--lengths", "64", "--window", "16"]),
+        ("128", ["--part", "window", "--lengths", "128", "--window", "16"]),
+    ]
+    assert [label for label, _ in runner.cases(window, [])] == [
+        "512", "1024", "2048", "4096", "8192"
+    ]  # fmt: skip
+    assert runner.cases(cache, ["--steps", "2"]) == [("all", ["--part", "cache", "--steps", "2"])]
+
+
 def test_load_flag(runner):
     assert runner.load_limits(2, 0.5) == (1.0, 3.0)
     assert not runner.under_load(0.2, 2.9, cores=2, threshold=0.5)  # its own threads: fine
@@ -554,6 +568,46 @@ def test_relative_attention_through_the_runner(runner):
     for row in rows:
         assert row["x_mha"] > 0 and row["extra_S"] == row["extra_peak_bytes"] / (8 * 64 * 64 * 4)
     assert "| rel_keys | 64 |" in runner.render_block(record, backend)
+
+
+@pytest.mark.large
+def test_decoder_attention_through_the_runner(runner):
+    """Both parts of decoder_attention.py, tiny (``--quick``), through the runner: the cache
+    part's byte ratio is the caches' sizes, the window part's memory ratio its rows'."""
+    import keras
+
+    backend = keras.backend.backend()
+    tree = benchmarks_folder().parent
+    record = runner.run(
+        runner.BENCHMARKS["decoder_cache"],
+        tree=tree,
+        backends=[backend],
+        script_args=["--quick", "--cases", "mha,rolling_gqa"],
+        settle=0,
+    )
+    mha, rolling = record["backends"][backend]["results"]["current"]
+    assert (mha["case"], rolling["case"]) == ("mha", "rolling_gqa")
+    assert (mha["kv_heads"], mha["cache_positions"]) == (8, 128)  # L = 128
+    assert (rolling["kv_heads"], rolling["cache_positions"]) == (2, 16)  # W = 16
+    assert rolling["x_full_cache"] == (2 * 16) / (8 * 128)
+    assert mha["x_full_time"] == 1.0 and rolling["x_full_time"] > 0
+    assert rolling["x_full_peak"] == rolling["extra_peak_bytes"] / mha["extra_peak_bytes"]
+    assert "| rolling_gqa | 128 | 2 | 16 | 0 | 0.03 |" in runner.render_block(record, backend)
+    record = runner.run(
+        runner.BENCHMARKS["decoder_window"],
+        tree=tree,
+        backends=[backend],
+        script_args=["--quick", "--lengths", "64", "--impls", "window_rope,full_rope"],
+        settle=0,
+    )
+    full, window = record["backends"][backend]["results"]["current"]
+    assert [(r["implementation"], r["length"]) for r in (full, window)] == [
+        ("full_rope", 64),
+        ("window_rope", 64),
+    ]  # the baseline first, whatever the order asked
+    assert full["x_full"] == 1.0 and window["x_full"] > 0
+    assert window["x_full_memory"] == window["extra_peak_bytes"] / full["extra_peak_bytes"]
+    assert "| window_rope | 64 |" in runner.render_block(record, backend)
 
 
 def test_across_block_sets_backends_side_by_side(runner):

@@ -45,6 +45,7 @@ from keras_posenc.layers._checks import (
     check_positive_number,
     check_rate,
 )
+from keras_posenc.layers._decoder_arguments import check_decoder_arguments
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._relative_arguments import (
     check_relative_arguments,
@@ -101,6 +102,14 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
         rotary: Any = None,
         query_block_size: int | None = None,
         relative_logits: str = "auto",
+        num_key_value_heads: int | None = None,
+        sliding_window: int | None = None,
+        attention_sinks: int = 0,
+        query_key_norm: str | None = None,
+        query_key_norm_epsilon: float = 1e-6,
+        logit_soft_cap: float | None = None,
+        output_bias: bool | None = None,
+        query_scale_dim: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -129,6 +138,33 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             if query_block_size is None
             else check_int(caller, "query_block_size", query_block_size, 1)
         )
+        # The self-attention's decoder options (keras_posenc/layers/_decoder_arguments.py),
+        # checked here too so a bad one fails at construction, naming this layer. The head
+        # size is not known before `build` (key_dim=None): the check's key_dim only fills
+        # query_scale_dim's default, which is kept as given (None) here.
+        options = check_decoder_arguments(
+            caller,
+            self.num_heads,
+            self.key_dim or 1,
+            self.use_bias,
+            num_key_value_heads=num_key_value_heads,
+            sliding_window=sliding_window,
+            attention_sinks=attention_sinks,
+            query_key_norm=query_key_norm,
+            query_key_norm_epsilon=query_key_norm_epsilon,
+            logit_soft_cap=logit_soft_cap,
+            output_bias=output_bias,
+            query_scale_dim=query_scale_dim,
+        )
+        given = num_key_value_heads is not None
+        self.num_key_value_heads = options.num_key_value_heads if given else None
+        self.sliding_window = options.sliding_window
+        self.attention_sinks = options.attention_sinks
+        self.query_key_norm = options.query_key_norm
+        self.query_key_norm_epsilon = options.query_key_norm_epsilon
+        self.logit_soft_cap = options.logit_soft_cap
+        self.output_bias = None if output_bias is None else options.output_bias
+        self.query_scale_dim = None if query_scale_dim is None else options.query_scale_dim
         self.supports_masking = True
         self._mask_reader = KerasMask(dtype=self.dtype_policy, name="keras_mask")
 
@@ -157,10 +193,24 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             rotary=self.rotary,
             query_block_size=self.query_block_size,
             relative_logits=self.relative_logits,
+            **self._decoder_options(),
             kernel_initializer=sublayer_initializer(self.kernel_initializer, name),
             bias_initializer=sublayer_initializer(self.bias_initializer, name),
             dtype=self.dtype_policy,
             name=name,
+        )
+
+    def _decoder_options(self) -> dict:
+        """The self-attention's decoder options, as given to the block (its config too)."""
+        return dict(
+            num_key_value_heads=self.num_key_value_heads,
+            sliding_window=self.sliding_window,
+            attention_sinks=self.attention_sinks,
+            query_key_norm=self.query_key_norm,
+            query_key_norm_epsilon=self.query_key_norm_epsilon,
+            logit_soft_cap=self.logit_soft_cap,
+            output_bias=self.output_bias,
+            query_scale_dim=self.query_scale_dim,
         )
 
     def _layer_norm(self, name: str, shape: tuple) -> keras.layers.LayerNormalization:
@@ -227,6 +277,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             rotary=keras.saving.serialize_keras_object(self.rotary),
             query_block_size=self.query_block_size,
             relative_logits=self.relative_logits,
+            **self._decoder_options(),
         )
         return config
 
@@ -295,6 +346,22 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
             ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
             ``"skew"`` (Music Transformer's memory-efficient shift; `ClipPositions` tables
             with ``relative="keys"`` or ``"keys_values"`` only).
+        num_key_value_heads: heads of the self-attention's keys and values (default
+            ``num_heads``; must divide it): grouped-query attention, 1 for multi-query; passed
+            to `MultiHeadRelativeAttention`, as are the arguments below.
+        sliding_window: None (default) or ``W``: each query sees the keys within ``W``
+            positions (``|i - j| < W``).
+        attention_sinks: with ``sliding_window``, the first ``attention_sinks`` positions
+            stay visible to every query (default 0).
+        query_key_norm: None (default), ``"rms"`` or ``"layer"``: the self-attention's
+            queries and keys normalised per head.
+        query_key_norm_epsilon: the epsilon of those norms (default ``1e-6``).
+        logit_soft_cap: None (default) or ``c > 0``: the self-attention's logits become
+            ``c * tanh(logits / c)``.
+        output_bias: whether the self-attention's output projection has a bias; None
+            (default) follows ``use_bias``.
+        query_scale_dim: the self-attention's queries are scaled by
+            ``1 / sqrt(query_scale_dim)``; default the head size.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:

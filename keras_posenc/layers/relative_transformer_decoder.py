@@ -55,14 +55,25 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
     too, whose buckets for keys after the query a causal decoder leaves unused.
 
     Decoding follows keras_hub's ``TransformerDecoder``: with
-    ``self_attention_cache`` (``(batch, 2, max_length, num_heads, key_dim)``
-    keys and values) and ``self_attention_cache_update_index`` (the position of
-    the first query), the projected keys/values of ``decoder_sequence`` are
-    written into the cache, relative positions are offset by the index, and
-    one step at a time equals the full causal computation. The cross-attention
-    cache holds the encoder's projected keys/values: computed and written when
-    ``cross_attention_cache_update_index`` is ``0``, reused as it is when it is
-    ``None``.
+    ``self_attention_cache`` (``(batch, 2, max_length, num_key_value_heads, key_dim)``
+    keys and values; ``self_attention.cache_shape(batch, max_length)`` once built) and
+    ``self_attention_cache_update_index`` (the position of the first query), the
+    projected keys/values of ``decoder_sequence`` are written into the cache, relative
+    positions are offset by the index, and one step at a time equals the full causal
+    computation. The cross-attention cache holds the encoder's projected keys/values:
+    computed and written when ``cross_attention_cache_update_index`` is ``0``, reused
+    as it is when it is ``None``.
+
+    Today's decoders: the self-attention arguments ``num_key_value_heads``,
+    ``sliding_window``, ``attention_sinks``, ``query_key_norm``, ``logit_soft_cap``,
+    ``output_bias`` and ``query_scale_dim`` are passed to `MultiHeadRelativeAttention`.
+    With ``sliding_window=W`` a self-attention cache of ``attention_sinks + W``
+    positions (what ``self_attention.cache_shape`` gives for any longer
+    ``max_length``) is a rolling one: its memory stays the same however long the
+    generation, and it takes no ``decoder_padding_mask``, ``decoder_attention_mask`` or
+    ``attention_bias`` (its slots do not follow the positions). Blocks with a window and
+    blocks without one alternate in a stack as Gemma 2's local and global layers do,
+    each with its own cache (example below).
 
     Masks follow Keras: ``True`` marks a real token. The decoder padding mask
     is ``decoder_padding_mask`` when given, else the decoder sequence's Keras
@@ -112,6 +123,24 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
             ``"skew"`` (Music Transformer's memory-efficient shift; `ClipPositions` tables
             with ``relative="keys"`` or ``"keys_values"`` only).
+        num_key_value_heads: heads of the self-attention's keys and values (default
+            ``num_heads``; must divide it): grouped-query attention, 1 for multi-query; passed
+            to `MultiHeadRelativeAttention`, as are the arguments below.
+        sliding_window: None (default) or ``W``: each query sees the keys within ``W``
+            positions (``|i - j| < W``; under the causal mask the query and the ``W - 1``
+            before it; a cache of ``attention_sinks + W`` positions is a rolling one, see
+            Decoding above).
+        attention_sinks: with ``sliding_window``, the first ``attention_sinks`` positions
+            stay visible to every query (default 0).
+        query_key_norm: None (default), ``"rms"`` or ``"layer"``: the self-attention's
+            queries and keys normalised per head.
+        query_key_norm_epsilon: the epsilon of those norms (default ``1e-6``).
+        logit_soft_cap: None (default) or ``c > 0``: the self-attention's logits become
+            ``c * tanh(logits / c)``.
+        output_bias: whether the self-attention's output projection has a bias; None
+            (default) follows ``use_bias``.
+        query_scale_dim: the self-attention's queries are scaled by
+            ``1 / sqrt(query_scale_dim)``; default the head size.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -129,7 +158,8 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             encoder sequence's Keras mask.
         encoder_attention_mask: ``(batch, length, encoder_length)`` boolean or integer 0/1, for
             the cross-attention.
-        self_attention_cache: ``(batch, 2, max_length, num_heads, key_dim)``.
+        self_attention_cache: ``(batch, 2, max_length, num_key_value_heads, key_dim)``, or
+            a rolling cache of ``attention_sinks + sliding_window`` positions.
         self_attention_cache_update_index: int or scalar int tensor, the
             position of ``decoder_sequence``'s first token.
         cross_attention_cache: ``(batch, 2, encoder_length, num_heads,
@@ -176,6 +206,38 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         >>> tuple(output.shape), tuple(cache.shape), tuple(cross_cache.shape)
         ((3, 1, 8), (3, 2, 5, 2, 4), (3, 2, 9, 2, 4))
 
+        Gemma 2's alternation: a local block (a window of 4 keys, a rolling cache of 4
+        positions) and a global one (a cache of the whole length), 4 query heads on 2
+        key/value heads, rotary, soft-capped logits; decoding one token at a time gives
+        the full pass:
+
+        >>> import keras
+        >>> from keras_posenc.layers import RotaryPositions
+        >>> blocks = [
+        ...     RelativeTransformerDecoder(
+        ...         16, 4, relative=None, rotary=RotaryPositions(), num_key_value_heads=2,
+        ...         sliding_window=window, logit_soft_cap=50.0, normalize_first=True,
+        ...     )
+        ...     for window in (4, None)
+        ... ]
+        >>> x = np.random.default_rng(0).normal(size=(1, 10, 8)).astype("float32")
+        >>> full = x
+        >>> for block in blocks:
+        ...     full = block(full)
+        >>> caches = [np.zeros(b.self_attention.cache_shape(1, 10), "float32") for b in blocks]
+        >>> [cache.shape[2] for cache in caches]
+        [4, 10]
+        >>> steps = []
+        >>> for t in range(10):
+        ...     y = x[:, t : t + 1]
+        ...     for i, block in enumerate(blocks):
+        ...         y, caches[i] = block(
+        ...             y, self_attention_cache=caches[i], self_attention_cache_update_index=t
+        ...         )
+        ...     steps.append(keras.ops.convert_to_numpy(y))
+        >>> bool(np.allclose(np.concatenate(steps, 1), keras.ops.convert_to_numpy(full), atol=1e-5))
+        True
+
     Reference:
         Vaswani et al., "Attention Is All You Need", NeurIPS 2017.
         Shaw, Uszkoreit, Vaswani, "Self-Attention with Relative Position
@@ -201,6 +263,14 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         rotary: Any = None,
         query_block_size: int | None = None,
         relative_logits: str = "auto",
+        num_key_value_heads: int | None = None,
+        sliding_window: int | None = None,
+        attention_sinks: int = 0,
+        query_key_norm: str | None = None,
+        query_key_norm_epsilon: float = 1e-6,
+        logit_soft_cap: float | None = None,
+        output_bias: bool | None = None,
+        query_scale_dim: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -219,6 +289,14 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             rotary=rotary,
             query_block_size=query_block_size,
             relative_logits=relative_logits,
+            num_key_value_heads=num_key_value_heads,
+            sliding_window=sliding_window,
+            attention_sinks=attention_sinks,
+            query_key_norm=query_key_norm,
+            query_key_norm_epsilon=query_key_norm_epsilon,
+            logit_soft_cap=logit_soft_cap,
+            output_bias=output_bias,
+            query_scale_dim=query_scale_dim,
             **kwargs,
         )
         self.cross_attention = None
@@ -331,6 +409,35 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
                 f"cross-attention; got a tensor of shape {tuple(cross_cache.shape)}."
             )
 
+    def _check_rolling(
+        self, cache: Any, padding_mask: Any, attention_mask: Any, attention_bias: Any
+    ) -> bool:
+        """Whether ``cache`` is a rolling one (``attention_sinks + sliding_window``
+        positions, `MultiHeadRelativeAttention.cache_shape`); raises for the masks and
+        bias it cannot take, under this block's names for them."""
+        if cache is None or self.sliding_window is None:
+            return False
+        length = self.attention_sinks + self.sliding_window
+        if shape_of(cache)[2] != length:
+            return False
+        given = [
+            name
+            for name, value in (
+                ("decoder_padding_mask", padding_mask),
+                ("decoder_attention_mask", attention_mask),
+                ("attention_bias", attention_bias),
+            )
+            if value is not None
+        ]
+        if given:
+            raise ValueError(
+                f"{self._describe()}: a self_attention_cache of attention_sinks + "
+                f"sliding_window = {length} positions is a rolling cache, whose slots do not "
+                f"follow the positions: it takes no {', '.join(given)}. Use a cache of the "
+                f"whole length for padded sequences, masks or a bias."
+            )
+        return True
+
     def call(
         self,
         decoder_sequence: Any,
@@ -351,6 +458,9 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         if encoder_sequence is not None:
             self._check_sequence("encoder_sequence", encoder_sequence)
         self._check_call(encoder_sequence, self_attention_cache, cross_attention_cache)
+        rolling = self._check_rolling(
+            self_attention_cache, decoder_padding_mask, decoder_attention_mask, attention_bias
+        )
         # The masks' shapes: keys are the cache's rows when decoding with one.
         batch, length = shape_of(decoder_sequence)[:2]
         keys = length if self_attention_cache is None else shape_of(self_attention_cache)[2]
@@ -384,10 +494,12 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             batch = ops.shape(decoder_sequence)[0]
             query_mask = ops.ones((batch, ops.shape(decoder_sequence)[1]), "bool")
             key_mask = decoder_padding_mask
-            if key_mask is None:
+            if key_mask is None and not rolling:
                 key_mask = ops.ones((batch, ops.shape(self_attention_cache)[2]), "bool")
 
         def self_attend(x: Any) -> tuple:
+            if rolling:  # no key mask: none reaches the attention, not even x's Keras mask
+                x = unmasked(x)
             result = self.self_attention(
                 x,
                 x,
