@@ -67,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     for weight in backbone.weights:  # keras-hub's initial draw gives near-uniform logits
         scale = 1.0 if weight.path.endswith("scale") else 0.0
         weight.assign(rng.normal(size=tuple(weight.shape)).astype("float32") * 0.05 + scale)
+    # Ours never generates the padding, start or end ids before `min_length` (keras-hub's
+    # generate has no such rule): their output columns are zeroed, so their logit is 0 and
+    # never the largest of a thousand, and both decode the same tokens.
+    reverse = backbone.token_embedding.reverse_embeddings
+    reverse.assign(keras.ops.concatenate([keras.ops.zeros_like(reverse[:, :3]), reverse[:, 3:]], 1))
     causal_lm = keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
     causal_lm.compile(sampler="greedy")
     ours = from_keras_hub(backbone)

@@ -21,7 +21,7 @@ from tiers import matrix
 
 from keras_posenc import backend
 from keras_posenc.backend import algorithms, common
-from keras_posenc.layers import position_schemes, relative_index
+from keras_posenc.layers import RotaryPositions, position_schemes, relative_index
 from keras_posenc.layers.relative_position import RelativePositionBias
 from reference import relative_index as reference_index
 from reference.relative_attention import causal_mask, clip_index_matrix, relative_attention
@@ -236,3 +236,26 @@ def test_toeplitz_attention_decodes_like_the_full_pass(rng, monkeypatch):
             steps.append(to_numpy(output))
     assert taken == [True] * 6
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+
+
+@pytest.mark.skipif(
+    not ON_TORCH,
+    reason="a strided (Toeplitz) bias view is what PyTorch's scaled_dot_product_attention "
+    "takes; elsewhere prefers_toeplitz_attention is False (tested above)",
+)
+@pytest.mark.parametrize("lengths", [(70, 70), (3, 8), (9, 4)], ids=str)
+def test_no_relative_term_under_a_causal_mask_is_toeplitz_too(lengths, rng, monkeypatch):
+    # RoPE's decoders: the causal mask alone, as diagonals (zeros, then the fill), equal to
+    # the general path that builds the mask; without the causal mask nothing is Toeplitz.
+    query_length, key_length = lengths
+    query, value = inputs(rng, 2, query_length, 6), inputs(rng, 2, key_length, 6)
+    layer = built_layer(query, value, relative=None, rotary=RotaryPositions())
+    taken = _count_toeplitz_attention(monkeypatch)
+    with no_gradients():
+        causal = layer(query, value, use_causal_mask=True)
+        general = layer(
+            query, value, use_causal_mask=True, value_mask=np.ones((2, key_length), bool)
+        )
+        layer(query, value)
+    assert taken == [True], "causal: the strided path; with a mask or no causal mask: not"
+    assert_close(causal, to_numpy(general), what="causal mask as Toeplitz diagonals")
