@@ -75,3 +75,14 @@ def library_compile_function() -> Callable:
     except ImportError:
         from keras_posenc._compile import compile_inference as compile_function
     return compile_function
+
+
+def torch_trace_after() -> int:
+    """How many eager calls PyTorch's compiled decoding step makes before it traces, in the
+    measured library (keras_posenc/backend/torch_trace.py; ``keras_posenc._compile`` before
+    the backend package), as `library_compile_function` finds it."""
+    try:
+        from keras_posenc.backend.torch_trace import TORCH_TRACE_AFTER
+    except ImportError:
+        from keras_posenc._compile import TORCH_TRACE_AFTER
+    return TORCH_TRACE_AFTER

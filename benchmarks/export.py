@@ -36,7 +36,12 @@ import sys
 import tempfile
 import time
 
-from _timing import median_seconds, write_json  # benchmarks/_timing.py, next to this script
+from _timing import (  # benchmarks/_timing.py, next to this script
+    library_compile_function,
+    median_seconds,
+    torch_trace_after,
+    write_json,
+)
 
 
 def _median_ms(run, repeats: int) -> float:
@@ -108,11 +113,10 @@ def convs2s_rows(cache: str, batches: list[int], repeats: int, vocab: int) -> li
     import onnxruntime
 
     from keras_posenc import zoo
-    from keras_posenc.backend import compile_function
-    from keras_posenc.backend.torch_trace import TORCH_TRACE_AFTER
     from keras_posenc.export import export_seq2seq
     from keras_posenc.zoo.seq2seq import decoding_names
 
+    compile_function = library_compile_function()  # also before the backend package
     keras.utils.set_random_seed(0)
     name = "convs2s_iwslt_de_en"
     model = zoo.create(name, src_vocab_size=vocab, tgt_vocab_size=vocab)
@@ -156,7 +160,7 @@ def convs2s_rows(cache: str, batches: list[int], repeats: int, vocab: int) -> li
         arguments = (tokens, cache, index)
         # On PyTorch the step runs eagerly for its first TORCH_TRACE_AFTER calls and is
         # traced at the next, as in a search; time the traced graph a search runs on.
-        for _ in range(TORCH_TRACE_AFTER + 1):
+        for _ in range(torch_trace_after() + 1):
             keras.ops.convert_to_numpy(step(*arguments)[0])
         compiled = _median_ms(lambda a=arguments: keras.ops.convert_to_numpy(step(*a)[0]), repeats)
         runtime = _median_ms(lambda feed=feed: session.run(None, feed), repeats)

@@ -460,15 +460,23 @@ class RelativeCallSteps:
         allows the fused path; otherwise None and the general path runs.
         """
         query_length, key_length = q.shape[1], k.shape[1]
-        # With no relative term the bias is zero: a causal mask alone is Toeplitz too (RoPE's
-        # decoders; without it PyTorch attended block by block through a built mask: at
-        # L = 8192 12.9 s and 8.5 GB against T5's bias's 2.3 s and 0.15 GB,
-        # docs/data/benchmarks/decoder_window.json).
-        plain_causal = self.relative is None and use_causal_mask
+        # With no relative term the bias is zero: a causal mask or a window alone is Toeplitz
+        # too (RoPE's decoders). Before this route PyTorch attended block by block through a
+        # built mask: a causal pass at L = 8192 took 12.9 s and 8.5 GB, after it 1.1 s and
+        # 0.2 GB (decoder_window, docs/benchmark-notes.md).
+        zero_bias = self.relative is None and (use_causal_mask or self.sliding_window is not None)
         if (
-            not (plain_causal or (self.relative == "bias" and self.position.toeplitz))
+            not (zero_bias or (self.relative == "bias" and self.position.toeplitz))
             or self.logit_soft_cap is not None
-            or self.sliding_window is not None
+            # A window without sinks is a band of diagonals: Toeplitz too, where its blocks
+            # would read every key anyway (`_window_keys`: up to 2 W keys).
+            or (
+                self.sliding_window is not None
+                and (
+                    self.attention_sinks
+                    or self._window_keys(0, query_length, offset, key_length) is not None
+                )
+            )
             or any(mask is not None for mask in masks)
             or not (isinstance(query_length, int) and isinstance(key_length, int))
             or not _attention.use_fused_attention(
@@ -481,14 +489,17 @@ class RelativeCallSteps:
             return None
         if not backend.prefers_toeplitz_attention(q, k, v):
             return None  # the general path (query blocking included) builds the bias
-        if plain_causal:
+        if zero_bias:
             diagonals = ops.zeros((self.num_heads, query_length + key_length - 1), "float32")
         else:
             diagonals = self.relative_bias.diagonals(query_length, key_length, offset, "float32")
+        distances = relative_index.distances_in_order(query_length, key_length, offset)
+        fill = ops.cast(_attention.MASK_FILL, "float32")
         if use_causal_mask:
-            distances = relative_index.distances_in_order(query_length, key_length, offset)
-            fill = ops.cast(_attention.MASK_FILL, "float32")
             diagonals = ops.where(ops.greater(distances, 0)[None, :], fill, diagonals)
+        if self.sliding_window is not None:
+            outside = ops.greater_equal(ops.abs(distances), self.sliding_window)
+            diagonals = ops.where(outside[None, :], fill, diagonals)
         output, _ = _attention.attend(q, k, v, fused=True, bias_diagonals=diagonals)
         return output
 

@@ -259,3 +259,24 @@ def test_no_relative_term_under_a_causal_mask_is_toeplitz_too(lengths, rng, monk
         layer(query, value)
     assert taken == [True], "causal: the strided path; with a mask or no causal mask: not"
     assert_close(causal, to_numpy(general), what="causal mask as Toeplitz diagonals")
+
+
+@pytest.mark.skipif(
+    not ON_TORCH,
+    reason="a strided (Toeplitz) bias view is what PyTorch's scaled_dot_product_attention "
+    "takes; elsewhere prefers_toeplitz_attention is False (tested above)",
+)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("relative", [None, "bias"])
+def test_a_short_window_without_sinks_is_a_band_of_diagonals(relative, causal, rng, monkeypatch):
+    # Up to 2 W keys a window's blocks would read every key: the band goes to the Toeplitz
+    # route, equal to the masked pass (asking for the scores takes the general path).
+    x = inputs(rng, 2, 12, 6)
+    kwargs = {} if relative is None else {"position": position_schemes.LogBuckets(8, 3)}
+    layer = built_layer(x, x, relative=relative, sliding_window=6, **kwargs)
+    taken = _count_toeplitz_attention(monkeypatch)
+    with no_gradients():
+        band = layer(x, x, use_causal_mask=causal)
+        general, _ = layer(x, x, use_causal_mask=causal, return_attention_scores=True)
+    assert taken == [True]
+    assert_close(band, to_numpy(general), what="a window as Toeplitz diagonals")
