@@ -1,11 +1,12 @@
 """keras-hub's decoder backbones as the outside truth for the zoo's `DecoderLM` (issue 50):
 ``LlamaBackbone``, ``Llama3Backbone`` (Llama 3.1's rope ramp), ``MistralBackbone`` (its
-sliding window), ``QwenBackbone`` (biases, tied or not, a window) and ``GemmaBackbone``
-(Gemma 1, and Gemma 2 with every flag) with random weights drawn here (every tensor
-matters), converted by `convert.from_keras_hub`, their logits (the sequence output times the
-reverse embedding, soft-capped where Gemma 2 caps them, as keras-hub's ``CausalLM`` computes
-them) compared to 2e-5; a backbone saved as a preset folder converts offline; cached steps
-of a converted Mistral and Gemma 2 (rolling caches) equal keras-hub's full pass."""
+sliding window), ``QwenBackbone`` (biases, tied or not, a window), ``GemmaBackbone`` (Gemma
+1, and Gemma 2 with every flag) and ``Gemma3Backbone`` (text only) with random weights drawn
+here (every tensor matters), converted by `convert.from_keras_hub`, their logits (the
+sequence output times the reverse embedding, soft-capped where Gemma 2 caps them, as
+keras-hub's ``CausalLM`` computes them) compared to 2e-5; a backbone saved as a preset folder
+converts offline; cached steps of a converted Mistral, Qwen, Gemma 2 and Gemma 3 (rolling
+caches) equal keras-hub's full pass."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ ATOL = 2e-5
 def randomized(backbone):
     """The backbone with every weight drawn again (norms multiplying by about 1: Gemma's
     ``1 + scale`` with scales about 0, the others' scales about 1), so none is trivial."""
-    offset = 0.0 if "GemmaBackbone" in type(backbone).__name__ else 1.0
+    offset = 0.0 if type(backbone).__name__.startswith("Gemma") else 1.0
     for weight in backbone.weights:
         value = RNG.normal(size=tuple(weight.shape)).astype("float32") * 0.3
         weight.assign(value + (offset if weight.path.endswith("scale") else 0.0))
@@ -80,6 +81,24 @@ BACKBONES = {
         use_post_attention_norm=True, attention_logit_soft_cap=2.0, final_logit_soft_cap=3.0,
         use_sliding_window_attention=True, sliding_window_size=3,
     ),
+    # Gemma 3: five local layers (rope 10,000 / 2), then a global one (1,000,000 / 8), with
+    # query-key norms and caps (the post norms, which make six random layers sensitive to
+    # rounding, in the next one).
+    "gemma3": lambda: keras_hub.models.Gemma3Backbone(
+        vocabulary_size=VOCAB, image_size=16, num_layers=6, num_query_heads=4,
+        num_key_value_heads=2, hidden_dim=16, intermediate_dim=16, head_dim=6,
+        attention_logit_soft_cap=5.0, final_logit_soft_cap=3.0,
+        use_sliding_window_attention=True, sliding_window_size=3,
+        local_rope_scaling_factor=2.0, global_rope_scaling_factor=8.0,
+    ),
+    # Gemma 3 without a window (every layer global) nor query-key norms, multi-query, with
+    # Gemma 2's post norms.
+    "gemma3_global": lambda: keras_hub.models.Gemma3Backbone(
+        vocabulary_size=VOCAB, image_size=16, num_layers=2, num_query_heads=4,
+        num_key_value_heads=1, hidden_dim=16, intermediate_dim=16, head_dim=8,
+        use_query_key_norm=False, global_rope_scaling_factor=4.0, use_post_ffw_norm=True,
+        use_post_attention_norm=True,
+    ),
 }  # fmt: skip
 
 
@@ -99,11 +118,13 @@ def qwen_windows(monkeypatch):
         "mistral",
         "qwen_window",
         "gemma2",
+        "gemma3",
         pytest.param("llama", marks=pytest.mark.matrix),
         pytest.param("llama_tied_mqa", marks=pytest.mark.matrix),
         pytest.param("llama3", marks=pytest.mark.matrix),
         pytest.param("qwen_untied", marks=pytest.mark.matrix),
         pytest.param("gemma", marks=pytest.mark.matrix),
+        pytest.param("gemma3_global", marks=pytest.mark.matrix),
     ],
 )
 def test_logits_equal_keras_hubs(family, qwen_windows):
@@ -129,22 +150,27 @@ def test_cached_steps_of_a_converted_mistral_equal_keras_hubs_full_pass():
     np.testing.assert_allclose(np.stack(steps, 1), hub_logits(backbone, ids), atol=ATOL, rtol=0)
 
 
+# The cache lengths of each family's layers: a rolling cache of the window (3 positions) in
+# the local ones, the whole length (9) in the global ones.
+CACHE_LENGTHS = {"gemma2": [3, 9, 3], "qwen_window": [3, 3], "gemma3": [3, 3, 3, 3, 3, 9]}
+
+
 @pytest.mark.parametrize(
-    "family", ["gemma2", pytest.param("qwen_window", marks=pytest.mark.matrix)]
+    "family",
+    [
+        "gemma2",
+        pytest.param("qwen_window", marks=pytest.mark.matrix),
+        pytest.param("gemma3", marks=pytest.mark.matrix),
+    ],
 )
-def test_cached_steps_of_a_converted_gemma2_and_qwen_equal_keras_hubs_full_pass(
+def test_cached_steps_of_a_converted_gemma_and_qwen_equal_keras_hubs_full_pass(
     family, qwen_windows
 ):
-    # Gemma 2's local layers (0 and 2) keep a rolling cache of the window (3 positions), the
-    # global one (1) a cache of the whole length; Qwen's every layer a rolling one.
     backbone = randomized(BACKBONES[family]())
     ids = RNG.integers(3, VOCAB, (2, 9)).astype("int32")
     model = from_keras_hub_decoder(backbone)
     cache = model.init_cache(2, 9)
-    if family == "gemma2":
-        assert [tuple(c.shape)[2] for c in cache] == [3, 9, 3]
-    else:
-        assert [tuple(c.shape)[2] for c in cache] == [3, 3]
+    assert [tuple(c.shape)[2] for c in cache] == CACHE_LENGTHS[family]
     steps = []
     for t in range(9):
         logits, cache = model.decode_step(ids[:, t], cache, t)
@@ -185,7 +211,7 @@ def test_other_backbones_are_refused_and_an_unapplied_factor_is_said():
 
 
 @pytest.mark.neutral
-def test_gemmas_unapplied_flags_are_said_and_special_ids_follow_the_tokenizers():
+def test_gemmas_unapplied_flags_and_gemma3s_refusals_are_said_and_special_ids_follow():
     small = dict(
         vocabulary_size=VOCAB, num_layers=1, num_query_heads=2, num_key_value_heads=1,
         hidden_dim=8, intermediate_dim=16, head_dim=6,
@@ -207,3 +233,9 @@ def test_gemmas_unapplied_flags_are_said_and_special_ids_follow_the_tokenizers()
         hidden_dim=4, intermediate_dim=8,
     )  # fmt: skip
     assert from_keras_hub(qwen).eos_id == 151643
+    # Gemma 3 converts as a causal text-only decoder.
+    bidirectional = keras_hub.models.Gemma3Backbone(
+        **small, image_size=16, use_bidirectional_attention=True
+    )
+    with pytest.raises(ValueError, match="text-only decoder.*use_bidirectional_attention"):
+        from_keras_hub(bidirectional)

@@ -1,7 +1,8 @@
 """keras-hub's decoder-only backbones as zoo models: `from_keras_hub` (issue 50).
 
 keras-hub's ``LlamaBackbone``, ``Llama3Backbone``, ``MistralBackbone``, ``QwenBackbone``
-(``Qwen2Backbone``) and ``GemmaBackbone`` (Gemma 1 and Gemma 2) become a
+(``Qwen2Backbone``), ``GemmaBackbone`` (Gemma 1 and Gemma 2) and ``Gemma3Backbone`` (text
+only) become a
 `keras_posenc.zoo.decoder_lm.DecoderLM` with the same numbers: every block is a
 `DecoderBlock` whose attention is the library's (so its position scheme can be changed
 afterwards), the weights copied one to one. Llama's, Mistral's and Qwen's kernels have our
@@ -35,15 +36,18 @@ FAMILIES = {
     "MistralBackbone": "llama",
     "QwenBackbone": "qwen",
     "GemmaBackbone": "gemma",
+    "Gemma3Backbone": "gemma3",
 }
 DECODERS = tuple(FAMILIES)
-_NAMES = "LlamaBackbone, Llama3Backbone, MistralBackbone, QwenBackbone or GemmaBackbone"
+_NAMES = (
+    "LlamaBackbone, Llama3Backbone, MistralBackbone, QwenBackbone, GemmaBackbone or Gemma3Backbone"
+)
 
 # The special ids of keras-hub's tokenizers (pad, bos, eos): Llama's and Mistral's
 # SentencePiece ``<unk>``/``<s>``/``</s>`` are 0, 1, 2; Gemma's ``<pad>`` 0, ``<eos>`` 1,
 # ``<bos>`` 2 (keras_hub/src/models/gemma/gemma_tokenizer.py). Qwen's tokenizer pads with 0,
 # has no start token and ends with ``<|endoftext|>`` (151643, where the vocabulary holds it).
-_SPECIAL_IDS = {"llama": (0, 1, 2), "qwen": (0, 1, 2), "gemma": (0, 2, 1)}
+_SPECIAL_IDS = {"llama": (0, 1, 2), "qwen": (0, 1, 2), "gemma": (0, 2, 1), "gemma3": (0, 2, 1)}
 _QWEN_END_OF_TEXT = 151643
 
 
@@ -222,7 +226,64 @@ def _gemma_arguments(backbone: Any, config: dict) -> dict:
     )
 
 
-_ARGUMENTS = {"llama": _llama_arguments, "qwen": _qwen_arguments, "gemma": _gemma_arguments}
+def _linear_rotary(wavelength: float, factor: float) -> RotaryPositions:
+    """keras-hub's ``RotaryEmbedding(max_wavelength, scaling_factor)``: positions / factor."""
+    if float(factor) == 1.0:
+        return RotaryPositions(max_wavelength=wavelength)
+    return RotaryPositions(
+        max_wavelength=wavelength, scaling="linear", scaling_factor=float(factor)
+    )
+
+
+def _gemma3_arguments(backbone: Any, config: dict) -> dict:
+    """Gemma 3's (keras_hub/src/models/gemma3/), text only: Gemma 2's rules (the query scale
+    and the blocks' epsilon read from the built blocks) with
+
+    - the MLP's two kernels of ``intermediate_dim`` each (``gate_dim_reduction=1``);
+    - ``use_query_key_norm``: Gemma norms over each head's queries and keys before rotary,
+      our ``query_key_norm="rms"`` (their epsilon ``1e-6``: the attention's default, which
+      ``Gemma3DecoderBlock`` does not pass on);
+    - ``use_sliding_window_attention``: layer ``i`` local when ``i % 6 < 5``, our
+      ``global_every=6``; rotary of base 10,000 scaled by ``local_rope_scaling_factor`` in
+      the local layers, 1,000,000 by ``global_rope_scaling_factor`` in the global ones
+      (``global_rotary``); without the window every layer is global.
+
+    Raises:
+        ValueError: for a backbone with a vision encoder, an embedding model's pooling or
+            bidirectional attention.
+    """
+    refused = {
+        "vision_encoder": getattr(backbone, "vision_encoder", None) is not None,
+        "is_embedding_model": bool(config.get("is_embedding_model")),
+        "use_bidirectional_attention": bool(config.get("use_bidirectional_attention")),
+    }
+    if any(refused.values()):
+        raise ValueError(
+            f"from_keras_hub_decoder: a Gemma3Backbone converts as a causal text-only "
+            f"decoder: no vision_encoder, is_embedding_model=False and "
+            f"use_bidirectional_attention=False; got "
+            f"{', '.join(name for name, bad in refused.items() if bad)}."
+        )
+    arguments = _gemma_arguments(backbone, config)
+    local = _linear_rotary(10000.0, config.get("local_rope_scaling_factor", 1.0))
+    global_ = _linear_rotary(1e6, config.get("global_rope_scaling_factor", 1.0))
+    windowed = bool(config.get("use_sliding_window_attention"))
+    arguments.update(
+        intermediate_dim=config["intermediate_dim"],
+        query_key_norm="rms" if config.get("use_query_key_norm") else None,
+        rotary=local if windowed else global_,
+        global_every=6 if windowed else None,
+        global_rotary=global_ if windowed else None,
+    )
+    return arguments
+
+
+_ARGUMENTS = {
+    "llama": _llama_arguments,
+    "qwen": _qwen_arguments,
+    "gemma": _gemma_arguments,
+    "gemma3": _gemma3_arguments,
+}
 
 
 def from_keras_hub_decoder(
@@ -233,10 +294,10 @@ def from_keras_hub_decoder(
     name: str | None = None,
 ) -> DecoderLM:
     """A `DecoderLM` equal to keras-hub's ``LlamaBackbone``, ``Llama3Backbone``,
-    ``MistralBackbone``, ``QwenBackbone`` or ``GemmaBackbone`` (Gemma 1 and Gemma 2): its
-    logits are the backbone's sequence output times the embedding, or its reverse embedding
-    when untied, soft-capped where Gemma 2 caps them, as keras-hub's ``CausalLM`` computes
-    them.
+    ``MistralBackbone``, ``QwenBackbone``, ``GemmaBackbone`` (Gemma 1 and Gemma 2) or
+    ``Gemma3Backbone`` (text only): its logits are the backbone's sequence output times the
+    embedding, or its reverse embedding when untied, soft-capped where Gemma 2 caps them, as
+    keras-hub's ``CausalLM`` computes them.
 
     What each family maps to: Llama's and Mistral's SwiGLU blocks (Mistral's
     ``sliding_window`` on every layer); Qwen's with ``use_bias=True, output_bias=False`` and
@@ -244,18 +305,23 @@ def from_keras_hub_decoder(
     GeGLU blocks (``"gelu_tanh"``, ``intermediate_dim // 2``), ``head_dim``,
     ``scale_embeddings``, Gemma 2's ``use_post_attention_norm``, ``use_post_ffw_norm``
     (``use_post_feedforward_norm``), ``attention_logit_soft_cap`` (``logit_soft_cap``),
-    ``final_logit_soft_cap`` and the window on even layers (``global_every=2``). In a
+    ``final_logit_soft_cap`` and the window on even layers (``global_every=2``); Gemma 3's
+    ``intermediate_dim`` kernels, ``use_query_key_norm`` (``query_key_norm="rms"``), one
+    global layer in six (``global_every=6``) with its own rotary (``global_rotary``: base
+    1,000,000, ``global_rope_scaling_factor``) and the local ones' (base 10,000,
+    ``local_rope_scaling_factor``). In a
     ``"bfloat16"`` policy (bfloat16 variables) Gemma's norm scales ``1 + s`` are rounded to
     bfloat16 here, where keras-hub adds 1 in float32: equal in ``"float32"`` and
     ``"mixed_bfloat16"``.
 
     Args:
         backbone: the built keras-hub backbone.
-        pad_id, bos_id, eos_id: the tokenizer's special ids; None: keras-hub's tokenizer's
-            (Llama and Mistral: 0, 1, 2; Gemma: 0, 2, 1; Qwen: pad 0, end
-            ``<|endoftext|>`` 151643 where the vocabulary holds it, else 2, and 1 in the
-            place of the start token Qwen lacks). Generation never produces ``pad_id`` or
-            ``bos_id``.
+        pad_id: the padding id; None: keras-hub's tokenizer's (Llama, Mistral, Qwen and
+            Gemma: 0). Generation never produces it.
+        bos_id: the start id; None: the tokenizer's (Llama and Mistral: 1; Gemma: 2; Qwen
+            has none: 1). Generation never produces it.
+        eos_id: the end id; None: the tokenizer's (Llama and Mistral: 2; Gemma: 1; Qwen:
+            ``<|endoftext|>``, 151643, where the vocabulary holds it, else 2).
         name: the model's name (default: the backbone's).
 
     Returns:
@@ -263,6 +329,7 @@ def from_keras_hub_decoder(
 
     Raises:
         TypeError: for another backbone.
+        ValueError: for a Gemma 3 with a vision encoder, pooling or bidirectional attention.
 
     Examples:
 
@@ -356,6 +423,11 @@ _GEMMA_BLOCK = {
     "ffw_gating_2/kernel": "up/kernel",
     "ffw_linear/kernel": "down/kernel",
 }
+_GEMMA3_BLOCK = {
+    **_GEMMA_BLOCK,
+    "attention/query_norm/scale": "attention/query_norm/scale",
+    "attention/key_norm/scale": "attention/key_norm/scale",
+}
 # family -> (its blocks' prefix, its block weights, its top-level weights renamed).
 _PATHS = {
     "llama": ("transformer_layer_", _LLAMA_BLOCK, {}),
@@ -363,6 +435,11 @@ _PATHS = {
     "gemma": (
         "decoder_block_",
         _GEMMA_BLOCK,
+        {"final_normalization/scale": "sequence_output_layernorm/scale"},
+    ),
+    "gemma3": (
+        "decoder_block_",
+        _GEMMA3_BLOCK,
         {"final_normalization/scale": "sequence_output_layernorm/scale"},
     ),
 }
@@ -379,9 +456,9 @@ def _ours(family: str, path: str, value: np.ndarray) -> tuple[str, np.ndarray]:
         ours = top.get(path, path)
     else:
         ours = f"transformer_layer_{layer[len(prefix) :]}/{block[rest]}"
-        if family == "gemma" and rest in _HEADS_FIRST:
+        if family.startswith("gemma") and rest in _HEADS_FIRST:
             value = value.transpose(1, 0, 2)
-    if family == "gemma" and path.endswith("/scale"):
+    if family.startswith("gemma") and path.endswith("/scale"):
         # Gemma's RMS norm multiplies by 1 + scale, computed in float32
         # (keras_hub/src/models/gemma/rms_normalization.py); Keras's by the scale.
         value = value.astype("float32") + np.float32(1.0)
