@@ -189,9 +189,9 @@ def _gemma_arguments(backbone: Any, config: dict) -> dict:
     elif config.get("query_head_dim_normalize") is False:
         warnings.warn(
             "from_keras_hub_decoder: the backbone's query_head_dim_normalize=False is not "
-            "applied by keras-hub's GemmaDecoderBlock (0.32: its queries are scaled by "
-            "1 / sqrt(head_dim)), so the converted model does not apply it either (its "
-            "numbers equal the backbone's).",
+            "applied by keras-hub's Gemma blocks (0.32's GemmaDecoderBlock and "
+            "Gemma3DecoderBlock scale queries by 1 / sqrt(head_dim)), so the converted "
+            "model does not apply it either (its numbers equal the backbone's).",
             UserWarning,
             stacklevel=3,
         )
@@ -200,8 +200,8 @@ def _gemma_arguments(backbone: Any, config: dict) -> dict:
     if final_epsilon != epsilon:
         warnings.warn(
             f"from_keras_hub_decoder: the backbone's final norm has epsilon {final_epsilon}, "
-            f"its blocks {epsilon} (keras-hub's GemmaBackbone does not pass "
-            f"layer_norm_epsilon to its blocks); the converted model uses {epsilon} in every "
+            f"its blocks {epsilon} (keras-hub's Gemma backbones do not pass "
+            f"layer_norm_epsilon to their blocks); the converted model uses {epsilon} in every "
             f"norm, so its logits differ slightly from the backbone's.",
             UserWarning,
             stacklevel=3,
