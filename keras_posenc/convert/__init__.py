@@ -11,8 +11,10 @@
   :func:`to_timm_state_dict` goes back (e.g. after fine-tuning in Keras).
 - :func:`from_keras_hub_t5`: a keras-hub ``T5Backbone`` (any keras-hub T5 preset) ->
   :class:`~keras_posenc.zoo.t5.T5`.
-- :func:`from_keras_hub_decoder`: keras-hub's ``LlamaBackbone``, ``Llama3Backbone`` and
-  ``MistralBackbone`` -> :class:`~keras_posenc.zoo.decoder_lm.DecoderLM`;
+- :func:`from_keras_hub_decoder`: keras-hub's ``LlamaBackbone``, ``Llama3Backbone``,
+  ``MistralBackbone``, ``QwenBackbone``, ``GemmaBackbone`` (Gemma 1 and 2) and
+  ``Gemma3Backbone`` (text only) ->
+  :class:`~keras_posenc.zoo.decoder_lm.DecoderLM`;
   :func:`from_keras_hub` takes any of these backbones.
 """
 

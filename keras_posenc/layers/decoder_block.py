@@ -66,10 +66,16 @@ class DecoderBlock(keras.layers.Layer):
         layer_norm_epsilon: the norms' epsilon (default ``1e-6``).
         use_post_attention_norm: a norm on the attention's output before the residual.
         use_post_feedforward_norm: a norm on the MLP's output before the residual.
-        relative, position, rotary, sliding_window, attention_sinks, query_key_norm,
-            logit_soft_cap, query_scale_dim, output_bias: the attention's
-            (`MultiHeadRelativeAttention`); ``relative`` defaults to None (rotary alone, or
-            no position at all).
+        relative: the attention's (`MultiHeadRelativeAttention`), default None (rotary
+            alone, or no position at all).
+        position: the attention's relative scheme.
+        rotary: the attention's rotary embedding (a `RotaryPositions` or its config).
+        sliding_window: the attention's window (None: none).
+        attention_sinks: the attention's sinks.
+        query_key_norm: the attention's query-key norms.
+        logit_soft_cap: the attention's logit cap.
+        query_scale_dim: the attention's query scale.
+        output_bias: the attention's output projection bias (None: ``use_bias``).
         use_bias: biases on the attention's projections (default False; Qwen: True with
             ``output_bias=False``). The MLP has none.
         dropout: dropout on the attention probabilities and on both branches' outputs.

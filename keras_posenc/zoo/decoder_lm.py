@@ -6,7 +6,7 @@ attention with grouped-query heads, rotary or any relative scheme, optional slid
 all or some layers, query-key norms and soft-capping; a gated MLP), a final RMS norm and the
 output projection (tied to the embedding or not), with an optional final logit cap. Named
 sizes for tests and training from scratch; `keras_posenc.convert.from_keras_hub_decoder` makes
-one from keras-hub's Llama, Llama 3 and Mistral backbones.
+one from keras-hub's Llama, Llama 3, Mistral, Qwen and Gemma (1, 2 and 3) backbones.
 
     name               layers  d    MLP   heads  kv heads  parameters (vocab 256, tied)
     decoder_lm_tiny    2       64   172   4      2         107,328
@@ -73,15 +73,26 @@ class DecoderLM(LanguageModel):
         layer_norm_epsilon: the RMS norms' epsilon.
         rotary: the rotary embedding of every layer: a `RotaryPositions` or its config;
             ``"default"`` is ``RotaryPositions()`` (base 10,000); None for none.
-        relative, position: a relative term in every layer (`MultiHeadRelativeAttention`'s
-            ``relative`` and ``position``: T5's buckets, ALiBi, ...); default none.
+        relative: a relative term in every layer (`MultiHeadRelativeAttention`'s
+            ``relative``: ``"bias"``, ...); default none.
+        position: that term's scheme (`MultiHeadRelativeAttention`'s ``position``: T5's
+            buckets, ALiBi, ...).
         sliding_window: None, or the window of the local layers.
         global_every: with ``sliding_window``: None (every layer is local), or ``k``: layer
             ``i`` is global (no window) when ``(i + 1) % k == 0`` (Gemma 2: 2, every other
             layer from the second; Gemma 3: 6).
-        attention_sinks, query_key_norm, logit_soft_cap, query_scale_dim: the attention's.
-        use_bias, output_bias: biases of the attention's projections (Qwen: True, False).
-        use_post_attention_norm, use_post_feedforward_norm: Gemma 2's extra norms.
+        global_rotary: with ``global_every``: None (the global layers take ``rotary``), or
+            the rotary embedding of the global layers (a `RotaryPositions` or its config;
+            Gemma 3: base 1,000,000 there, 10,000 in the local layers).
+        attention_sinks: the attention's, in the local layers.
+        query_key_norm: the attention's (Gemma 3, Qwen 3: ``"rms"``).
+        logit_soft_cap: the attention's (Gemma 2).
+        query_scale_dim: the attention's.
+        use_bias: biases of the attention's projections (Qwen: True).
+        output_bias: a bias of the attention's output projection (None: ``use_bias``;
+            Qwen: False).
+        use_post_attention_norm: Gemma 2's norm of the attention's output.
+        use_post_feedforward_norm: Gemma 2's norm of the MLP's output.
         final_logit_soft_cap: None, or the cap of the output logits
             (``c * tanh(logits / c)``, Gemma 2).
         scale_embeddings: multiply the embedded tokens by ``sqrt(hidden_dim)`` (Gemma).
@@ -89,7 +100,9 @@ class DecoderLM(LanguageModel):
             True); False gives it its own weights (Llama, Mistral).
         dropout: dropout on the attention probabilities and every residual branch.
         max_length: the longest sequence accepted (None: any).
-        pad_id, bos_id, eos_id: the special token ids (0, 1, 2).
+        pad_id: the padding id (0).
+        bos_id: the start id (1).
+        eos_id: the end id (2).
         **kwargs: ``name`` and other ``keras.Model`` arguments.
 
     Examples:
@@ -121,6 +134,7 @@ class DecoderLM(LanguageModel):
         position: Any = None,
         sliding_window: int | None = None,
         global_every: int | None = None,
+        global_rotary: Any = None,
         attention_sinks: int = 0,
         query_key_norm: str | None = None,
         logit_soft_cap: float | None = None,
@@ -163,6 +177,13 @@ class DecoderLM(LanguageModel):
                 f"{owner}: `global_every` chooses which layers drop the sliding window; "
                 f"pass `sliding_window` too, got global_every={global_every}."
             )
+        if global_rotary is not None and self.global_every is None:
+            raise ValueError(
+                f"{owner}: `global_rotary` is the rotary embedding of the global layers that "
+                f"`global_every` chooses; pass `global_every` too, got "
+                f"global_rotary={global_rotary!r}."
+            )
+        self.global_rotary = global_rotary
         self.final_logit_soft_cap = (
             None
             if final_logit_soft_cap is None
@@ -213,7 +234,7 @@ class DecoderLM(LanguageModel):
         self.token_embedding.build((None, None))
         self.transformer_layers = [
             DecoderBlock(
-                **{**self._block_arguments, "attention_sinks": attention_sinks * self.is_local(i)},
+                **{**self._block_arguments, **self._layer_arguments(i, attention_sinks)},
                 sliding_window=sliding_window if self.is_local(i) else None,
                 dtype=policy,
                 name=f"transformer_layer_{i}",
@@ -228,6 +249,13 @@ class DecoderLM(LanguageModel):
         logits = keras.layers.Identity(dtype="float32", name="logits")(self._decode(token_ids))
         super().__init__(inputs=token_ids, outputs=logits, dtype=policy, **kwargs)
         self._init_language_model(*ids)
+
+    def _layer_arguments(self, layer: int, attention_sinks: int) -> dict:
+        """What layer ``layer`` takes of its own: sinks where local, the global rotary."""
+        arguments = {"attention_sinks": attention_sinks * self.is_local(layer)}
+        if self.global_rotary is not None and not self.is_local(layer):
+            arguments["rotary"] = self.global_rotary
+        return arguments
 
     def is_local(self, layer: int) -> bool:
         """Whether layer ``layer`` attends within the sliding window."""
@@ -290,6 +318,7 @@ class DecoderLM(LanguageModel):
             **arguments,
             "sliding_window": self.sliding_window,
             "global_every": self.global_every,
+            "global_rotary": keras.saving.serialize_keras_object(self.global_rotary),
             "final_logit_soft_cap": self.final_logit_soft_cap,
             "scale_embeddings": self.scale_embeddings,
             "tie_word_embeddings": self.tie_word_embeddings,
@@ -327,6 +356,7 @@ class DecoderLMConfig(ZooConfig):
     position: Any = None
     sliding_window: int | None = None
     global_every: int | None = None
+    global_rotary: Any = None
     attention_sinks: int = 0
     query_key_norm: str | None = None
     logit_soft_cap: float | None = None

@@ -1,7 +1,8 @@
 """The decoder-only family (``decoder_lm_*``, issue 50): parameter counts derived by hand,
 cached decoding equal to the full pass with every decoder option (windows on some layers with
-rolling caches, sinks, relative schemes instead of rotary, soft caps, Gemma 2's norms), the
-config and ``.keras`` round trips, generation, and the errors."""
+rolling caches, sinks, relative schemes instead of rotary, soft caps, Gemma 2's norms, Gemma
+3's rotary of the global layers), the config and ``.keras`` round trips, generation, and the
+errors."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from keras import ops
 
 from keras_posenc import zoo
+from keras_posenc.layers import RotaryPositions
 from keras_posenc.zoo.decoder_lm import DecoderLM
 
 pytestmark = pytest.mark.contract
@@ -56,6 +58,20 @@ OPTIONS = {
         query_scale_dim=8,
         head_dim=24,
     ),
+    # Gemma 2's options with Gemma 3's query-key norms and base 1,000,000 in the global layers.
+    "gemma3": dict(
+        sliding_window=3,
+        global_every=2,
+        global_rotary=RotaryPositions(max_wavelength=1e6, scaling="linear", scaling_factor=8.0),
+        query_key_norm="rms",
+        activation="gelu_tanh",
+        logit_soft_cap=5.0,
+        final_logit_soft_cap=3.0,
+        use_post_attention_norm=True,
+        use_post_feedforward_norm=True,
+        scale_embeddings=True,
+        head_dim=24,
+    ),
     "t5_bias_qk_norm": dict(
         rotary=None, relative="bias", position="t5_decoder", query_key_norm="rms"
     ),
@@ -74,6 +90,7 @@ def tiny(**kwargs) -> DecoderLM:
         "mistral_sinks",
         pytest.param("llama", marks=pytest.mark.matrix),
         pytest.param("gemma2", marks=pytest.mark.matrix),
+        pytest.param("gemma3", marks=pytest.mark.matrix),
         pytest.param("t5_bias_qk_norm", marks=pytest.mark.matrix),
         pytest.param("qwen", marks=pytest.mark.matrix),
     ],
@@ -96,13 +113,18 @@ def test_windowed_layers_keep_rolling_caches():
     # Layer 0 is local (sinks + window), layer 1 global (every position).
     assert shapes == [(3, 2, 5, 2, 16), (3, 2, 1000, 2, 16)]
     assert [model.is_local(i) for i in range(2)] == [True, False]
+    # The global layers' own rotary (Gemma 3), the local ones the model's.
+    gemma3 = tiny(**OPTIONS["gemma3"])
+    bases = [block.attention.rotary.max_wavelength for block in gemma3.transformer_layers]
+    assert bases == [10000.0, 1e6]
     tokens = model.generate(np.array([[1, 5, 6]], "int32"), max_length=12)
     assert tokens.shape == (1, 12)
 
 
 @pytest.mark.neutral
-def test_config_round_trip():
-    model = tiny(**OPTIONS["gemma2"])
+@pytest.mark.parametrize("options", ["gemma2", "gemma3"])
+def test_config_round_trip(options):
+    model = tiny(**OPTIONS[options])
     config = model.get_config()
     assert DecoderLM.from_config(config).get_config() == config
 
@@ -110,7 +132,7 @@ def test_config_round_trip():
 # Large: saving and loading took about 10 s on JAX.
 @pytest.mark.large
 def test_save_load_reproduces_the_outputs():
-    model = tiny(**OPTIONS["gemma2"])
+    model = tiny(**OPTIONS["gemma3"])  # Gemma 2's options and the global layers' rotary
     ids = np.array([[1, 5, 6, 7, 8]], "int32")
     expected = model.predict_on_batch(ids)
     with tempfile.TemporaryDirectory() as directory:
@@ -126,6 +148,7 @@ def test_save_load_reproduces_the_outputs():
     ("kwargs", "message"),
     [
         (dict(global_every=2), "`global_every` chooses which layers"),
+        (dict(sliding_window=4, global_rotary={}), "`global_rotary` is the rotary embedding"),
         (dict(attention_sinks=1), "`attention_sinks` keep the first keys"),
         (dict(hidden_dim=30), "`hidden_dim` \\(30\\) must be a multiple of `num_heads`"),
         (dict(final_logit_soft_cap=-1.0), "final_logit_soft_cap"),
