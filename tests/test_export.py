@@ -80,6 +80,7 @@ def every_layer_model() -> keras.Model:
         32, 2, relative="bias", position=layers.LogBuckets(num_buckets=8, max_distance=16)
     )(x)
     x = layers.RelativeTransformerDecoder(32, 2, relative="keys", position="irpe")(x, x)
+    x = layers.DecoderBlock(32, 2, num_key_value_heads=1, rotary=layers.RotaryPositions())(x)
     x, _ = layers.ConvS2SAttention(16, 16)(x, x, (x, x))
     x = layers.GradMultiply(0.5, name="sequence_features")(x)
     image = keras.Input((16, 16, 3), name="image")

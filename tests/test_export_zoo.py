@@ -104,6 +104,12 @@ SMALL_VARIANTS = {
        for name in ("shaw_transformer_base", "shaw_transformer_big")},
     "music_transformer_base": {"num_events": 50, "hidden_dim": 32, "intermediate_dim": 64,
                                "num_heads": 4, "num_layers": 2, "max_distance": 16},
+    # The tiny one is small already; the small one with Gemma 2's local and global layers
+    # (a rolling cache in the first, a full one in the second).
+    "decoder_lm_tiny": {"vocab_size": 50},
+    "decoder_lm_small": {"vocab_size": 50, "hidden_dim": 32, "intermediate_dim": 64,
+                         "num_heads": 4, "num_key_value_heads": 2, "num_layers": 2,
+                         "sliding_window": 4, "global_every": 2},
     # PosENet's backbones are fixed networks (keras.applications, CoAtNet-0): only the
     # input size shrinks, so these stay at the backbones' sizes (15M, 24M, 25M).
     **{f"posenet_{b}": {"backbone": b, "input_shape": (32, 32, 3), "feature_size": 8}
@@ -125,6 +131,7 @@ FAMILY_MODELS = {
     "t5": "t5_small",
     "shaw_transformer": "shaw_transformer_base",
     "music_transformer": "music_transformer_base",
+    "decoder_lm": "decoder_lm_tiny",
 }
 ARTIFACT_DTYPES = {"tensor(float)": "float32", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
@@ -132,7 +139,7 @@ ARTIFACT_DTYPES = {"tensor(float)": "float32", "tensor(int32)": "int32", "tensor
 def family(name: str) -> str:
     """The export guide's table for the registered model ``name``."""
     prefixes = ("posenet", "coatnet", "maxvit", "convs2s_lm", "muse_encoder", "convs2s", "muse")
-    for prefix in (*prefixes, "t5", "shaw_transformer", "music_transformer"):
+    for prefix in (*prefixes, "t5", "shaw_transformer", "music_transformer", "decoder_lm"):
         if name.startswith(prefix):
             return prefix
     raise AssertionError(f"{name}: no family table in the export guide")

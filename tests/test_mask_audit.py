@@ -30,6 +30,11 @@ CALLS = {
         lambda: (x(), x(width=8), (x(S, 8), x(S, 8))),
         {"encoder_mask": (B, S)},
     ),
+    "DecoderBlock": (
+        lambda: layers.DecoderBlock(32, 2, rotary=layers.RotaryPositions()),
+        lambda: (x(),),
+        {"padding_mask": (B, T)},
+    ),
     "GLUConv1D": (lambda: layers.GLUConv1D(8, 3), lambda: (x(),), {"mask": (B, T)}),
     "MUSEAttention": (lambda: layers.MUSEAttention(2, 8), lambda: (x(),), {"mask": (B, T)}),
     "MUSEEncoderLayer": (

@@ -15,6 +15,7 @@ from keras_posenc.layers._checks import (
     check_bool,
     check_features,
     check_int,
+    check_mask,
     check_positive_number,
     check_rate,
 )
@@ -251,7 +252,12 @@ class DecoderBlock(keras.layers.Layer):
         cache_update_index: Any = None,
         training: Any = None,
     ) -> Any:
-        check_features(f"{type(self).__name__}({self.name!r})", "x", x)
+        caller = f"{type(self).__name__}({self.name!r})"
+        check_features(caller, "x", x)
+        if padding_mask is not None:  # named as the block's argument, not the attention's
+            padding_mask = check_mask(
+                caller, "padding_mask", padding_mask, tuple(x.shape[:2]), ("batch", "length")
+            )
         x = _attention.unmasked(x)  # the norms and denses take no Keras mask
         normed = self.attention_norm(x)
         attended = self.attention(

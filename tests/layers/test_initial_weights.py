@@ -52,6 +52,10 @@ CASES = {
         lambda **kw: layers.GradMultiply(0.5),
         lambda layer: _call(layer, _sequence()),
     ),
+    "DecoderBlock": (
+        lambda **kw: layers.DecoderBlock(16, 2, rotary=layers.RotaryPositions(), **kw),
+        lambda layer: _call(layer, _sequence(8)),
+    ),
     "MBConv": (lambda **kw: layers.MBConv(8), lambda layer: _call(layer, _image(8))),
     "MUSEAttention": (
         lambda **kw: layers.MUSEAttention(2, 4, **kw),
@@ -136,6 +140,7 @@ CASES = {
 # Layers with a user-facing initializer argument, and its name: they get the seeded check.
 SEEDED = {
     "ConvS2SAttention": "kernel_initializer",
+    "DecoderBlock": "kernel_initializer",
     "GLUConv1D": "kernel_initializer",
     "MUSEAttention": "kernel_initializer",
     "MUSEAttention/dynamic": "kernel_initializer",
