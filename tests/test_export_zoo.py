@@ -106,10 +106,10 @@ SMALL_VARIANTS = {
                                "num_heads": 4, "num_layers": 2, "max_distance": 16},
     # The tiny one is small already; the small one with Gemma 2's local and global layers
     # (a rolling cache in the first, a full one in the second).
-    "decoder_lm_tiny": {"vocab_size": 50},
-    "decoder_lm_small": {"vocab_size": 50, "hidden_dim": 32, "intermediate_dim": 64,
-                         "num_heads": 4, "num_key_value_heads": 2, "num_layers": 2,
-                         "sliding_window": 4, "global_every": 2},
+    "decoder_lm_tiny": {"vocab_size": 50, "tokenizer": None},
+    "decoder_lm_small": {"vocab_size": 50, "tokenizer": None, "hidden_dim": 32,
+                         "intermediate_dim": 64, "num_heads": 4, "num_key_value_heads": 2,
+                         "num_layers": 2, "sliding_window": 4, "global_every": 2},
     # PosENet's backbones are fixed networks (keras.applications, CoAtNet-0): only the
     # input size shrinks, so these stay at the backbones' sizes (15M, 24M, 25M).
     **{f"posenet_{b}": {"backbone": b, "input_shape": (32, 32, 3), "feature_size": 8}

@@ -15,7 +15,9 @@
   ``MistralBackbone``, ``QwenBackbone``, ``GemmaBackbone`` (Gemma 1 and 2) and
   ``Gemma3Backbone`` (text only) ->
   :class:`~keras_posenc.zoo.decoder_lm.DecoderLM`;
-  :func:`from_keras_hub` takes any of these backbones.
+  :func:`from_keras_hub` takes any of these backbones (or a keras-hub ``CausalLM``, its
+  tokenizer included); :func:`from_keras_hub_preset` loads a preset (a folder written by
+  ``save_to_preset``, offline, or a handle keras-hub downloads) with its tokenizer.
 """
 
 from keras_posenc.convert.fairseq import (
@@ -27,7 +29,11 @@ from keras_posenc.convert.fairseq import (
     posenc_to_fairseq_ids,
     read_fairseq_dictionary,
 )
-from keras_posenc.convert.keras_hub_decoders import from_keras_hub, from_keras_hub_decoder
+from keras_posenc.convert.keras_hub_decoders import (
+    from_keras_hub,
+    from_keras_hub_decoder,
+    from_keras_hub_preset,
+)
 from keras_posenc.convert.keras_hub_t5 import from_keras_hub_t5
 from keras_posenc.convert.timm import (
     config_from_timm,
@@ -45,6 +51,7 @@ __all__ = [
     "from_fairseq_fconv",
     "from_keras_hub",
     "from_keras_hub_decoder",
+    "from_keras_hub_preset",
     "from_keras_hub_t5",
     "from_timm_coatnet",
     "from_timm_maxvit",

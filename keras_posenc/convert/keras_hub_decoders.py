@@ -26,7 +26,7 @@ import numpy as np
 from keras_posenc.layers.rotary import RotaryPositions
 from keras_posenc.zoo.decoder_lm import DecoderLM
 
-__all__ = ["from_keras_hub", "from_keras_hub_decoder"]
+__all__ = ["from_keras_hub", "from_keras_hub_decoder", "from_keras_hub_preset"]
 
 # keras-hub's decoder backbones this module converts, by class name (a subclass such as
 # Llama3Backbone is matched through its bases), and the family whose rules convert each.
@@ -66,6 +66,10 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
     """A zoo model equal to a keras-hub backbone: decoders (`from_keras_hub_decoder`) or T5
     (`keras_posenc.convert.from_keras_hub_t5`).
 
+    ``backbone`` may also be a keras-hub ``CausalLM`` (``LlamaCausalLM``, ...): its backbone
+    converts, and its preprocessor's tokenizer becomes the model's (`from_keras_hub_preset`
+    loads both from a preset).
+
     Raises:
         TypeError: for a backbone of another family, naming the families converted.
 
@@ -80,6 +84,11 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
         >>> type(from_keras_hub(backbone)).__name__
         'DecoderLM'
     """
+    if "CausalLM" in _class_names(backbone):  # its backbone, and its preprocessor's tokenizer
+        tokenizer = getattr(getattr(backbone, "preprocessor", None), "tokenizer", None)
+        if tokenizer is not None:
+            kwargs.setdefault("tokenizer", tokenizer)
+        backbone = backbone.backbone
     names = _class_names(backbone)
     if "T5Backbone" in names:
         from keras_posenc.convert.keras_hub_t5 import from_keras_hub_t5
@@ -292,6 +301,7 @@ def from_keras_hub_decoder(
     bos_id: int | None = None,
     eos_id: int | None = None,
     name: str | None = None,
+    tokenizer: Any = None,
 ) -> DecoderLM:
     """A `DecoderLM` equal to keras-hub's ``LlamaBackbone``, ``Llama3Backbone``,
     ``MistralBackbone``, ``QwenBackbone``, ``GemmaBackbone`` (Gemma 1 and Gemma 2) or
@@ -323,6 +333,10 @@ def from_keras_hub_decoder(
         eos_id: the end id; None: the tokenizer's (Llama and Mistral: 2; Gemma: 1; Qwen:
             ``<|endoftext|>``, 151643, where the vocabulary holds it, else 2).
         name: the model's name (default: the backbone's).
+        tokenizer: the backbone's keras-hub tokenizer (e.g.
+            ``keras_hub.models.Tokenizer.from_preset(folder)``), so that ``generate``
+            takes and returns text as keras-hub's ``CausalLM`` does; the special ids not
+            given are then the tokenizer's. None: token ids only.
 
     Returns:
         The `DecoderLM`, weights copied, in the backbone's dtype policy.
@@ -369,6 +383,9 @@ def from_keras_hub_decoder(
     defaults = _SPECIAL_IDS[family]
     if family == "qwen" and config["vocabulary_size"] > _QWEN_END_OF_TEXT:
         defaults = (0, 1, _QWEN_END_OF_TEXT)
+    if tokenizer is not None:  # its ids where it has them (Qwen's has no start token)
+        found = [getattr(tokenizer, f"{k}_token_id", None) for k in ("pad", "start", "end")]
+        defaults = tuple(d if f is None else int(f) for f, d in zip(found, defaults))
     given = (pad_id, bos_id, eos_id)
     ids = [default if value is None else value for value, default in zip(given, defaults)]
     model = DecoderLM(
@@ -383,10 +400,57 @@ def from_keras_hub_decoder(
         eos_id=ids[2],
         name=name or backbone.name,
         dtype=backbone.dtype_policy,
+        tokenizer=tokenizer,
         **_ARGUMENTS[family](backbone, config),
     )
     _copy_weights(backbone, model, family)
     return model
+
+
+def from_keras_hub_preset(preset: str, **kwargs: Any) -> Any:
+    """A zoo model and its tokenizer from a keras-hub preset: a folder written by
+    ``save_to_preset`` (offline), or a handle (``"kaggle://..."``, ``"hf://..."``, a preset
+    name) where keras-hub can download it.
+
+    keras-hub loads the backbone (``keras_hub.models.Backbone.from_preset``) and, where the
+    preset has one, its tokenizer (``keras_hub.models.Tokenizer.from_preset``); both go to
+    `from_keras_hub`. ``kwargs`` are `from_keras_hub_decoder`'s (or
+    `keras_posenc.convert.from_keras_hub_t5`'s).
+
+    Raises:
+        ValueError: for a preset keras-hub cannot find (one line, naming it).
+        TypeError: for a preset of another family.
+
+    Examples:
+
+        >>> import keras_hub, tempfile, os
+        >>> backbone = keras_hub.models.LlamaBackbone(
+        ...     vocabulary_size=40, num_layers=1, num_query_heads=2, num_key_value_heads=1,
+        ...     hidden_dim=8, intermediate_dim=16,
+        ... )
+        >>> folder = os.path.join(tempfile.mkdtemp(), "preset")
+        >>> backbone.save_to_preset(folder)
+        >>> model = from_keras_hub_preset(folder)
+        >>> type(model).__name__, model.tokenizer is None  # this preset has no tokenizer
+        ('DecoderLM', True)
+    """
+    import keras_hub
+
+    try:
+        backbone = keras_hub.models.Backbone.from_preset(preset)
+    except (FileNotFoundError, ValueError, OSError) as error:
+        raise ValueError(
+            f"from_keras_hub_preset: `preset` must be a folder written by save_to_preset or "
+            f"a preset handle keras-hub can download, got {preset!r} "
+            f"({type(error).__name__}: {' '.join(str(error).split()).split('. ')[0]})."
+        ) from error
+    try:  # a preset may have no tokenizer: then the model takes token ids only
+        tokenizer = keras_hub.models.Tokenizer.from_preset(preset)
+    except FileNotFoundError:
+        tokenizer = None
+    if tokenizer is not None and "T5Backbone" not in _class_names(backbone):
+        kwargs.setdefault("tokenizer", tokenizer)
+    return from_keras_hub(backbone, **kwargs)
 
 
 # keras-hub's weight paths within a block (its checkpoints' names:

@@ -5,12 +5,14 @@ library's attention core, so that every position scheme can serve in a real mode
 attention with grouped-query heads, rotary or any relative scheme, optional sliding window on
 all or some layers, query-key norms and soft-capping; a gated MLP), a final RMS norm and the
 output projection (tied to the embedding or not), with an optional final logit cap. Named
-sizes for tests and training from scratch; `keras_posenc.convert.from_keras_hub_decoder` makes
-one from keras-hub's Llama, Llama 3, Mistral, Qwen and Gemma (1, 2 and 3) backbones.
+sizes for tests and training from scratch, with the byte-level tokenizer
+(`keras_posenc.tokenizers.ByteTokenizer`), so they generate text;
+`keras_posenc.convert.from_keras_hub_decoder` makes one from keras-hub's Llama, Llama 3,
+Mistral, Qwen and Gemma (1, 2 and 3) backbones.
 
-    name               layers  d    MLP   heads  kv heads  parameters (vocab 256, tied)
-    decoder_lm_tiny    2       64   172   4      2         107,328
-    decoder_lm_small   6       256  688   8      4         4,418,816
+    name               layers  d    MLP   heads  kv heads  parameters (vocab 259, tied)
+    decoder_lm_tiny    2       64   172   4      2         107,520
+    decoder_lm_small   6       256  688   8      4         4,419,584
 
 (Parameters: ``V d`` for the tied embedding, per layer ``d (h + 2 g) d_h + h d_h d`` for
 the attention (``h`` query heads and ``g`` key/value heads of size ``d_h``), ``3 d m`` for
@@ -103,19 +105,31 @@ class DecoderLM(LanguageModel):
         pad_id: the padding id (0).
         bos_id: the start id (1).
         eos_id: the end id (2).
+        tokenizer: what ``generate`` reads and writes text with: ``"byte"``
+            (`keras_posenc.tokenizers.ByteTokenizer`, the named sizes' default), a
+            ``keras_hub`` tokenizer (a converted preset's), or None (token ids only). Its
+            start and end ids must be ``bos_id`` and ``eos_id``, its vocabulary within
+            ``vocab_size``.
         **kwargs: ``name`` and other ``keras.Model`` arguments.
 
     Examples:
 
         >>> import numpy as np
         >>> from keras_posenc import zoo
-        >>> model = zoo.create("decoder_lm_tiny", vocab_size=40, sliding_window=4)
-        >>> tuple(model(np.array([[1, 5, 6, 7]])).shape)
-        (1, 4, 40)
+        >>> model = zoo.create("decoder_lm_tiny", sliding_window=4)
+        >>> tuple(model(np.array([[1, 5, 6, 7]])).shape)  # 259 ids: the byte tokenizer's
+        (1, 4, 259)
         >>> [tuple(c.shape) for c in model.init_cache(1, 100)]  # rolling caches
         [(1, 2, 4, 2, 16), (1, 2, 4, 2, 16)]
         >>> model.generate(np.array([[1, 5, 6]]), max_length=8).shape
         (1, 8)
+        >>> type(model.generate("Hi", max_length=8)).__name__  # text in, text out
+        'str'
+
+        Token ids of another vocabulary: no tokenizer.
+
+        >>> zoo.create("decoder_lm_tiny", vocab_size=40, tokenizer=None).vocab_size
+        40
     """
 
     def __init__(
@@ -151,6 +165,7 @@ class DecoderLM(LanguageModel):
         pad_id: int = 0,
         bos_id: int = 1,
         eos_id: int = 2,
+        tokenizer: Any = None,
         **kwargs: Any,
     ) -> None:
         owner = type(self).__name__
@@ -249,6 +264,7 @@ class DecoderLM(LanguageModel):
         logits = keras.layers.Identity(dtype="float32", name="logits")(self._decode(token_ids))
         super().__init__(inputs=token_ids, outputs=logits, dtype=policy, **kwargs)
         self._init_language_model(*ids)
+        self._init_tokenizer(tokenizer)
 
     def _layer_arguments(self, layer: int, attention_sinks: int) -> dict:
         """What layer ``layer`` takes of its own: sinks where local, the global rotary."""
@@ -373,6 +389,7 @@ class DecoderLMConfig(ZooConfig):
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+    tokenizer: Any = None
     name: str | None = None
 
     def __post_init__(self) -> None:
@@ -384,12 +401,14 @@ class DecoderLMConfig(ZooConfig):
 
 #: The registered decoder-only models: zoo name -> :class:`DecoderLMConfig`. Llama's
 #: proportions (MLP about 8/3 of the width, half as many key/value heads as query heads),
-#: small enough to train here; a 256-token byte vocabulary by default.
+#: small enough to train here; the byte-level tokenizer's 259 ids (`ByteTokenizer`).
 DECODER_LM_CONFIGS: dict[str, DecoderLMConfig] = by_name([
     DecoderLMConfig(zoo_name="decoder_lm_tiny", name="decoder_lm_tiny", hidden_dim=64,
-                    intermediate_dim=172, num_heads=4, num_key_value_heads=2, num_layers=2),
+                    intermediate_dim=172, num_heads=4, num_key_value_heads=2, num_layers=2,
+                    vocab_size=259, tokenizer="byte"),
     DecoderLMConfig(zoo_name="decoder_lm_small", name="decoder_lm_small", hidden_dim=256,
-                    intermediate_dim=688, num_heads=8, num_key_value_heads=4, num_layers=6),
+                    intermediate_dim=688, num_heads=8, num_key_value_heads=4, num_layers=6,
+                    vocab_size=259, tokenizer="byte"),
 ])  # fmt: skip
 
 for _name, _config in DECODER_LM_CONFIGS.items():

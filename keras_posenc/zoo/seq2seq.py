@@ -53,7 +53,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_posenc import backend
+from keras_posenc import backend, tokenizers
 from keras_posenc.layers._checks import check_int
 from keras_posenc.zoo.adapt import ZooModel
 
@@ -141,18 +141,23 @@ class GeneratingModel:
         A thin wrapper over :func:`keras_posenc.generation.generate`; see it for
         the arguments. ``inputs``: an encoder-decoder's sources, or a language
         model's prompts (then ``max_length``, the returned length with the
-        prompt, is required).
+        prompt, is required). A model with a tokenizer also takes a string or a
+        list of strings, and returns text.
 
         Returns:
             ``(batch, max_length)`` ids (``(batch, N, max_length)`` with
             ``return_n_best=N``): an encoder-decoder's tokens after ``bos``, a
-            language model's prompt and continuation.
+            language model's prompt and continuation. For text: a string, or a
+            list of strings (of ``N`` strings each with ``return_n_best=N``),
+            special tokens removed.
         """
         from keras_posenc import generation
 
-        return generation.generate(
+        texts = tokenizers.as_texts(inputs)
+        ids = inputs if texts is None else self.encode_texts(texts, "generate")
+        result = generation.generate(
             self,
-            inputs,
+            ids,
             max_length=max_length,
             beam_size=beam_size,
             length_penalty=length_penalty,
@@ -163,6 +168,22 @@ class GeneratingModel:
             no_repeat_ngram_size=no_repeat_ngram_size,
             return_n_best=return_n_best,
         )
+        if texts is None:
+            return result
+        decoded = self.decode_texts(result, ids)
+        return decoded[0] if isinstance(inputs, str) else decoded
+
+    def encode_texts(self, texts: list[str], caller: str) -> np.ndarray:
+        """Token ids of ``texts`` for ``caller`` (``generate``); a model with a tokenizer
+        overrides it (`keras_posenc.zoo.language_model.LanguageModel`)."""
+        raise TypeError(
+            f"{type(self).__name__}.{caller}: `inputs` must be token ids; strings need a "
+            "model with a tokenizer."
+        )
+
+    def decode_texts(self, ids: np.ndarray, inputs: np.ndarray) -> list:
+        """The texts of generated ``ids`` (``inputs``: the encoded texts)."""
+        raise NotImplementedError(type(self).__name__)
 
 
 class Seq2SeqModel(GeneratingModel, FunctionalModel):
