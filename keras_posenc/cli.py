@@ -145,6 +145,9 @@ NAMING = (
     "demo), NAME.onnx, NAME.savedmodel/ (a SavedModel folder) and NAME.tflite (LiteRT); a "
     "translation model is two graphs, in NAME/: encoder.onnx, decoder_step.onnx, "
     "encoder.savedmodel/, decoder_step.savedmodel/, encoder.tflite, decoder_step.tflite. "
+    "A language model (convs2s_lm, music_transformer_*, decoder_lm_*) is one graph, its "
+    "teacher-forced pass; its decoding graphs, decoder_step and, for decoder_lm_*, prompt, "
+    "come from keras_posenc.export.export_language_model. "
     "Existing outputs are refused unless --overwrite."
 )
 SUFFIXES = {

@@ -271,3 +271,51 @@ def test_language_model_step_is_verified_on_decoded_caches(tmp_path, monkeypatch
         assert len(cache) == len(prompt_cache) and all(np.abs(c).sum() > 0 for c in cache)
     with pytest.raises(TypeError, match="must be a keras_posenc.zoo.language_model"):
         export_language_model(small_convs2s(), tmp_path / "other")
+
+
+def test_prompt_graph_is_exported_where_the_model_decodes_prompts(tmp_path, monkeypatch):
+    """decoder_lm gets the prompt graph beside the step, verified on prompts of the two
+    verification lengths and zero caches, its outputs named as the step's inputs; convs2s_lm,
+    which decodes token by token only, gets the step alone (export_model replaced by a
+    recorder: no conversion)."""
+    from keras_posenc import export, zoo
+    from keras_posenc.export import decoding
+    from keras_posenc.zoo.language_model import LanguageModelPrompt
+
+    recorded = {}
+
+    def record(graph, path, **kwargs):
+        recorded[graph.name] = kwargs
+        open(path, "wb").close()
+        return export.ExportReport(kwargs["format"], path, "recorded", [], [])
+
+    monkeypatch.setattr(decoding, "export_model", record)
+    lm = small_lm()
+    assert set(export_language_model(lm, tmp_path / "convs2s_lm")) == {"decoder_step"}
+    assert not lm.decodes_prompts
+    with pytest.raises(NotImplementedError, match="ConvS2SLanguageModel does not implement"):
+        lm.decode_prompt(np.ones((1, 2), "int32"), lm.init_cache(1, 4), 0)
+    with pytest.raises(TypeError, match="LanguageModelPrompt: `language_model` must implement"):
+        LanguageModelPrompt(lm)
+
+    recorded.clear()
+    keras.utils.set_random_seed(0)
+    model = zoo.create("decoder_lm_tiny", vocab_size=30, sliding_window=3, global_every=2)
+    reports = export_language_model(model, tmp_path / "decoder_lm")
+    assert set(reports) == set(recorded) == {"decoder_step", "prompt"}
+    assert (tmp_path / "decoder_lm" / "prompt.onnx").exists()
+    cache = ["cache_transformer_layer_0", "cache_transformer_layer_1"]
+    prompt = recorded["prompt"]
+    assert prompt["input_names"] == ["token_ids", *cache]
+    assert prompt["output_names"] == ["logits", *(f"new_{n}" for n in cache)]
+    assert prompt["output_names"] == recorded["decoder_step"]["output_names"]
+    assert [spec.shape for spec in prompt["input_signature"]] == [
+        (None, None),
+        (None, 2, 3, 2, 16),  # the local layer's rolling cache: a fixed length
+        (None, 2, None, 2, 16),
+    ]
+    for tokens, *zeros in prompt["verify_inputs"]:
+        assert tokens.dtype == np.int32 and (tokens > model.eos_id).all()
+        assert tokens.shape in ((2, 7), (2, 11))
+        assert [z.shape[2] for z in zeros] == [3, tokens.shape[1] + 2]
+        assert all(not z.any() for z in zeros)

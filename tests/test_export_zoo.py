@@ -216,6 +216,19 @@ def declared_graphs(model: keras.Model) -> dict[str, tuple[list, list]]:
                     )
                 ],
             )
+        if getattr(model, "decodes_prompts", False):  # and its prompt graph
+            prompt_in, prompt_out = language_model.prompt_names(model)
+            specs = language_model.prompt_signature(model)
+            logits = [(None, None, model.vocab_size), "float32"]
+            graphs["prompt"] = (
+                [(n, s.shape, s.dtype) for n, s in zip(prompt_in, specs, strict=True)],
+                [
+                    (n, *spec)
+                    for n, spec in zip(
+                        prompt_out, [logits, *([s.shape, s.dtype] for s in specs[1:])], strict=True
+                    )
+                ],
+            )
         return graphs
     names = decoding_names(model)
     (encoder_spec,), step_specs = decoding_signatures(model)

@@ -1,6 +1,7 @@
 """Decoding graphs: a sequence-to-sequence model as an encoder graph and a one-step decoder
-graph (:func:`export_seq2seq`), a language model as its step graph
-(:func:`export_language_model`), each verified on the inputs decoding produces."""
+graph (:func:`export_seq2seq`), a language model as its step graph and, where it decodes
+prompts in one call, its prompt graph (:func:`export_language_model`), each verified on the
+inputs decoding produces."""
 
 from __future__ import annotations
 
@@ -112,31 +113,51 @@ def export_language_model(
     check_memory: bool = True,
     overwrite: bool = False,
 ) -> dict[str, ExportReport]:
-    """Exports a decoder-only zoo model's decoding step as a graph of its own.
+    """Exports a decoder-only zoo model's decoding step, and its prompt graph, as graphs.
 
-    The graph is :class:`~keras_posenc.zoo.language_model.LanguageModelStep`,
+    The step graph is :class:`~keras_posenc.zoo.language_model.LanguageModelStep`,
     ``[token_ids, index, *cache] -> [logits, *new_cache]``, exported and
     verified by :func:`export_model`, as :func:`export_seq2seq` exports an
-    encoder-decoder's step. A runtime generates with it as
-    :mod:`keras_posenc.generation` does: the cache starts as zeros (its
-    shapes are in the report), feed the prompt's tokens at indices 0, 1, ...
-    then each chosen token, passing the returned cache back in. Inputs and
-    outputs are named by :func:`keras_posenc.zoo.language_model.decoding_names`
-    (``convs2s_lm``: ``cache_decoder_conv_<i>``, one per convolution).
+    encoder-decoder's step. A model whose ``decodes_prompts`` is True
+    (``decoder_lm_*``) also gets the prompt graph
+    :class:`~keras_posenc.zoo.language_model.LanguageModelPrompt`,
+    ``[token_ids, *cache] -> [logits, *new_cache]``, which writes a
+    ``(batch, time)`` prompt from position 0 in one call and returns the logits
+    of every position. Inputs and outputs are named by
+    :func:`keras_posenc.zoo.language_model.decoding_names` and
+    :func:`~keras_posenc.zoo.language_model.prompt_names` (``convs2s_lm``:
+    ``cache_decoder_conv_<i>``, one per convolution; ``decoder_lm_*``:
+    ``cache_transformer_layer_<i>``); each graph's ``new_<name>`` outputs feed
+    the next graph's ``<name>`` inputs.
+
+    A runtime generates as :mod:`keras_posenc.generation` does: the cache
+    starts as zeros, as long as the whole generation (its shapes are in the
+    reports). With the prompt graph, run it once on the first ``P`` tokens of
+    every prompt, ``P`` the shortest prompt's length (the whole prompts when
+    their lengths are equal): its last logits choose the token at ``P`` of
+    the rows whose prompt ends there. Then run the step graph at indices
+    ``P, P + 1, ...`` on each row's token at that index (a prompt token while
+    the row's prompt lasts, else the chosen one), passing the returned cache
+    back in. Without the prompt graph, the steps start at index 0.
 
     Args:
         model: a :class:`~keras_posenc.zoo.language_model.LanguageModel`.
-        directory: folder for ``decoder_step`` (``.onnx`` or ``.savedmodel``).
+        directory: folder for ``decoder_step`` and ``prompt`` (``.onnx``,
+            ``.savedmodel`` or ``.tflite``).
         format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
-        verify: verify the graph as :func:`export_model` does, on the cache that
-            decoding random prompts of two lengths leaves.
+        verify: verify each graph as :func:`export_model` does: the step on the
+            cache that decoding random prompts of two lengths leaves, the prompt
+            graph on random prompts of those lengths and zero caches.
         atol: the verification tolerance's absolute part.
         rtol: its relative part.
         check_memory: as in :func:`export_model`.
-        overwrite: replace an existing ``decoder_step`` artifact in ``directory``.
+        overwrite: replace existing ``decoder_step`` / ``prompt`` artifacts in
+            ``directory``. All graphs are written to a temporary folder and moved
+            into ``directory`` only after each has verified.
 
     Returns:
-        ``{"decoder_step": report}``.
+        ``{"decoder_step": report}``, and ``"prompt": report`` where the model
+        decodes prompts.
 
     Raises:
         TypeError: if ``model`` is not a language model.
@@ -145,9 +166,12 @@ def export_language_model(
     """
     from keras_posenc.zoo.language_model import (
         LanguageModel,
+        LanguageModelPrompt,
         LanguageModelStep,
         decoding_names,
         decoding_signatures,
+        prompt_names,
+        prompt_signature,
     )
 
     if not isinstance(model, LanguageModel):
@@ -164,10 +188,30 @@ def export_language_model(
         )
     }
     names = {"decoder_step": decoding_names(model)}
+    if model.decodes_prompts:
+        graphs["prompt"] = (
+            LanguageModelPrompt(model, name="prompt"),
+            prompt_signature(model),
+            _prompt_inputs(model) if verify else None,
+        )
+        names["prompt"] = prompt_names(model)
     options = dict(verify=verify, atol=atol, rtol=rtol, check_memory=check_memory)
     return _export_graphs(
         "export_language_model", graphs, names, directory, format, overwrite, **options
     )
+
+
+def _prompt_inputs(model: Any) -> list:
+    """Verification inputs of a language model's prompt graph: for each verification length,
+    random prompts of that length and zero caches two positions longer (room for steps)."""
+    rng = np.random.default_rng(1)
+    low = model.eos_id + 1
+    runs = []
+    for length in _VERIFY_LENGTHS:
+        prompt = rng.integers(low, model.vocab_size, (_VERIFY_BATCH, length)).astype("int32")
+        cache = model.init_cache(_VERIFY_BATCH, length + 2)
+        runs.append([prompt, *(keras.ops.convert_to_numpy(t) for t in cache)])
+    return runs
 
 
 def _language_model_inputs(model: Any) -> list:

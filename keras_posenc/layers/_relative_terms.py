@@ -16,6 +16,14 @@ from keras import ops
 from keras_posenc import backend
 
 
+def _empty(length: Any) -> bool:
+    """Whether a run of keys is known to be empty. A length only known when running (a
+    rolling cache's window and new keys, in a graph traced with a dynamic number of queries:
+    the exported prompt graph, keras_posenc/zoo/language_model.py) holds the window's keys
+    at least, so it is not; `if length` on it would fail in a TensorFlow graph."""
+    return isinstance(length, int) and length == 0
+
+
 class RelativeTerms:
     """The relative terms, as methods of `MultiHeadRelativeAttention`.
 
@@ -52,9 +60,13 @@ class RelativeTerms:
         """
         if len(runs) == 1:
             return self._relative_logits(q, query_length, *runs[0])
-        parts = [self._relative_logits(q, query_length, *run, skew=False) for run in runs if run[0]]
         if self.relative is None:
             return None
+        parts = [
+            self._relative_logits(q, query_length, *run, skew=False)
+            for run in runs
+            if not _empty(run[0])
+        ]
         return parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
 
     def _relative_value_term_of_runs(
@@ -65,7 +77,7 @@ class RelativeTerms:
             return self._relative_value_term(probabilities, query_length, *runs[0])
         total, start = None, 0
         for length, offset in runs:
-            if length == 0:
+            if _empty(length):
                 continue
             term = self._relative_value_term(
                 probabilities[..., start : start + length], query_length, length, offset

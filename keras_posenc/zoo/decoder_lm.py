@@ -314,12 +314,36 @@ class DecoderLM(LanguageModel):
         )
 
     def decode_step(self, token_ids: Any, cache: tuple, index: Any) -> tuple:
-        x = self._embed(ops.reshape(ops.cast(token_ids, "int32"), (-1, 1)))
+        # The prompt's path on one token: one implementation, and the same operations as a
+        # step of its own (a reshape to (batch, 1), the blocks, the logits' first row).
+        logits, new_cache = self.decode_prompt(ops.reshape(token_ids, (-1, 1)), cache, index)
+        return logits[:, 0], new_cache
+
+    decodes_prompts = True
+
+    def decode_prompt(self, token_ids: Any, cache: tuple, index: Any) -> tuple:
+        """``(logits (batch, T, vocab_size) float32, new_cache)``: the ``(batch, T)`` tokens
+        at ``index .. index + T - 1`` written in one call, as ``T`` calls of ``decode_step``.
+
+        Every `DecoderBlock` writes ``T`` rows of its cache from ``index`` (a rolling cache
+        keeps the last ``sliding_window`` of them, however long the prompt).
+
+        Examples:
+
+            >>> import numpy as np
+            >>> from keras_posenc import zoo
+            >>> model = zoo.create("decoder_lm_tiny", vocab_size=40, sliding_window=3)
+            >>> ids = np.array([[1, 5, 6, 7, 8]], "int32")
+            >>> logits, cache = model.decode_prompt(ids, model.init_cache(1, 8), 0)
+            >>> bool(np.allclose(logits, model(ids), atol=1e-5))
+            True
+        """
+        x = self._embed(ops.cast(token_ids, "int32"))
         new_cache = []
         for block, buffer in zip(self.transformer_layers, cache, strict=True):
             x, buffer = block(x, cache=buffer, cache_update_index=index)
             new_cache.append(buffer)
-        return self._logits(x)[:, 0], tuple(new_cache)
+        return self._logits(x), tuple(new_cache)
 
     def get_config(self) -> dict:
         arguments = dict(self._block_arguments)

@@ -17,9 +17,22 @@ the sequence-to-sequence contract (:mod:`keras_posenc.zoo.seq2seq`):
   ``logits`` is ``(batch, vocab_size)`` float32, the prediction of the token
   at ``index + 1``. It must equal the full pass at every position.
 
+A model whose layers take several tokens at once with a cache (``DecoderLM``)
+also has, with the class attribute ``decodes_prompts`` True,
+
+- ``decode_prompt(token_ids, cache, index) -> (logits, cache)``: ``token_ids``
+  is ``(batch, T)``, the tokens at positions ``index .. index + T - 1``, all
+  written in one call; ``logits`` is ``(batch, T, vocab_size)`` float32. It
+  must equal ``T`` calls of ``decode_step`` (and so the full pass). The
+  exported :class:`LanguageModelPrompt` graph runs it from index 0, so a
+  runtime feeds a prompt in one call instead of token by token. Other models
+  (``convs2s_lm``, ``music_transformer_*``) leave ``decodes_prompts`` False and
+  their ``decode_prompt`` raises ``NotImplementedError``.
+
 ``step_constants()`` / ``step_scope()`` and ``reorder_cache`` work as on
 :class:`~keras_posenc.zoo.seq2seq.Seq2SeqModel`; ``cache_names()`` names the
-cache tensors (the exported step graph's inputs, :func:`decoding_names`).
+cache tensors (the exported graphs' inputs, :func:`decoding_names` and
+:func:`prompt_names`).
 
 Token ids: ``pad_id`` (0) pads prompts on the right, ``bos_id`` (1) is the
 usual first token of a prompt, ``eos_id`` (2) ends a generated text.
@@ -46,7 +59,15 @@ from keras_posenc.zoo.seq2seq import (
     step_signature,
 )
 
-__all__ = ["LanguageModel", "LanguageModelStep", "decoding_names", "decoding_signatures"]
+__all__ = [
+    "LanguageModel",
+    "LanguageModelPrompt",
+    "LanguageModelStep",
+    "decoding_names",
+    "decoding_signatures",
+    "prompt_names",
+    "prompt_signature",
+]
 
 
 class LanguageModel(GeneratingModel, FunctionalModel):
@@ -55,11 +76,13 @@ class LanguageModel(GeneratingModel, FunctionalModel):
     Subclasses build their layers, call :meth:`_init_language_model` with the
     vocabulary, token ids and position limit, build the functional graph and
     pass it to ``keras.Model.__init__``; they implement ``init_cache`` and
-    ``decode_step`` (see the module docstring).
+    ``decode_step``, and may implement ``decode_prompt`` (see the module docstring).
 
     Attributes:
         is_decoder_only: a class attribute, True: how :mod:`keras_posenc.generation`
             tells a language model from an encoder-decoder.
+        decodes_prompts: a class attribute, whether the model implements
+            :meth:`decode_prompt` (False here; ``DecoderLM``: True).
         vocab_size: number of token ids (the logits' width).
         pad_id, bos_id, eos_id: the special token ids.
         max_length: the longest sequence the model accepts (its position
@@ -70,6 +93,7 @@ class LanguageModel(GeneratingModel, FunctionalModel):
     """
 
     is_decoder_only = True
+    decodes_prompts = False
 
     def _init_language_model(
         self, vocab_size: int, pad_id: int, bos_id: int, eos_id: int, max_length: int | None
@@ -93,6 +117,15 @@ class LanguageModel(GeneratingModel, FunctionalModel):
     def decode_step(self, token_ids: Any, cache: tuple, index: Any) -> tuple:
         """``(logits (batch, vocab_size) float32, new_cache)`` for the token at ``index``."""
         raise NotImplementedError(f"{type(self).__name__} does not implement `decode_step`.")
+
+    def decode_prompt(self, token_ids: Any, cache: tuple, index: Any) -> tuple:
+        """``(logits (batch, T, vocab_size) float32, new_cache)`` for the ``(batch, T)``
+        tokens at ``index .. index + T - 1``, equal to ``T`` calls of ``decode_step``;
+        only where ``decodes_prompts`` is True."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement `decode_prompt` (its "
+            f"`decodes_prompts` is False): feed a prompt token by token with `decode_step`."
+        )
 
     def step_constants(self) -> tuple:
         """Tensors computed from the weights alone that every decoding step reads (none)."""
@@ -248,6 +281,55 @@ class LanguageModelStep(keras.Model):
         return cls(language_model, **config)
 
 
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class LanguageModelPrompt(keras.Model):
+    """A prompt decoded in one call by a :class:`LanguageModel` (for export).
+
+    ``prompt([token_ids, *cache])`` returns ``[logits, *new_cache]``:
+    ``token_ids`` is ``(batch, time)`` int32, the prompts' tokens written from
+    position 0 (``model.decode_prompt(token_ids, cache, 0)``), ``cache`` the
+    tensors of ``model.init_cache`` (zeros, as long as the whole generation)
+    and ``logits`` ``(batch, time, vocab_size)`` float32. The returned cache
+    feeds :class:`LanguageModelStep` at index ``time``. For a model whose
+    ``decodes_prompts`` is True.
+
+    Args:
+        language_model: the :class:`LanguageModel` (its weights are shared).
+        **kwargs: ``keras.Model`` arguments.
+
+    Raises:
+        TypeError: if ``language_model`` does not implement ``decode_prompt``.
+    """
+
+    def __init__(self, language_model: LanguageModel, **kwargs: Any) -> None:
+        if not getattr(language_model, "decodes_prompts", False):
+            raise TypeError(
+                "LanguageModelPrompt: `language_model` must implement `decode_prompt` "
+                f"(`decodes_prompts` True, e.g. DecoderLM); got "
+                f"{type(language_model).__name__}."
+            )
+        super().__init__(**kwargs)
+        self.language_model = language_model
+
+    def call(self, inputs: list) -> list:
+        token_ids, *cache = inputs
+        logits, new_cache = self.language_model.decode_prompt(token_ids, tuple(cache), 0)
+        return [logits, *new_cache]
+
+    def get_config(self) -> dict:
+        return {
+            "name": self.name,
+            "language_model": keras.saving.serialize_keras_object(self.language_model),
+        }
+
+    @classmethod
+    def from_config(cls, config: dict) -> LanguageModelPrompt:
+        config = dict(config)
+        language_model = keras.saving.deserialize_keras_object(config.pop("language_model"))
+        config.pop("trainable", None)
+        return cls(language_model, **config)
+
+
 def decoding_names(model: LanguageModel) -> tuple[list[str], list[str]]:
     """Input and output names of the exported step graph of a :class:`LanguageModel`.
 
@@ -270,3 +352,30 @@ def decoding_signatures(model: LanguageModel) -> list:
     """The input signature of :class:`LanguageModelStep`: a dynamic batch axis, and a
     dynamic cache axis wherever it follows the decoded length (:func:`step_signature`)."""
     return step_signature(decoding_names(model)[0], model.init_cache(1, 3), model.init_cache(1, 5))
+
+
+def prompt_names(model: LanguageModel) -> tuple[list[str], list[str]]:
+    """Input and output names of the exported prompt graph (:class:`LanguageModelPrompt`).
+
+    As :func:`decoding_names` without ``index``: ``token_ids`` and the cache in,
+    ``logits`` and ``new_<name>`` for each cache tensor out, so the prompt
+    graph's outputs feed the step graph's inputs by name.
+
+    Examples:
+
+        >>> from keras_posenc import zoo
+        >>> inputs, outputs = prompt_names(zoo.create("decoder_lm_tiny", vocab_size=40))
+        >>> inputs
+        ['token_ids', 'cache_transformer_layer_0', 'cache_transformer_layer_1']
+        >>> outputs[:2]
+        ['logits', 'new_cache_transformer_layer_0']
+    """
+    (token, _, *cache), outputs = decoding_names(model)
+    return [token, *cache], outputs
+
+
+def prompt_signature(model: LanguageModel) -> list:
+    """The input signature of :class:`LanguageModelPrompt`: ``token_ids`` with dynamic
+    batch and time axes, and the cache as :func:`decoding_signatures` gives it."""
+    _, _, *cache = decoding_signatures(model)
+    return [keras.InputSpec(shape=(None, None), dtype="int32", name="token_ids"), *cache]

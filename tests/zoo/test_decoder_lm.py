@@ -1,8 +1,9 @@
 """The decoder-only family (``decoder_lm_*``, issue 50): parameter counts derived by hand,
 cached decoding equal to the full pass with every decoder option (windows on some layers with
 rolling caches, sinks, relative schemes instead of rotary, soft caps, Gemma 2's norms, Gemma
-3's rotary of the global layers), the config and ``.keras`` round trips, generation, and the
-errors."""
+3's rotary of the global layers), prompts decoded in one call, the config and ``.keras``
+round trips, generation (beam search's n-best lists), the errors, and the exported prompt
+and step graphs generating Keras' tokens."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_posenc import zoo
+from keras_posenc import generation, zoo
 from keras_posenc.layers import RotaryPositions
 from keras_posenc.zoo.decoder_lm import DecoderLM
 
@@ -109,6 +110,58 @@ def test_cached_steps_equal_the_full_pass(options):
     np.testing.assert_allclose(np.stack(steps, axis=1), full, atol=2e-5)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param(OPTIONS["mistral_sinks"], id="mistral_sinks"),
+        pytest.param(OPTIONS["gemma3"], id="gemma3", marks=pytest.mark.matrix),
+        pytest.param(
+            dict(rotary=None, relative="bias", position="t5_decoder", sliding_window=3),
+            id="t5_bias_window",
+            marks=pytest.mark.matrix,
+        ),
+    ],
+)
+def test_decode_prompt_equals_the_full_pass_and_the_steps(options):
+    # Windows of 3 (rolling caches of 3 or 4 positions): the first call writes 6 positions,
+    # more than a rolling cache holds, the second one 3 more from index 6.
+    model = tiny(**options)
+    assert model.decodes_prompts
+    ids = np.random.default_rng(1).integers(3, VOCAB, (2, 9)).astype("int32")
+    full = ops.convert_to_numpy(model(ids))
+    step_cache = model.init_cache(2, 12)
+    for t in range(9):
+        _, step_cache = model.decode_step(ids[:, t], step_cache, t)
+    first, cache = model.decode_prompt(ids[:, :6], model.init_cache(2, 12), 0)
+    second, cache = model.decode_prompt(ids[:, 6:], cache, 6)
+    assert tuple(first.shape) == (2, 6, VOCAB)
+    assert keras.backend.standardize_dtype(first.dtype) == "float32"
+    logits = np.concatenate([ops.convert_to_numpy(first), ops.convert_to_numpy(second)], axis=1)
+    np.testing.assert_allclose(logits, full, atol=2e-5)
+    for prompted, stepped in zip(cache, step_cache, strict=True):
+        assert prompted.shape == stepped.shape
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(prompted), ops.convert_to_numpy(stepped), atol=2e-5
+        )
+
+
+def test_beam_search_returns_the_n_best():
+    model = tiny(sliding_window=3)
+    prompt = np.array([[1, 5, 6], [1, 9, 0]], "int32")
+    n_best = model.generate(prompt, max_length=8, beam_size=4, return_n_best=3)
+    assert n_best.shape == (2, 3, 8)
+    np.testing.assert_array_equal(n_best[:, 0], model.generate(prompt, max_length=8, beam_size=4))
+    tokens, scores = generation.beam_search(
+        model, prompt, beam_size=4, max_length=8, return_n_best=3
+    )
+    np.testing.assert_array_equal(tokens, n_best)
+    assert scores.shape == (2, 3) and np.all(np.diff(scores, axis=1) <= 0)
+    for row in range(2):
+        assert len({tuple(hypothesis) for hypothesis in n_best[row]}) == 3  # distinct
+    # Every hypothesis starts with its row's prompt (the second row's ends in padding).
+    assert (n_best[:, :, :2] == prompt[:, None, :2]).all() and (n_best[0, :, 2] == 6).all()
+
+
 def test_windowed_layers_keep_rolling_caches():
     model = tiny(sliding_window=4, global_every=2, attention_sinks=1)
     shapes = [tuple(cache.shape) for cache in model.init_cache(3, 1000)]
@@ -162,13 +215,52 @@ def test_errors_name_the_class_and_argument(kwargs, message):
         DecoderLM(vocab_size=VOCAB, **kwargs)
 
 
-# Large: one ONNX export with tf2onnx and its verification took about 10 s.
+def onnx_prompt_then_steps(reports, model, prompt, max_length):
+    """Greedy continuation of right-padded prompts with the two ONNX graphs alone, as the
+    docstring of export_language_model tells a runtime: the prompt graph on the first P
+    tokens of every row (P the shortest prompt's length), then steps from index P, feeding
+    each row's prompt token while it lasts, else the chosen one."""
+    import onnxruntime
+
+    options = {"providers": ["CPUExecutionProvider"]}
+    first = onnxruntime.InferenceSession(reports["prompt"].path, **options)
+    step = onnxruntime.InferenceSession(reports["decoder_step"].path, **options)
+    names = [spec.name for spec in step.get_inputs() if spec.name.startswith("cache_")]
+    outputs = ["logits", *(f"new_{name}" for name in names)]
+    cache = {  # zeros; a dynamic cache axis is the whole generation's length
+        spec.name: np.zeros(
+            [len(prompt), *(d if isinstance(d, int) else max_length for d in spec.shape[1:])],
+            np.float32,
+        )
+        for spec in first.get_inputs()
+        if spec.name in names
+    }
+    lengths = (prompt != model.pad_id).sum(axis=1)
+    shortest = int(lengths.min())
+    logits, *new = first.run(outputs, {"token_ids": prompt[:, :shortest], **cache})
+    logits, cache = logits[:, -1], dict(zip(names, new))
+    sequence = [prompt[:, i] for i in range(shortest)]
+    for index in range(shortest, max_length):
+        logits[:, [model.pad_id, model.bos_id, model.eos_id]] = -np.inf  # eos: min_length
+        chosen = logits.argmax(-1).astype(np.int32)
+        given = prompt[:, index] if index < prompt.shape[1] else chosen
+        sequence.append(np.where(index < lengths, given, chosen).astype(np.int32))
+        if index + 1 < max_length:
+            feed = {"token_ids": sequence[-1], "index": np.array([index], np.int32), **cache}
+            logits, *new = step.run(outputs, feed)
+            cache = dict(zip(names, new))
+    return np.stack(sequence, axis=1)
+
+
+# Large: one ONNX export of two graphs with tf2onnx, their verification and the generation
+# took about 13 s on TensorFlow.
 @pytest.mark.large
-def test_onnx_decoding_step_with_rolling_caches_equals_keras(tmp_path):
+def test_onnx_prompt_and_step_graphs_generate_the_keras_tokens(tmp_path):
     # Rolling caches (window 3 + 1 sink) in local layers, a full one in the global layer,
-    # one key/value head, caps and query-key norms: the step graph is verified against
-    # Keras on caches that decoding past the window leaves (export_language_model raises
-    # when they differ).
+    # one key/value head, caps and query-key norms: each graph is verified against Keras
+    # (export_language_model raises when they differ), the step on caches that decoding
+    # past the window leaves; then both generate Keras' greedy tokens from prompts longer
+    # than the rolling caches, of two lengths.
     from keras_posenc.export import export_language_model
 
     model = tiny(
@@ -180,7 +272,13 @@ def test_onnx_decoding_step_with_rolling_caches_equals_keras(tmp_path):
         final_logit_soft_cap=3.0,
         query_key_norm="rms",
     )
-    report = export_language_model(model, tmp_path)["decoder_step"]
-    assert report.max_abs_difference is not None and report.max_abs_difference <= 1e-4
-    shapes = [shape for name, shape, _ in report.inputs if name.startswith("cache_")]
-    assert shapes[0][2] == 4  # the rolling cache keeps its length in the graph
+    reports = export_language_model(model, tmp_path)
+    assert set(reports) == {"decoder_step", "prompt"}
+    for report in reports.values():
+        assert report.max_abs_difference is not None and report.max_abs_difference <= 1e-4
+        shapes = [shape for name, shape, _ in report.inputs if name.startswith("cache_")]
+        assert shapes[0][2] == 4  # the rolling cache keeps its length in the graph
+    assert [name for name, _, _ in reports["prompt"].inputs][0] == "token_ids"
+    prompt = np.array([[1, 5, 6, 7, 8, 9, 10], [1, 9, 9, 4, 3, 0, 0]], np.int32)
+    expected = generation.greedy_search(model, prompt, max_length=12, min_length=12)
+    np.testing.assert_array_equal(onnx_prompt_then_steps(reports, model, prompt, 12), expected)
