@@ -300,7 +300,9 @@ def test_prompt_graph_is_exported_where_the_model_decodes_prompts(tmp_path, monk
 
     recorded.clear()
     keras.utils.set_random_seed(0)
-    model = zoo.create("decoder_lm_tiny", vocab_size=30, sliding_window=3, global_every=2)
+    model = zoo.create(
+        "decoder_lm_tiny", vocab_size=30, tokenizer=None, sliding_window=3, global_every=2
+    )
     reports = export_language_model(model, tmp_path / "decoder_lm")
     assert set(reports) == set(recorded) == {"decoder_step", "prompt"}
     assert (tmp_path / "decoder_lm" / "prompt.onnx").exists()

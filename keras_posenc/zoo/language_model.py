@@ -364,7 +364,7 @@ def prompt_names(model: LanguageModel) -> tuple[list[str], list[str]]:
     Examples:
 
         >>> from keras_posenc import zoo
-        >>> inputs, outputs = prompt_names(zoo.create("decoder_lm_tiny", vocab_size=40))
+        >>> inputs, outputs = prompt_names(zoo.create("decoder_lm_tiny"))
         >>> inputs
         ['token_ids', 'cache_transformer_layer_0', 'cache_transformer_layer_1']
         >>> outputs[:2]
