@@ -36,6 +36,7 @@ from keras_posenc.layers._checks import (
     check_rate,
 )
 from keras_posenc.layers._memory import check_allocation
+from keras_posenc.layers._relative_arguments import check_rotary
 from keras_posenc.layers.decoder_block import DecoderBlock
 from keras_posenc.layers.rotary import RotaryPositions
 from keras_posenc.zoo.config import ZooConfig, by_name
@@ -198,7 +199,7 @@ class DecoderLM(LanguageModel):
                 f"`global_every` chooses; pass `global_every` too, got "
                 f"global_rotary={global_rotary!r}."
             )
-        self.global_rotary = global_rotary
+        self.global_rotary = check_rotary(owner, global_rotary)
         self.final_logit_soft_cap = (
             None
             if final_logit_soft_cap is None
@@ -367,13 +368,15 @@ class DecoderLM(LanguageModel):
             "dropout": self.dropout,
             "max_length": self.max_length,
             **self._language_model_config(),
+            # The layers' policy ("mixed_bfloat16", ...): the functional model's own stays
+            # float32, so a .keras file would otherwise rebuild the layers in float32.
+            "dtype": keras.dtype_policies.serialize(self.token_embedding.dtype_policy),
         }
 
     @classmethod
     def from_config(cls, config: dict) -> DecoderLM:
         config = dict(config)
-        for key in ("trainable", "dtype"):
-            config.pop(key, None)
+        config.pop("trainable", None)
         return cls(**config)
 
 
