@@ -43,8 +43,10 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_posenc.layers import position_schemes
 from keras_posenc.layers._checks import check_bool, check_int, check_positive_number, check_rate
 from keras_posenc.layers._memory import check_allocation
+from keras_posenc.layers._relative_arguments import check_rotary
 from keras_posenc.layers.position_schemes import ClipPositions
 from keras_posenc.layers.relative_transformer import RelativeTransformerEncoder
 from keras_posenc.layers.relative_transformer_decoder import RelativeTransformerDecoder
@@ -98,7 +100,16 @@ class _RelativeStack:
         normalize_first: Any,
         layer_norm_epsilon: Any,
         policy: Any,
+        relative: Any = "keys",
+        position: Any = None,
+        rotary: Any = None,
     ) -> None:
+        self.relative = relative
+        # None: the papers' clipped distances (ClipPositions(max_distance)) where there is a
+        # relative term; another scheme (ALiBi, T5's buckets, ...) replaces them
+        # (keras_posenc/zoo/transplant.py). The blocks check every combination.
+        self.position = None if position is None else position_schemes.get(position, owner)
+        self.rotary = check_rotary(owner, rotary)
         self.hidden_dim = check_int(owner, "hidden_dim", hidden_dim, 1)
         self.intermediate_dim = check_int(owner, "intermediate_dim", intermediate_dim, 1)
         self.num_heads = check_int(owner, "num_heads", num_heads, 1)
@@ -133,9 +144,16 @@ class _RelativeStack:
             activation="relu",
             layer_norm_epsilon=self.layer_norm_epsilon,
             normalize_first=self.normalize_first,
-            position=ClipPositions(self.max_distance),
+            relative=self.relative,
+            position=self._scheme(),
+            rotary=self.rotary,
             dtype=policy,
         )
+
+    def _scheme(self) -> Any:
+        if self.position is not None or self.relative is None:
+            return self.position
+        return ClipPositions(self.max_distance)
 
     def _final_norm(self, name: str, policy: Any) -> Any:
         """A pre-norm stack's last layer norm (None for post-norm, whose blocks end normed)."""
@@ -167,6 +185,9 @@ class _RelativeStack:
             "dropout": self.dropout,
             "normalize_first": self.normalize_first,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "relative": self.relative,
+            "position": keras.saving.serialize_keras_object(self.position),
+            "rotary": keras.saving.serialize_keras_object(self.rotary),
         }
 
 
@@ -220,6 +241,13 @@ class ShawTransformer(_RelativeStack, Seq2SeqModel):
         pad_id: padding id (0).
         bos_id: the id every target starts with (1).
         eos_id: the id that ends a target (2).
+        relative: the self-attention's relative mode (default ``"keys_values"``, the paper's);
+            None for none (then ``rotary`` or nothing: NoPE).
+        position: the relative term's scheme; None (default) for the paper's clipped
+            distances, ``ClipPositions(max_distance)``. Another (``"alibi"``,
+            ``"t5_decoder"``, ...) with ``relative="bias"`` is a transplant
+            (`keras_posenc.zoo.transplant`).
+        rotary: a `RotaryPositions` on every self-attention, or None (default).
         **kwargs: ``name`` and other ``keras.Model`` arguments.
 
     Examples:
@@ -258,6 +286,9 @@ class ShawTransformer(_RelativeStack, Seq2SeqModel):
         pad_id: int = 0,
         bos_id: int = 1,
         eos_id: int = 2,
+        relative: str | None = "keys_values",
+        position: Any = None,
+        rotary: Any = None,
         **kwargs: Any,
     ) -> None:
         owner = type(self).__name__
@@ -290,8 +321,11 @@ class ShawTransformer(_RelativeStack, Seq2SeqModel):
             normalize_first,
             layer_norm_epsilon,
             policy,
+            relative,
+            position,
+            rotary,
         )
-        blocks = dict(self._block_arguments(policy), relative="keys_values")
+        blocks = self._block_arguments(policy)
         self.encoder_blocks = [
             RelativeTransformerEncoder(**blocks, name=f"encoder_layer_{i}")
             for i in range(self.num_layers)
@@ -448,6 +482,13 @@ class MusicTransformer(_RelativeStack, LanguageModel):
         pad_id: padding id (0).
         bos_id: the usual first id of a prompt (1).
         eos_id: the id that ends a sequence (2).
+        relative: the self-attention's relative mode (default ``"keys"``, the paper's);
+            None for none (then ``rotary`` or nothing: NoPE).
+        position: the relative term's scheme; None (default) for the paper's clipped
+            distances, ``ClipPositions(max_distance)``. Another (``"alibi"``,
+            ``"t5_decoder"``, ...) with ``relative="bias"`` is a transplant
+            (`keras_posenc.zoo.transplant`).
+        rotary: a `RotaryPositions` on every self-attention, or None (default).
         **kwargs: ``name`` and other ``keras.Model`` arguments.
 
     Examples:
@@ -483,6 +524,9 @@ class MusicTransformer(_RelativeStack, LanguageModel):
         pad_id: int = 0,
         bos_id: int = 1,
         eos_id: int = 2,
+        relative: str | None = "keys",
+        position: Any = None,
+        rotary: Any = None,
         **kwargs: Any,
     ) -> None:
         owner = type(self).__name__
@@ -502,8 +546,13 @@ class MusicTransformer(_RelativeStack, LanguageModel):
             normalize_first,
             layer_norm_epsilon,
             policy,
+            relative,
+            position,
+            rotary,
         )
-        blocks = dict(self._block_arguments(policy), relative="keys", relative_logits="skew")
+        blocks = self._block_arguments(policy)
+        if self.relative == "keys" and self.position is None:  # the paper's clipped keys
+            blocks["relative_logits"] = "skew"
         self.decoder_blocks = [
             RelativeTransformerDecoder(**blocks, name=f"decoder_layer_{i}")
             for i in range(self.num_layers)
@@ -583,6 +632,9 @@ class _RelativeConfig(ZooConfig):
     dropout: float = 0.1
     normalize_first: bool = True
     layer_norm_epsilon: float = 1e-6
+    # The position scheme where it is not the paper's (keras_posenc/zoo/transplant.py).
+    position: Any = None
+    rotary: Any = None
     # The special ids and the model.
     pad_id: int = 0
     bos_id: int = 1
@@ -606,6 +658,7 @@ class ShawTransformerConfig(_RelativeConfig):
     num_decoder_layers: int | None = None
     max_source_length: int | None = None
     max_target_length: int | None = None
+    relative: str | None = "keys_values"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -614,6 +667,7 @@ class MusicTransformerConfig(_RelativeConfig):
 
     num_events: int = 388
     max_distance: int = 2048
+    relative: str | None = "keys"
 
 
 #: The registered Shaw et al. Transformers: zoo name -> :class:`ShawTransformerConfig`.

@@ -184,6 +184,9 @@ class T5(Seq2SeqModel):
         max_distance: the largest bucketed distance (128).
         fused_attention: ``"auto"``, ``True`` or ``False``; see
             `MultiHeadRelativeAttention`.
+        position: another bias scheme in place of the buckets, in both stacks (a
+            transplant, `keras_posenc.zoo.transplant`: ``"alibi"``, ``"kerple"``, ...);
+            None (default) for T5's.
         max_source_length: the longest source accepted, or None (any).
         max_target_length: the longest target (start token included), or None.
         pad_id: padding id (0).
@@ -230,6 +233,7 @@ class T5(Seq2SeqModel):
         num_buckets: int = 32,
         max_distance: int = 128,
         fused_attention: bool | str = "auto",
+        position: Any = None,
         max_source_length: int | None = None,
         max_target_length: int | None = None,
         pad_id: int = 0,
@@ -278,6 +282,7 @@ class T5(Seq2SeqModel):
             num_buckets=num_buckets,
             max_distance=max_distance,
             fused_attention=fused_attention,
+            position=position,
             dtype=policy,
         )
         try:
@@ -387,6 +392,7 @@ class T5(Seq2SeqModel):
             "layer_norm_epsilon": block.layer_norm_epsilon,
             "num_buckets": self.encoder.num_buckets,
             "max_distance": self.encoder.max_distance,
+            "position": keras.saving.serialize_keras_object(self.encoder.position),
             "fused_attention": block.fused_attention,
             "max_source_length": self.max_source_length,
             "max_target_length": self.max_target_length,

@@ -52,6 +52,8 @@ class T5Config(ZooConfig):
     num_buckets: int = 32
     max_distance: int = 128
     fused_attention: bool | str = "auto"
+    # Another bias scheme in place of the buckets (keras_posenc/zoo/transplant.py).
+    position: Any = None
     # Longest sequences (None: any) and the model.
     max_source_length: int | None = None
     max_target_length: int | None = None

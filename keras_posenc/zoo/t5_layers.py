@@ -12,6 +12,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from keras_posenc.layers import position_schemes
 from keras_posenc.layers._attention import unmasked
 from keras_posenc.layers._checks import (
     check_activation,
@@ -333,6 +334,9 @@ class T5Stack(keras.layers.Layer):
             cross-attention) or an encoder stack.
         num_buckets: rows of the bias table (T5: 32).
         max_distance: distances from it on share the last bucket (T5: 128).
+        position: another scheme in place of T5's buckets (a transplant,
+            keras_posenc/zoo/transplant.py: ``"alibi"``, ``"kerple"``, FIRE in a decoder,
+            ...); None (default) for T5's ``LogBuckets(num_buckets, max_distance)``.
         fused_attention: ``"auto"``, ``True`` or ``False``; see `MultiHeadRelativeAttention`.
         **kwargs: standard layer arguments.
 
@@ -377,6 +381,7 @@ class T5Stack(keras.layers.Layer):
         num_buckets: int = 32,
         max_distance: int = 128,
         fused_attention: bool | str = "auto",
+        position: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -385,9 +390,18 @@ class T5Stack(keras.layers.Layer):
         self.decoder = check_bool(caller, "decoder", decoder)
         self.num_buckets = num_buckets
         self.max_distance = max_distance
+        self.position = None if position is None else position_schemes.get(position, caller)
+        if getattr(self.position, "causal_only", False) and not self.decoder:
+            raise ValueError(
+                f"{caller}: position={self.position!r} is defined for keys at or before the "
+                "query only; an encoder stack attends both ways."
+            )
+        scheme = self.position or LogBuckets(
+            num_buckets, max_distance, bidirectional=not self.decoder
+        )
         self.position_bias = RelativePositionBias(
             num_heads,
-            position=LogBuckets(num_buckets, max_distance, bidirectional=not self.decoder),
+            position=scheme,
             embeddings_initializer=_normal((num_heads * key_value_dim) ** -0.5),
             dtype=self.dtype_policy,
             name="position_bias",
@@ -500,5 +514,6 @@ class T5Stack(keras.layers.Layer):
             decoder=self.decoder,
             num_buckets=self.num_buckets,
             max_distance=self.max_distance,
+            position=keras.saving.serialize_keras_object(self.position),
         )
         return config

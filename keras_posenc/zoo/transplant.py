@@ -274,6 +274,12 @@ def transplant(
             f"{who}: say what changes: a `scheme`, or rotary=, relative=, position= "
             "(all were left as they are)."
         )
+    # A model whose position is always a bias and has no rotary (T5) takes a scheme's
+    # position alone: its implicit relative="bias" and rotary=None are not changes.
+    implicit = {"rotary": None, "relative": "bias", "global_rotary": None}
+    for key, value in list(changes.items()):
+        if "position" in config and key not in config and value == implicit.get(key, key):
+            del changes[key]
     unknown = [key for key in changes if key not in config]
     if unknown:
         taken = [key for key in POSITION_KEYS if key in config]

@@ -145,3 +145,57 @@ def test_bad_transplants_say_what_is_wrong():
     ids_only = transplant(zoo.create("decoder_lm_tiny", vocab_size=40, tokenizer=None), "kerple")
     with pytest.raises(TypeError, match=r"`tokenizer` must be given for a model without one"):
         ids_only.fine_tune(TEXT, sequence_length=8)
+
+
+def small(name, **kwargs):
+    sizes = dict(hidden_dim=16, intermediate_dim=32, num_heads=2, num_layers=1)
+    return trained_like(zoo.create(name, **sizes, **kwargs))
+
+
+def test_the_music_transformer_takes_any_scheme_and_its_steps_equal_the_full_pass():
+    model = small("music_transformer_base", num_events=20, max_distance=8)
+    result = transplant(model, "kerple")
+    assert result.removed_weights == ["decoder_layer_0/self_attention/relative_keys/table"]
+    assert result.new_weights == [
+        "decoder_layer_0/self_attention/relative_bias/r1",
+        "decoder_layer_0/self_attention/relative_bias/r2",
+    ]
+    assert equal_weights(model, result.model, result.copied_weights)
+    ids = np.array([[1, 5, 6, 7, 8, 9]])
+    full = numpy(result.model(ids))
+    cache = result.model.init_cache(1, 6)
+    for t in range(6):
+        logits, cache = result.model.decode_step(ids[:, t], cache, t)
+        np.testing.assert_allclose(numpy(logits), full[:, t], atol=2e-5)
+
+
+@pytest.mark.neutral
+def test_shaws_transformer_and_t5_take_a_scheme_and_keep_it_in_their_configs(tmp_path):
+    shaw = small("shaw_transformer_base", vocabulary_size=30, max_distance=4)
+    result = transplant(shaw, "alibi")
+    assert sorted(result.removed_weights) == sorted(
+        f"{stack}_layer_0/self_attention/relative_{kind}/table"
+        for stack in ("encoder", "decoder")
+        for kind in ("keys", "values")
+    )
+    assert result.model.get_config()["relative"] == "bias"
+    t5 = small("t5_small", vocabulary_size=30)
+    kerple = transplant(t5, "kerple")
+    assert kerple.removed_weights == ["encoder/position_bias/table", "decoder/position_bias/table"]
+    assert kerple.new_weights == [f"{s}/position_bias/{w}" for s in ("encoder", "decoder")
+                                  for w in ("r1", "r2")]  # fmt: skip
+    assert equal_weights(t5, kerple.model, kerple.copied_weights)
+    kerple.model.save(tmp_path / "t5.keras")
+    inputs = {"encoder_token_ids": np.array([[5, 6, 7, 1]]), "decoder_token_ids": IDS[:1, :3] % 30}
+    loaded = zoo_load(tmp_path / "t5.keras")
+    np.testing.assert_array_equal(numpy(loaded(inputs)), numpy(kerple.model(inputs)))
+    with pytest.raises(ValueError, match=r"T5Stack: position=FIRE.* an encoder stack attends"):
+        transplant(t5, "fire")
+    with pytest.raises(TypeError, match=r"transplant: T5 has no 'relative' .* takes 'position'"):
+        transplant(t5, "nope")
+
+
+def zoo_load(path):
+    import keras
+
+    return keras.saving.load_model(path)
