@@ -66,9 +66,9 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
     """A zoo model equal to a keras-hub backbone: decoders (`from_keras_hub_decoder`) or T5
     (`keras_posenc.convert.from_keras_hub_t5`).
 
-    ``backbone`` may also be a keras-hub ``CausalLM`` (``LlamaCausalLM``, ...): its backbone
-    converts, and its preprocessor's tokenizer becomes the model's (`from_keras_hub_preset`
-    loads both from a preset).
+    ``backbone`` may also be a keras-hub task model (``LlamaCausalLM``, ``T5Seq2SeqLM``,
+    ...): its backbone converts, and its preprocessor's tokenizer becomes the model's
+    (`from_keras_hub_preset` loads both from a preset).
 
     Raises:
         TypeError: for a backbone of another family, naming the families converted.
@@ -84,7 +84,8 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
         >>> type(from_keras_hub(backbone)).__name__
         'DecoderLM'
     """
-    if "CausalLM" in _class_names(backbone):  # its backbone, and its preprocessor's tokenizer
+    task = {"CausalLM", "Seq2SeqLM"} & set(_class_names(backbone))
+    if task:  # a keras-hub task model: its backbone, and its preprocessor's tokenizer
         tokenizer = getattr(getattr(backbone, "preprocessor", None), "tokenizer", None)
         if tokenizer is not None:
             kwargs.setdefault("tokenizer", tokenizer)
@@ -448,7 +449,7 @@ def from_keras_hub_preset(preset: str, **kwargs: Any) -> Any:
         tokenizer = keras_hub.models.Tokenizer.from_preset(preset)
     except FileNotFoundError:
         tokenizer = None
-    if tokenizer is not None and "T5Backbone" not in _class_names(backbone):
+    if tokenizer is not None:
         kwargs.setdefault("tokenizer", tokenizer)
     return from_keras_hub(backbone, **kwargs)
 

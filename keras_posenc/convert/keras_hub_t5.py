@@ -127,6 +127,7 @@ def _build(
     max_target_length: int | None,
     fused_attention: bool | str,
     name: str,
+    tokenizer: Any = None,
 ) -> T5:
     """The zoo's T5 with the backbone's configuration (weights freshly initialised)."""
     return T5(
@@ -148,6 +149,7 @@ def _build(
         max_target_length=max_target_length,
         dtype=backbone.dtype_policy.name,
         name=name,
+        tokenizer=tokenizer,
     )
 
 
@@ -157,6 +159,7 @@ def from_keras_hub_t5(
     max_target_length: int | None = None,
     fused_attention: bool | str = "auto",
     name: str = "t5",
+    tokenizer: Any = None,
 ) -> T5:
     """The zoo's :class:`~keras_posenc.zoo.t5.T5` with the weights of a keras-hub ``T5Backbone``.
 
@@ -175,6 +178,9 @@ def from_keras_hub_t5(
         max_target_length: its longest target, or None.
         fused_attention: the attention layers' ``fused_attention``.
         name: the converted model's name.
+        tokenizer: the preset's keras-hub ``T5Tokenizer``, so that ``generate`` takes and
+            returns text as keras-hub's ``T5Seq2SeqLM`` does
+            (`keras_posenc.convert.from_keras_hub_preset` passes it); None: token ids only.
 
     Returns:
         The :class:`~keras_posenc.zoo.t5.T5`, in the backbone's dtype policy.
@@ -203,7 +209,7 @@ def from_keras_hub_t5(
             f"{_OWNER}: `backbone` must be a keras_hub.models.T5Backbone (e.g. "
             f"T5Backbone.from_preset('t5_small_multi')), got {type(backbone).__name__}."
         )
-    model = _build(backbone, max_source_length, max_target_length, fused_attention, name)
+    model = _build(backbone, max_source_length, max_target_length, fused_attention, name, tokenizer)
     embedding = backbone.token_embedding
     _copy(model.token_embedding.embeddings, embedding.embeddings, "token embedding")
     if not backbone.tie_embedding_weights:

@@ -162,78 +162,30 @@ class LanguageModel(GeneratingModel, FunctionalModel):
         )
 
     def _language_model_config(self) -> dict:
-        config = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
-        if getattr(self, "tokenizer", None) is not None:
-            config["tokenizer"] = keras.saving.serialize_keras_object(self.tokenizer)
-        return config
+        ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        return {**ids, **self._tokenizer_config()}
 
     # ------------------------------------------------------------------ text
 
-    def _init_tokenizer(self, tokenizer: Any) -> None:
-        """Sets ``self.tokenizer`` after checking that its ids fit the model: its vocabulary
-        within ``vocab_size``, its start and end ids (where it has them) ``bos_id`` and
-        ``eos_id``. A tokenizer restored from a config has no vocabulary until the ``.keras``
-        file's assets load: it is checked where it can be. (No class attribute declares
-        ``tokenizer``: on PyTorch a layer set on a model lives in its module dictionary, which
-        a class attribute of the same name would hide.)"""
-        owner = type(self).__name__
-        tokenizer = tokenizers.get(tokenizer, owner)
-        if tokenizer is not None:
-            try:
-                size = int(tokenizer.vocabulary_size())
-            except (ValueError, AttributeError, TypeError):  # no vocabulary loaded yet
-                size = None
-            if size is not None and size > self.vocab_size:
-                raise ValueError(
-                    f"{owner}: `tokenizer` has {size} token ids but `vocab_size` is "
-                    f"{self.vocab_size}; give vocab_size >= {size}, or tokenizer=None for a "
-                    "model of token ids only."
-                )
-            for attribute, name in (("start_token_id", "bos_id"), ("end_token_id", "eos_id")):
-                value = getattr(tokenizer, attribute, None) if size is not None else None
-                if value is not None and int(value) != getattr(self, name):
-                    raise ValueError(
-                        f"{owner}: `{name}` must be the tokenizer's {attribute} ({value}), "
-                        f"got {getattr(self, name)}."
-                    )
-        self.tokenizer = tokenizer
+    text_start_is_bos = True
 
     def encode_texts(self, texts: list[str], caller: str) -> np.ndarray:
         """Prompts as ids: the tokenizer's start token (where it has one) and each text's
         tokens, right-padded with ``pad_id``, as keras-hub's ``CausalLMPreprocessor`` packs
         them for ``generate``."""
-        owner = f"{type(self).__name__}.{caller}"
-        if getattr(self, "tokenizer", None) is None:
-            raise TypeError(
-                f"{owner}: `inputs` must be token ids for a model without a tokenizer, got "
-                "text; create the model with tokenizer=... (e.g. 'byte')."
-            )
-        start = getattr(self.tokenizer, "start_token_id", None)
-        rows = [([] if start is None else [start]) + tokenizers.ids_of(self.tokenizer, text)
-                for text in texts]  # fmt: skip
-        empty = [i for i, row in enumerate(rows) if not row]
-        if empty:
-            raise ValueError(
-                f"{owner}: a prompt must give at least one token (the tokenizer has no start "
-                f"token); texts {empty} are empty."
-            )
-        ids = np.full((len(rows), max(map(len, rows))), self.pad_id, "int32")
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = row
-        return ids
+        tokenizer = self._tokenizer_for(caller)
+        start = getattr(tokenizer, "start_token_id", None)
+        first = [] if start is None else [start]
+        return self._pad([first + tokenizers.ids_of(tokenizer, t) for t in texts], caller)
 
     def decode_texts(self, ids: np.ndarray, inputs: np.ndarray) -> list:
         """The text of each generated row: its prompt and continuation up to ``eos_id``,
         without padding and special tokens (keras-hub's ``generate_postprocess``)."""
-        special = {self.pad_id, self.bos_id, self.eos_id}
-        special.update(int(i) for i in getattr(self.tokenizer, "special_token_ids", []) or [])
         lengths = (inputs != self.pad_id).sum(axis=1)
 
         def text(row: np.ndarray, length: int) -> str:
-            rest = row[length:]
-            ends = np.flatnonzero(rest == self.eos_id)
-            kept = np.concatenate([row[:length], rest[: ends[0] if ends.size else None]])
-            return self.tokenizer.detokenize([int(i) for i in kept if int(i) not in special])
+            return self._text(np.concatenate([row[:length][row[:length] != self.eos_id],
+                                              row[length:]]))  # fmt: skip
 
         if ids.ndim == 3:  # return_n_best
             return [[text(r, n) for r in rows] for rows, n in zip(ids, lengths, strict=True)]

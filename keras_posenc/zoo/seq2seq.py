@@ -56,6 +56,7 @@ from keras import ops
 from keras_posenc import backend, tokenizers
 from keras_posenc.layers._checks import check_int
 from keras_posenc.zoo.adapt import ZooModel
+from keras_posenc.zoo.text import TextModel
 
 _INPUT_NAMES = ("encoder_token_ids", "decoder_token_ids")
 
@@ -82,7 +83,7 @@ class FunctionalModel(ZooModel, keras.Model):
         super().__setattr__(name, value)
 
 
-class GeneratingModel:
+class GeneratingModel(TextModel):
     """``generate`` for the zoo's generating models (:class:`Seq2SeqModel` and
     :class:`~keras_posenc.zoo.language_model.LanguageModel`), and the check of the
     token ids a direct call receives."""
@@ -172,18 +173,6 @@ class GeneratingModel:
             return result
         decoded = self.decode_texts(result, ids)
         return decoded[0] if isinstance(inputs, str) else decoded
-
-    def encode_texts(self, texts: list[str], caller: str) -> np.ndarray:
-        """Token ids of ``texts`` for ``caller`` (``generate``); a model with a tokenizer
-        overrides it (`keras_posenc.zoo.language_model.LanguageModel`)."""
-        raise TypeError(
-            f"{type(self).__name__}.{caller}: `inputs` must be token ids; strings need a "
-            "model with a tokenizer."
-        )
-
-    def decode_texts(self, ids: np.ndarray, inputs: np.ndarray) -> list:
-        """The texts of generated ``ids`` (``inputs``: the encoded texts)."""
-        raise NotImplementedError(type(self).__name__)
 
 
 class Seq2SeqModel(GeneratingModel, FunctionalModel):

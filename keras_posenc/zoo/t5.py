@@ -193,6 +193,9 @@ class T5(Seq2SeqModel):
         eos_id: the id that ends a target (1).
         decoder_start_id: the id every target starts with (T5: 0, equal to
             ``pad_id``); the model's ``bos_id``.
+        tokenizer: a keras-hub ``T5Tokenizer`` (a converted preset's,
+            `keras_posenc.convert.from_keras_hub_preset`), with which ``generate`` takes
+            and returns text; None (default): token ids only.
         **kwargs: ``name`` and other ``keras.Model`` arguments.
 
     Examples:
@@ -239,6 +242,7 @@ class T5(Seq2SeqModel):
         pad_id: int = 0,
         eos_id: int = 1,
         decoder_start_id: int = 0,
+        tokenizer: Any = None,
         **kwargs: Any,
     ) -> None:
         owner = type(self).__name__
@@ -306,6 +310,7 @@ class T5(Seq2SeqModel):
         self.token_embedding.build((None, None))
         self.decoder.build((None, None, self.hidden_dim))
         super().__init__(**checked, **kwargs)
+        self._init_tokenizer(tokenizer)
 
     # ------------------------------------------------------------------ contract
 
@@ -399,6 +404,7 @@ class T5(Seq2SeqModel):
             "pad_id": self.pad_id,
             "eos_id": self.eos_id,
             "decoder_start_id": self.bos_id,
+            **self._tokenizer_config(),
         }
 
 

@@ -54,6 +54,8 @@ class T5Config(ZooConfig):
     fused_attention: bool | str = "auto"
     # Another bias scheme in place of the buckets (keras_posenc/zoo/transplant.py).
     position: Any = None
+    # A keras-hub T5Tokenizer: text in and out of generate.
+    tokenizer: Any = None
     # Longest sequences (None: any) and the model.
     max_source_length: int | None = None
     max_target_length: int | None = None
