@@ -188,16 +188,41 @@ def next_token_windows(
     step = length if stride is None else check_int(who, "stride", stride, 1)
     if not isinstance(text, str):
         raise TypeError(f"{who}: `text` must be a string, got {type(text).__name__}.")
-    start = getattr(tokenizer, "start_token_id", None)
-    ids = np.asarray(([] if start is None else [start]) + ids_of(tokenizer, text), "int32")
+    ids = text_ids(tokenizer, text)
     if ids.size < length + 1:
         raise ValueError(
             f"{who}: `text` must give at least sequence_length + 1 = {length + 1} tokens, "
             f"got {ids.size}."
         )
-    starts = np.arange(0, ids.size - length, step)
-    windows = ids[starts[:, None] + np.arange(length + 1)]
-    return windows[:, :-1], windows[:, 1:]
+    rows = windows(ids, length + 1, step)
+    return rows[:, :-1], rows[:, 1:]
+
+
+def text_ids(tokenizer: Any, text: str) -> np.ndarray:
+    """The ids of ``text`` after the tokenizer's start token (where it has one), int32:
+    the token stream that `next_token_windows` and the length evaluation
+    (keras_posenc/experiments/length_evaluation/measure.py) cut into windows.
+
+    Examples:
+
+        >>> text_ids(ByteTokenizer(), "ab").tolist()
+        [1, 100, 101]
+    """
+    start = getattr(tokenizer, "start_token_id", None)
+    return np.asarray(([] if start is None else [start]) + ids_of(tokenizer, text), "int32")
+
+
+def windows(ids: np.ndarray, width: int, stride: int) -> np.ndarray:
+    """The rows of ``width`` consecutive ``ids`` starting every ``stride`` ids, as long as a
+    whole row fits (``ids`` must hold at least ``width``): ``(rows, width)``.
+
+    Examples:
+
+        >>> windows(np.arange(7), 3, 2).tolist()
+        [[0, 1, 2], [2, 3, 4], [4, 5, 6]]
+    """
+    starts = np.arange(0, ids.size - width + 1, stride)
+    return ids[starts[:, None] + np.arange(width)]
 
 
 def as_texts(inputs: Any) -> list[str] | None:

@@ -87,7 +87,12 @@ def compiled_block(method: Callable[..., Any], logits: Any, training: Any, dropo
 def compile_function(
     function: Callable[..., Any], variables: Sequence[Any], traceable: bool = True
 ) -> Callable[..., Any]:
-    return tf.function(function, reduce_retracing=True)
+    # No AutoGraph, as Keras' own compiled steps (keras/src/backend/tensorflow/trainer.py,
+    # `do_not_convert`): the functions compiled here run under jax.jit as well, so they
+    # have no Python control flow on tensors to convert, and converting a zoo model's
+    # full call (the length evaluation's scoring) warned that it "could not transform"
+    # the token-id check's `concrete_values`.
+    return tf.function(function, reduce_retracing=True, autograph=False)
 
 
 @override(common.concrete_values, devices=None, measured="a tf.function's tensors have no values")

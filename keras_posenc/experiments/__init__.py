@@ -14,12 +14,17 @@ docs' figures and the tests all run the same code.
   CoAtNet's four stage layouts (C-C-C-C ... C-T-T-T) trained on a synthetic
   task that needs both local texture and global layout.
 
+:func:`evaluate_lengths` (:mod:`~keras_posenc.experiments.length_evaluation`) measures any
+zoo language model's next-token loss and accuracy by context length and position, on a text
+or on the length study's tasks, with :class:`LengthEvaluation` comparing several models.
+
 The synthetic sequence tasks the zoo's recipes (the repository's ``zoo/*/train_*.py``)
 train on are exported here too, from :mod:`~keras_posenc.experiments.seq2seq_tasks`:
 :func:`reverse_task` with :func:`train_reverse` and :func:`exact_match` (encoder-decoders),
 :func:`periodic_task` with :func:`train_periodic` (language models).
 """
 
+from keras_posenc.experiments.length_evaluation import LengthEvaluation, evaluate_lengths
 from keras_posenc.experiments.length_generalization import length_generalization_experiment
 from keras_posenc.experiments.padding import padding_experiment, probe_padding_mode
 from keras_posenc.experiments.seq2seq_tasks import (
@@ -31,6 +36,8 @@ from keras_posenc.experiments.seq2seq_tasks import (
 )
 
 __all__ = [
+    "LengthEvaluation",
+    "evaluate_lengths",
     "exact_match",
     "length_generalization_experiment",
     "padding_experiment",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 # Pixels per inch of every saved figure; a figure of FIGURE_WIDTH inches is
@@ -84,6 +84,40 @@ def save_figure(figure: Any, path: str | os.PathLike) -> str:
     change a committed file for that alone.
     """
     figure.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
+    return os.fspath(path)
+
+
+def write_csv(
+    path: str | os.PathLike, rows: Sequence[dict[str, Any]], columns: Sequence[str]
+) -> str:
+    """Writes ``rows`` (their ``columns``; None as an empty cell) as a CSV at ``path`` and
+    returns the path.
+
+    Atomic: the rows go to ``path + ".part"``, which then replaces
+    ``path`` (``os.replace``, as keras_posenc/hub/archives.py keeps a download), so a
+    reader never sees half a file and a failed write leaves the old one.
+
+    Examples:
+
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "rows.csv")
+        >>> _ = write_csv(path, [{"a": 1, "b": None}], ("a", "b"))
+        >>> open(path).read().splitlines()
+        ['a,b', '1,']
+    """
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    partial = f"{os.fspath(path)}.part"
+    try:
+        with open(partial, "w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(columns))
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({key: "" if row[key] is None else row[key] for key in columns})
+        os.replace(partial, path)
+    except BaseException:
+        if os.path.exists(partial):
+            os.remove(partial)
+        raise
     return os.fspath(path)
 
 

@@ -16,7 +16,12 @@ import numpy as np
 import pytest
 from repository import docs_path
 
-from keras_posenc.experiments import coatnet_layouts, length_generalization, padding
+from keras_posenc.experiments import (
+    coatnet_layouts,
+    length_evaluation,
+    length_generalization,
+    padding,
+)
 from keras_posenc.probe import position_patterns
 
 pytestmark = pytest.mark.neutral
@@ -194,6 +199,9 @@ MISSING = {
     "length_generalization.redraw": lambda out: length_generalization.redraw(out),
     "coatnet_layouts.plot": lambda out: coatnet_layouts.plot(coatnet_rows()),
     "coatnet_layouts.write_results": lambda out: coatnet_layouts.write_results(coatnet_rows(), out),
+    "LengthEvaluation.figure": lambda out: length_evaluation.LengthEvaluation(
+        [{"model": "m", "length": 8, "loss": 1.0, "accuracy": 0.5}], []
+    ).figure(),
     "plot_maps": lambda out: padding.plot_maps({"a": np.zeros((4, 4, 1))}, ["H"]),
     "padding.redraw": lambda out: padding.redraw(out),
     # The studies check before they train or probe anything, not when they write.
