@@ -52,6 +52,7 @@ COMMANDS = {
     "probe padding --quick": ["probe", "padding", "--quick"],
     "experiment length --quick": ["experiment", "length", "--quick"],
     "experiment layouts --quick": ["experiment", "layouts", "--quick"],
+    "experiment transplant --quick": ["experiment", "transplant", "--quick"],
 }
 COLUMNS = (
     "command",
@@ -204,7 +205,7 @@ PYTHON_BLOCK = re.compile(r"(# cli_timings (\w+)\n)(.*?)(\s*# /cli_timings)", re
 BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 # What --help quotes (keras_posenc.cli.MEASURED): TensorFlow's rows of these commands.
 HELP_COMMANDS = ("demo", "probe padding --quick", "experiment length --quick",
-                 "experiment layouts --quick")  # fmt: skip
+                 "experiment layouts --quick", "experiment transplant --quick")  # fmt: skip
 
 
 def _read(path: str) -> dict[tuple[str, str], dict]:

@@ -107,6 +107,7 @@ MEASURED = {
     "probe padding --quick": (66.1, 75.5, 0.7),
     "experiment length --quick": (85.2, 150.1, 0.91),
     "experiment layouts --quick": (55.7, 56.4, 2.7),
+    "experiment transplant --quick": (53.2, 56.4, 1.32),
 }
 # /cli_timings
 
@@ -131,6 +132,7 @@ FULL_RUNS = {
     "probe padding": "25 min 12 s wall clock, 673 s CPU at load 8-10",
     "experiment length": "1 h 7 min wall clock, 1977 s CPU at load 5-16",
     "experiment layouts": "10 min 54 s wall clock, 448 s CPU at load 4.8-8",
+    "experiment transplant": "26 min 42 s wall clock, 1760 s CPU at load 2.4-3.8",
 }
 
 _VERBOSE_HELP = (
@@ -329,6 +331,13 @@ def _experiment_length(args: argparse.Namespace) -> int:
 
     choices = {"encodings": args.encodings, "tasks": args.tasks, "workers": args.workers}
     return _run_study(length_generalization_experiment, markdown_table, args, choices)
+
+
+def _experiment_transplant(args: argparse.Namespace) -> int:
+    from keras_posenc.experiments.transplant_study import markdown_table, transplant_study
+
+    choices = {"transplants": args.transplants, "tasks": args.tasks}
+    return _run_study(transplant_study, markdown_table, args, choices)
 
 
 def _experiment_layouts(args: argparse.Namespace) -> int:
@@ -603,6 +612,30 @@ def build_parser() -> argparse.ArgumentParser:
         "the numbers do not depend on it",
     )
     length.set_defaults(handler=_experiment_length)
+    transplanted = experiments.add_parser(
+        "transplant",
+        help="a RoPE model's position encoding rescaled or replaced, tested at 1x-16x its "
+        "training length",
+        description="A small decoder-only model with RoPE is trained on a synthetic task at a "
+        "short length; its position encoding is then rescaled (PI, NTK, dynamic NTK, YaRN, "
+        "Llama 3.1) or replaced (ALiBi, KERPLE, FIRE, T5 buckets, none) with "
+        "keras_posenc.zoo.transplant and fine-tuned, and each model is tested at 1x to 16x "
+        "the training length; prints the accuracy table. --quick: one task, one seed, "
+        f"length 32 ({measured('experiment transplant --quick')}); the full run: "
+        f"{FULL_RUNS['experiment transplant']} (docs/experiments/transplant.md).",
+    )
+    transplanted.add_argument("--quick", action="store_true", help="a short run (one seed)")
+    transplanted.add_argument(
+        "--out", help="folder for the CSV, the markdown tables and the PNG plot"
+    )
+    transplanted.add_argument(
+        "--seeds", type=int, nargs="+", help="seeds (default: the mode's own)"
+    )
+    transplanted.add_argument(
+        "--transplants", nargs="+", help="a selection of transplants (default: all)"
+    )
+    transplanted.add_argument("--tasks", nargs="+", help="a selection of copy_back, copy_recent")
+    transplanted.set_defaults(handler=_experiment_transplant)
     layouts = experiments.add_parser(
         "layouts",
         help="CoAtNet's layouts C-C-C-C, C-C-C-T, C-C-T-T, C-T-T-T on a texture-and-layout task",

@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import sys
+
 import keras
-import keras_hub
 import numpy as np
 
 from keras_posenc.layers._checks import check_int
@@ -32,7 +33,7 @@ _SPECIALS = ("<pad>", "<s>", "</s>")
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class ByteTokenizer(keras_hub.tokenizers.Tokenizer):
+class ByteTokenizer(keras.layers.Layer):
     """UTF-8 bytes as token ids, after three special tokens: the tiny models' tokenizer.
 
     Ids: ``0`` is ``<pad>``, ``1`` ``<s>`` (start), ``2`` ``</s>`` (end), and byte ``b`` is
@@ -42,7 +43,10 @@ class ByteTokenizer(keras_hub.tokenizers.Tokenizer):
     tokens), a model can pad, start and stop with it.
 
     It tokenizes Python strings eagerly (the zoo's ``generate`` and `next_token_windows` do);
-    inside a ``tf.data`` pipeline, tokenize first.
+    inside a ``tf.data`` pipeline, tokenize first. It has keras-hub's tokenizer interface
+    (``tokenize``, ``detokenize``, ``vocabulary_size``, ``id_to_token``, ``token_to_id``, the
+    special ids) without being one: a plain Keras layer, so a byte-level model never imports
+    keras-hub, and with it TensorFlow, on JAX or PyTorch.
 
     Examples:
 
@@ -60,9 +64,14 @@ class ByteTokenizer(keras_hub.tokenizers.Tokenizer):
         super().__init__(**kwargs)
         self._vocabulary = [*_SPECIALS, *(f"<0x{b:02X}>" for b in range(256))]
         self._ids = {token: i for i, token in enumerate(self._vocabulary)}
-        for token, name in zip(_SPECIALS, ("pad_token", "start_token", "end_token"), strict=True):
-            self._add_special_token(token, name)
-        self._update_special_token_ids()
+        self.pad_token, self.start_token, self.end_token = _SPECIALS
+        self.pad_token_id, self.start_token_id, self.end_token_id = 0, 1, 2
+        self.built = True
+
+    @property
+    def special_token_ids(self) -> list[int]:
+        """The ids of ``<pad>``, ``<s>`` and ``</s>``."""
+        return [0, 1, 2]
 
     def get_vocabulary(self) -> list[str]:
         return list(self._vocabulary)
@@ -119,9 +128,7 @@ class ByteTokenizer(keras_hub.tokenizers.Tokenizer):
         return self.tokenize(inputs)
 
     def get_config(self) -> dict:
-        config = super().get_config()
-        config.pop("sequence_length", None)
-        return config
+        return {"name": self.name, "dtype": self.dtype_policy.name}
 
 
 def get(tokenizer: Any, owner: str, argument: str = "tokenizer") -> Any:
@@ -141,19 +148,32 @@ def get(tokenizer: Any, owner: str, argument: str = "tokenizer") -> Any:
         >>> get(None, "DecoderLM") is None
         True
     """
-    if tokenizer is None or isinstance(tokenizer, keras_hub.tokenizers.Tokenizer):
+    if tokenizer is None or _is_tokenizer(tokenizer):
         return tokenizer
     if isinstance(tokenizer, str) and tokenizer == "byte":
         return ByteTokenizer()
     if isinstance(tokenizer, dict) and "class_name" in tokenizer:
+        if tokenizer.get("registered_name") != "keras_posenc>ByteTokenizer":
+            from keras_posenc._quiet import quiet_import
+
+            quiet_import("keras_hub")  # registers keras-hub's tokenizer classes
         restored = keras.saving.deserialize_keras_object(tokenizer)
-        if isinstance(restored, keras_hub.tokenizers.Tokenizer):
+        if _is_tokenizer(restored):
             return restored
     raise TypeError(
         f"{owner}: `{argument}` must be None, 'byte', a keras_hub tokenizer (e.g. "
         "keras_hub.models.Tokenizer.from_preset(...)) or a tokenizer's config, got "
         f"{tokenizer!r:.80}."
     )
+
+
+def _is_tokenizer(obj: Any) -> bool:
+    """A `ByteTokenizer` or a keras-hub tokenizer (keras-hub is not imported to ask: an
+    object of its class means it was imported already)."""
+    if isinstance(obj, ByteTokenizer):
+        return True
+    keras_hub = sys.modules.get("keras_hub")
+    return keras_hub is not None and isinstance(obj, keras_hub.tokenizers.Tokenizer)
 
 
 def ids_of(tokenizer: Any, text: str) -> list[int]:

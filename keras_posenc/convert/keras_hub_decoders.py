@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from keras_posenc._quiet import quiet_import
 from keras_posenc.layers.rotary import RotaryPositions
 from keras_posenc.zoo.decoder_lm import DecoderLM
 
@@ -435,8 +436,7 @@ def from_keras_hub_preset(preset: str, **kwargs: Any) -> Any:
         >>> type(model).__name__, model.tokenizer is None  # this preset has no tokenizer
         ('DecoderLM', True)
     """
-    import keras_hub
-
+    keras_hub = quiet_import("keras_hub")
     try:
         backbone = keras_hub.models.Backbone.from_preset(preset)
     except (FileNotFoundError, ValueError, OSError) as error:

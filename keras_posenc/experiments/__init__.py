@@ -14,6 +14,10 @@ docs' figures and the tests all run the same code.
   CoAtNet's four stage layouts (C-C-C-C ... C-T-T-T) trained on a synthetic
   task that needs both local texture and global layout.
 
+- :func:`~keras_posenc.experiments.transplant_study.transplant_study`: a trained RoPE
+  model's position encoding rescaled or replaced (``keras_posenc.zoo.transplant``),
+  fine-tuned, and tested at 1x-16x its training length.
+
 :func:`evaluate_lengths` (:mod:`~keras_posenc.experiments.length_evaluation`) measures any
 zoo language model's next-token loss and accuracy by context length and position, on a text
 or on the length study's tasks, with :class:`LengthEvaluation` comparing several models.
