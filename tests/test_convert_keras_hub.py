@@ -15,6 +15,7 @@ import pytest
 from keras import ops
 from keras_hub.src.models.t5.t5_multi_head_attention import T5MultiHeadAttention
 from keras_hub.src.utils.keras_utils import gelu_approximate
+from tiers import matrix
 
 from keras_posenc import zoo
 from keras_posenc.convert import from_keras_hub_t5
@@ -42,11 +43,11 @@ def test_buckets_equal_keras_hubs_float32_formula(bidirectional):
     np.testing.assert_array_equal(ops.convert_to_numpy(ours), ops.convert_to_numpy(theirs))
 
 
-def hub_backbone(name, vocabulary_size, num_layers=None):
+def hub_backbone(name, vocabulary_size, num_layers=None, **widths):
     """A keras-hub T5Backbone with the zoo configuration ``name``'s shapes (``num_layers``
-    blocks if given) and random weights (keras-hub's own initialisation gives every embedding
-    row about the same vector)."""
-    config = zoo.get_spec(name).arguments()
+    blocks if given, ``widths`` in place of its widths) and random weights (keras-hub's own
+    initialisation gives every embedding row about the same vector)."""
+    config = {**zoo.get_spec(name).arguments(), **widths}
     backbone = keras_hub.models.T5Backbone(
         vocabulary_size=vocabulary_size,
         num_layers=num_layers or config["num_layers"],
@@ -89,6 +90,16 @@ def ids(rng, vocabulary_size):
     return source, target_in
 
 
+def hub_logits(backbone, decoder_output):
+    """keras-hub's T5Seq2SeqLM head: the tied embedding after scaling by d ** -0.5 (v1.0),
+    or the separate matrix (v1.1)."""
+    hidden = decoder_output.astype("float64")
+    embedding = backbone.token_embedding
+    if backbone.tie_embedding_weights:
+        return hidden * backbone.hidden_dim**-0.5 @ to_numpy(embedding.embeddings).T
+    return hidden @ to_numpy(embedding.reverse_embeddings)
+
+
 def compare(name, vocabulary_size, num_layers=None):
     backbone = hub_backbone(name, vocabulary_size, num_layers)
     model = from_keras_hub_t5(backbone)
@@ -99,18 +110,12 @@ def compare(name, vocabulary_size, num_layers=None):
         "encoder_padding_mask": source != 0,
         "decoder_token_ids": target_in,
         # T5's decoder is causal: no real position sees the positions after it, so the
-        # zoo model takes no decoder padding mask (all ones here).
+        # zoo model's call below takes no decoder padding mask (all ones here; explicit
+        # masks, either side: test_padding_masks_and_hidden_states_equal_keras_hub).
         "decoder_padding_mask": np.ones_like(target_in, bool),
     }
     expected = backbone.predict_on_batch(inputs)
-    # keras-hub's T5Seq2SeqLM head: the tied embedding after scaling by d ** -0.5 (v1.0),
-    # or the separate matrix (v1.1).
-    hidden = expected["decoder_sequence_output"].astype("float64")
-    embedding = backbone.token_embedding
-    if backbone.tie_embedding_weights:
-        expected_logits = hidden * backbone.hidden_dim**-0.5 @ to_numpy(embedding.embeddings).T
-    else:
-        expected_logits = hidden @ to_numpy(embedding.reverse_embeddings)
+    expected_logits = hub_logits(backbone, expected["decoder_sequence_output"])
 
     state = model.encode(source)
     decoder_output = model.decoder(
@@ -152,6 +157,76 @@ def test_base_presets_equal_keras_hub(name):
     # Full depth and width; 1,000 ids as in the small case (the released 32,128 only add rows
     # the same lookup reads, and took a third of the case's time in the logits).
     compare(name, 1000)
+
+
+def padded_inputs(rng, vocabulary_size, side):
+    """keras-hub's four inputs: a full and a shorter source (eos last) and target (the start
+    token first), padded with 0 on ``side``, with their masks."""
+    inputs = {}
+    for name, length, short, first, last in (
+        ("encoder", SOURCE_LENGTH, SOURCE_LENGTH - 11, None, 1),
+        ("decoder", TARGET_LENGTH, TARGET_LENGTH - 9, 0, None),
+    ):
+        ids = np.zeros((2, length), "int32")
+        mask = np.zeros((2, length), bool)
+        for row, size in enumerate((length, short)):
+            tokens = rng.integers(2, vocabulary_size, size)
+            if first is not None:
+                tokens[0] = first
+            if last is not None:
+                tokens[-1] = last
+            where = slice(0, size) if side == "right" else slice(length - size, length)
+            ids[row, where], mask[row, where] = tokens, True
+        inputs[f"{name}_token_ids"], inputs[f"{name}_padding_mask"] = ids, mask
+    return inputs
+
+
+# Small widths (the full ones are compared above); the configuration is the variant.
+WIDTHS = {"hidden_dim": 64, "intermediate_dim": 128, "num_heads": 4, "key_value_dim": 16}
+
+
+@pytest.mark.parametrize(
+    *matrix(
+        "name, side",
+        [("t5_small", "left"), ("t5_small", "right"), ("t5_1.1_small", "left"),
+         ("t5_1.1_small", "right")],
+        keep=(0, 1),
+    )
+)  # fmt: skip
+def test_padding_masks_and_hidden_states_equal_keras_hub(name, side):
+    """keras-hub's explicit masks, padding on either side: `hidden_states` and the logits
+    equal T5Backbone's outputs, every encoder position and every real decoder position."""
+    backbone = hub_backbone(name, 100, num_layers=2, **WIDTHS)
+    model = from_keras_hub_t5(backbone)
+    inputs = padded_inputs(np.random.default_rng(2), 100, side)
+    expected = backbone.predict_on_batch(inputs)
+    states = model.hidden_states(inputs)
+    logits = model.predict_on_batch(inputs)
+    real = inputs["decoder_padding_mask"]
+    if side == "right":
+        # A padded decoder position still sees the real ones before it: equal there too.
+        real = np.ones_like(real)
+    # Left: a padded decoder position sees no key; our attention gives it zeros, keras-hub's
+    # additive -1e9 about the mean of all values, so only real positions compare.
+    pairs = [
+        (states["encoder_sequence_output"], expected["encoder_sequence_output"]),
+        (
+            to_numpy(states["decoder_sequence_output"])[real],
+            expected["decoder_sequence_output"][real],
+        ),
+        (logits[real], hub_logits(backbone, expected["decoder_sequence_output"])[real]),
+    ]
+    for ours, theirs in pairs:
+        np.testing.assert_allclose(to_numpy(ours), theirs, rtol=1e-5, atol=1e-5)
+    assert np.isfinite(logits).all()
+    # The masks matter: keras-hub without them gives other states at real positions.
+    unmasked = backbone.predict_on_batch(
+        {key: np.ones_like(value) if key.endswith("mask") else value
+         for key, value in inputs.items()}
+    )  # fmt: skip
+    source_real = inputs["encoder_padding_mask"]
+    difference = unmasked["encoder_sequence_output"] - expected["encoder_sequence_output"]
+    assert np.abs(difference[source_real]).max() > 0.1
 
 
 def test_query_kernel_carries_the_scale():

@@ -36,8 +36,11 @@ def greedy_search(
             :class:`~keras_posenc.zoo.language_model.LanguageModel` (any model
             with their decoding contract).
         inputs: an encoder-decoder's ``(batch, source_time)`` source ids, padded
-            with ``model.pad_id``; a language model's ``(batch, prompt_time)``
-            prompt, right-padded with ``pad_id`` (each row starts with a token).
+            with ``model.pad_id`` (a model with an ``encoder_padding_mask`` input,
+            T5, also takes keras-hub's dict ``{"encoder_token_ids": ids,
+            "encoder_padding_mask": mask}``, and then may be padded on the left);
+            a language model's ``(batch, prompt_time)`` prompt, right-padded with
+            ``pad_id`` (each row starts with a token).
         max_length: encoder-decoder: the most tokens to generate (``eos``
             included), default ``2 * source_time + 10`` capped by
             ``model.max_target_length``; language model (required): the length

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from keras import ops
 
-from keras_posenc.layers._checks import check_bool, check_int
+from keras_posenc.layers._checks import check_bool, check_int, check_mask
 
 # --------------------------------------------------------------------------- checks
 
@@ -99,6 +99,7 @@ class _Task:
     forced_mask: np.ndarray  # (batch, steps) bool
     min_index: int
     source: np.ndarray | None = None  # an encoder-decoder's sources
+    source_mask: np.ndarray | None = None  # their explicit padding mask, if one was given
     no_repeat_ngram_size: int = 0
     use_cache: bool = True
 
@@ -113,7 +114,12 @@ class _Task:
     def state(self, repeat: int = 1) -> tuple:
         """The encoder state of every source, each repeated ``repeat`` times (beams)."""
         source = np.repeat(self.source, repeat, axis=0)
-        return tuple(self.model.encode(ops.convert_to_tensor(source, "int32"), training=False))
+        masks = {}
+        if self.source_mask is not None:
+            mask = np.repeat(self.source_mask, repeat, axis=0)
+            masks["encoder_padding_mask"] = ops.convert_to_tensor(mask, "bool")
+        source = ops.convert_to_tensor(source, "int32")
+        return tuple(self.model.encode(source, training=False, **masks))
 
     def configure(self, no_repeat_ngram_size: Any, use_cache: Any) -> None:
         """Checks and sets the options every search shares."""
@@ -165,7 +171,7 @@ def _seq2seq_task(
     min_length: int,
     prefix_tokens: Any,
 ) -> _Task:
-    source = model.check_token_ids(inputs, "encoder_token_ids")
+    source, source_mask = _source(model, function, inputs)
     if source.shape[1] == 0:
         raise ValueError(
             f"{function}: `encoder_token_ids` must hold at least one token per row "
@@ -198,7 +204,34 @@ def _seq2seq_task(
         forced_mask=_check_forced(model, function, "prefix_tokens", forced),
         min_index=min_length,
         source=source,
+        source_mask=source_mask,
     )
+
+
+def _source(model: Any, function: str, inputs: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """An encoder-decoder's checked source ids, and its explicit padding mask or None.
+
+    ``inputs`` is the ids, or (a model whose ``padding_mask_names`` has
+    ``encoder_padding_mask``, T5) keras-hub's ``generate`` dict
+    ``{"encoder_token_ids": .., "encoder_padding_mask": ..}``, the mask optional.
+    """
+    if not isinstance(inputs, dict):
+        return model.check_token_ids(inputs, "encoder_token_ids"), None
+    accepted = ["encoder_token_ids"]
+    if "encoder_padding_mask" in getattr(model, "padding_mask_names", ()):
+        accepted.append("encoder_padding_mask")
+    unknown = sorted(set(inputs) - set(accepted))
+    if unknown or "encoder_token_ids" not in inputs:
+        raise ValueError(
+            f"{function}: a dict of inputs for {_owner(model)} takes the keys "
+            f"{', '.join(accepted)} (encoder_token_ids required), got {sorted(inputs)}."
+        )
+    source = model.check_token_ids(inputs["encoder_token_ids"], "encoder_token_ids")
+    mask = inputs.get("encoder_padding_mask")
+    if mask is None:
+        return source, None
+    mask = check_mask(function, "encoder_padding_mask", mask, source.shape, ("batch", "time"))
+    return source, np.broadcast_to(ops.convert_to_numpy(mask), source.shape).copy()
 
 
 def _language_model_task(

@@ -19,6 +19,7 @@ from keras_posenc.layers._checks import (
     check_bool,
     check_bool_or_auto,
     check_int,
+    check_mask,
     check_positive_number,
     check_rate,
 )
@@ -342,7 +343,9 @@ class T5Stack(keras.layers.Layer):
 
     Call arguments:
         x: embedded tokens, ``(batch, time, d)``.
-        padding_mask: ``(batch, time)`` bool (encoder): True for real tokens.
+        padding_mask: ``(batch, time)`` bool or int 0/1, True for real tokens: the keys
+            the self-attention may see (a decoder's combined with its causal mask); None:
+            every key (a decoder's right padding is never seen by a real position).
         encoder_output: the encoder's output (a decoder without caches).
         encoder_mask: the source mask, True for real tokens (a decoder).
         caches: for decoding step by step, one ``(self_cache, cross_cache)``
@@ -451,6 +454,14 @@ class T5Stack(keras.layers.Layer):
         cache_update_index: Any = None,
         training: Any = None,
     ) -> Any:
+        if padding_mask is not None:
+            padding_mask = check_mask(
+                f"{type(self).__name__}({self.name!r})",
+                "padding_mask",
+                padding_mask,
+                tuple(x.shape[:2]),
+                ("batch", "time"),
+            )
         x = self.dropout_layer(x, training=training)
         length = ops.shape(x)[1]
         if caches is None:
