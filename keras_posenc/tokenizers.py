@@ -17,10 +17,9 @@ training windows for ``fit``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
-
-import sys
 
 import keras
 import numpy as np
