@@ -336,7 +336,13 @@ def _experiment_length(args: argparse.Namespace) -> int:
 def _experiment_transplant(args: argparse.Namespace) -> int:
     from keras_posenc.experiments.transplant_study import markdown_table, transplant_study
 
-    choices = {"transplants": args.transplants, "tasks": args.tasks}
+    choices = {
+        "transplants": args.transplants,
+        "tasks": args.tasks,
+        "model": args.model,
+        "text": args.text,
+        "training_length": args.training_length,
+    }
     return _run_study(transplant_study, markdown_table, args, choices)
 
 
@@ -635,6 +641,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--transplants", nargs="+", help="a selection of transplants (default: all)"
     )
     transplanted.add_argument("--tasks", nargs="+", help="a selection of copy_back, copy_recent")
+    transplanted.add_argument(
+        "--model",
+        metavar="FILE.keras",
+        help="your own language model (e.g. a converted keras-hub preset, saved) instead of "
+        "the one trained here; needs --text and --training-length",
+    )
+    transplanted.add_argument(
+        "--text", metavar="FILE", help="with --model: the text file to fine-tune and test on"
+    )
+    transplanted.add_argument(
+        "--training-length",
+        type=int,
+        help="with --model: the length it was trained at (the test lengths are 1x-16x it)",
+    )
     transplanted.set_defaults(handler=_experiment_transplant)
     layouts = experiments.add_parser(
         "layouts",

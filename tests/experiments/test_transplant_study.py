@@ -93,3 +93,24 @@ def test_the_quick_run_writes_its_table_figure_and_csv(tmp_path, capsys):
     accuracy = {(r["transplant"], r["length"]): r["accuracy_last_half"] for r in rows}
     assert accuracy["rope", 32] > 0.9  # learned at the training length (chance 0.1)
     assert (tmp_path / "transplant.png").exists() and (tmp_path / "transplant.md").exists()
+
+
+def test_a_model_of_ones_own_goes_through_the_transplants_on_its_text(tmp_path, capsys):
+    from keras_posenc import zoo
+
+    text = "Positions tell attention where each token stands. " * 12
+    (tmp_path / "text.txt").write_text(text)
+    model = zoo.create("decoder_lm_tiny", num_layers=1)  # the byte tokenizer
+    model.save(tmp_path / "mine.keras")
+    argv = ["experiment", "transplant", "--model", str(tmp_path / "mine.keras"), "--text",
+            str(tmp_path / "text.txt"), "--training-length", "16", "--transplants", "rope",
+            "ntk", "alibi", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert "Task text: accuracy last half by test length." in capsys.readouterr().out
+    rows = read_results(tmp_path / "out")
+    assert {(r["task"], r["transplant"]) for r in rows} == {
+        ("text", "rope"), ("text", "ntk"), ("text", "alibi")
+    }  # fmt: skip
+    assert sorted({r["length"] for r in rows}) == [16, 32, 64, 128, 256]
+    with pytest.raises(ValueError, match=r"a given `model` needs `text`"):
+        transplant_study(model=model)

@@ -50,12 +50,13 @@ def markdown_table(rows: Sequence[dict[str, Any]], key: str = "accuracy_last_hal
     for task in dict.fromkeys(row["task"] for row in rows):
         lengths = sorted({row["length"] for row in rows if row["task"] == task})
         guess = (
-            f"chance {1 / VOCABULARY:.2f}"
+            f" (chance {1 / VOCABULARY:.2f})"
             if key.startswith("accuracy")
-            else f"a uniform guess: ln {VOCABULARY} = {math.log(VOCABULARY):.2f} nats"
+            else f" (a uniform guess: ln {VOCABULARY} = {math.log(VOCABULARY):.2f} nats)"
         )
         lines += [
-            f"Task {task}: {key.replace('_', ' ')} by test length ({guess})"
+            f"Task {task}: {key.replace('_', ' ')} by test length"
+            f"{guess if task != 'text' else ''}"
             f"{'; mean and range over seeds' if several else ''}.",
             "",
             "| transplant | "
@@ -105,7 +106,8 @@ def plot(rows: Sequence[dict[str, Any]]) -> Any:
                 linestyle="--" if tuned else "-",
                 label=name,
             )
-        axis.axhline(1 / VOCABULARY, color="grey", linewidth=0.8, linestyle=":")
+        if task != "text":  # the tasks' chance level
+            axis.axhline(1 / VOCABULARY, color="grey", linewidth=0.8, linestyle=":")
         axis.set_xscale("log", base=2)
         axis.set_xlabel("test length")
         axis.set_ylabel("accuracy, last half of positions")

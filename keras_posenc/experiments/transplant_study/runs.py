@@ -146,10 +146,10 @@ def train_base(task: str, seed: int, settings: dict) -> DecoderLM:
 
 
 def run_transplant(
-    base: DecoderLM, name: str, task: str, seed: int, settings: dict
+    base: keras.Model, name: str, task: str, seed: int, settings: dict, text: str | None = None
 ) -> tuple[keras.Model, list[str]]:
-    """The transplant ``name`` of ``base`` (fine-tuned where the study tunes it), and the
-    paths of its new weights."""
+    """The transplant ``name`` of ``base`` (fine-tuned where the study tunes it: on the task,
+    or on ``text`` with the model's tokenizer), and the paths of its new weights."""
     make, tuned = TRANSPLANTS[name]
     length, factor = settings["training_length"], max(settings["factors"])
     scheme = make(length, factor)
@@ -158,8 +158,39 @@ def run_transplant(
     result = transplant(base, scheme, name=name)
     if tuned:
         keras.utils.set_random_seed(seed + 1)
-        _fit(result.model, task, 1, seed, settings)
+        if text is None:
+            _fit(result.model, task, 1, seed, settings)
+        else:
+            result.fine_tune(
+                text,
+                sequence_length=length,
+                train="all",
+                batch_size=settings["batch_size"],
+                learning_rate=settings["tune_learning_rate"],
+                verbose=0,
+            )
     return result.model, result.new_weights
+
+
+def _user_model(model: Any, text: Any) -> tuple[keras.Model, str]:
+    """A user's language model (or its ``.keras`` file) and the text (or text file) to
+    fine-tune and measure it on."""
+    if text is None:
+        raise ValueError(
+            f"{WHO}: a given `model` needs `text` (a text, or the path of a text file) to "
+            "fine-tune and measure it on; got text=None."
+        )
+    if isinstance(model, str | os.PathLike):
+        model = keras.saving.load_model(model)
+    if not getattr(model, "is_decoder_only", False):
+        raise TypeError(
+            f"{WHO}: `model` must be a zoo language model (e.g. a DecoderLM converted with "
+            f"convert.from_keras_hub_preset) or its .keras file, got {type(model).__name__}."
+        )
+    if isinstance(text, os.PathLike) or (isinstance(text, str) and os.path.isfile(text)):
+        with open(text, encoding="utf-8") as handle:
+            text = handle.read()
+    return model, text
 
 
 def transplant_study(
@@ -169,11 +200,15 @@ def transplant_study(
     transplants: Sequence[str] | None = None,
     tasks: Sequence[str] | None = None,
     verbose: int = 1,
+    model: Any = None,
+    text: Any = None,
     **settings: Any,
 ) -> list[dict[str, Any]]:
     """Trains a RoPE model on a task at a short length, transplants its position encoding
     every way of `TRANSPLANTS`, fine-tunes the replacements, and measures each at 1x-16x the
-    training length (the package's docstring says what and why).
+    training length (the package's docstring says what and why). Given a ``model`` of
+    one's own, that model goes through the transplants instead, fine-tuned and measured on
+    ``text``.
 
     Args:
         quick: the quick run (``copy_recent``, one seed, training length 32: about a
@@ -182,11 +217,18 @@ def transplant_study(
             study's page).
         out: a folder for ``transplant.csv``, ``transplant.md`` and ``transplant.png``
             (created if missing).
-        seeds: seeds; default ``(0,)`` quick, ``(0, 1, 2)`` full.
+        seeds: seeds; default ``(0,)`` quick or with a given ``model``, ``(0, 1, 2)`` full.
         transplants: a selection of `TRANSPLANTS` (default all).
         tasks: a selection of the length study's tasks; default ``("copy_recent",)`` quick,
             ``("copy_back", "copy_recent")`` full.
         verbose: 1 prints a line per model, 0 nothing.
+        model: instead of the model trained here, a zoo language model (a `DecoderLM`
+            converted from a keras-hub preset, ...) or its ``.keras`` file; its
+            ``training_length`` setting is the length it was trained at (the test lengths
+            are its multiples), its tokenizer reads ``text``. ``tasks`` are then unused.
+        text: with ``model``: the text (or a text file's path) the replacements are
+            fine-tuned on (one epoch of windows of the training length) and every model is
+            measured on; it must hold more tokens than the longest test length.
         **settings: overrides of `QUICK_SETTINGS` / `FULL_SETTINGS` and `MODEL_SETTINGS`.
 
     Returns:
@@ -207,18 +249,28 @@ def transplant_study(
     tasks = list(tasks or (("copy_recent",) if quick else ("copy_back", "copy_recent")))
     for task in tasks:
         check_choice(WHO, "tasks", task, TASKS)
-    seeds = [check_int(WHO, "seeds", s, 0) for s in (seeds or ((0,) if quick else (0, 1, 2)))]
+    default = (0,) if quick or model is not None else (0, 1, 2)  # a given model: one run
+    seeds = [check_int(WHO, "seeds", s, 0) for s in (seeds or default)]
     length = settings["training_length"]
     lengths = [length * factor for factor in settings["factors"]]
+    given = None
+    if model is not None:
+        given, text = _user_model(model, text)
+        tasks = ["text"]
     rows: list[dict[str, Any]] = []
     start = time.time()
     for task in tasks:
         for seed in seeds:
-            base = train_base(task, seed, settings)
+            base = given if given is not None else train_base(task, seed, settings)
             for name in names:
-                model, new = run_transplant(base, name, task, seed, settings)
+                trained, new = run_transplant(base, name, task, seed, settings, text)
                 evaluation = evaluate_lengths(
-                    model, task, lengths, max_windows=settings["windows"], seed=seed, name=name
+                    trained,
+                    task if given is None else text,
+                    lengths,
+                    max_windows=settings["windows"],
+                    seed=seed,
+                    name=name,
                 )
                 rows += _rows(evaluation, task, seed, name, length, new)
                 if verbose:
