@@ -336,13 +336,8 @@ def _experiment_length(args: argparse.Namespace) -> int:
 def _experiment_transplant(args: argparse.Namespace) -> int:
     from keras_posenc.experiments.transplant_study import markdown_table, transplant_study
 
-    choices = {
-        "transplants": args.transplants,
-        "tasks": args.tasks,
-        "model": args.model,
-        "text": args.text,
-        "training_length": args.training_length,
-    }
+    names = ("transplants", "tasks", "model", "text", "training_length")
+    choices = {name: getattr(args, name) for name in names}
     return _run_study(transplant_study, markdown_table, args, choices)
 
 
@@ -350,6 +345,13 @@ def _experiment_layouts(args: argparse.Namespace) -> int:
     from keras_posenc.experiments.coatnet_layouts import layout_experiment, markdown_table
 
     return _run_study(layout_experiment, markdown_table, args, {"layouts": args.layouts})
+
+
+def _study_arguments(parser: argparse.ArgumentParser, tables: str) -> None:
+    """``--quick``, ``--out`` and ``--seeds``, which every ``posenc experiment`` takes."""
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (one seed)")
+    parser.add_argument("--out", help=f"folder for the CSV, the markdown {tables} and the PNG plot")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the mode's own)")
 
 
 def _run_study(study: Any, table: Any, args: argparse.Namespace, choices: dict) -> int:
@@ -603,9 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"short training ({measured('experiment length --quick')}); the full run: "
         f"{FULL_RUNS['experiment length']} (docs/experiments/length-generalization.md).",
     )
-    length.add_argument("--quick", action="store_true", help="a short smoke run (one seed)")
-    length.add_argument("--out", help="folder for the CSV, the markdown tables and the PNG plot")
-    length.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the mode's own)")
+    _study_arguments(length, "tables")
     length.add_argument("--encodings", nargs="+", help="a selection of encodings (default: all)")
     length.add_argument(
         "--tasks", nargs="+", help="a selection of copy_back, copy_position, copy_recent"
@@ -630,16 +630,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"length 32 ({measured('experiment transplant --quick')}); the full run: "
         f"{FULL_RUNS['experiment transplant']} (docs/experiments/transplant.md).",
     )
-    transplanted.add_argument("--quick", action="store_true", help="a short run (one seed)")
-    transplanted.add_argument(
-        "--out", help="folder for the CSV, the markdown tables and the PNG plot"
-    )
-    transplanted.add_argument(
-        "--seeds", type=int, nargs="+", help="seeds (default: the mode's own)"
-    )
-    transplanted.add_argument(
-        "--transplants", nargs="+", help="a selection of transplants (default: all)"
-    )
+    _study_arguments(transplanted, "tables")
+    transplanted.add_argument("--transplants", nargs="+", help="a selection (default: all)")
     transplanted.add_argument("--tasks", nargs="+", help="a selection of copy_back, copy_recent")
     transplanted.add_argument(
         "--model",
@@ -665,9 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"seed, a short training ({measured('experiment layouts --quick')}); the full run: "
         f"{FULL_RUNS['experiment layouts']} (docs/experiments/coatnet-layouts.md).",
     )
-    layouts.add_argument("--quick", action="store_true", help="a short smoke run (one seed)")
-    layouts.add_argument("--out", help="folder for the CSV, the markdown table and the PNG plot")
-    layouts.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the mode's own)")
+    _study_arguments(layouts, "table")
     layouts.add_argument("--layouts", nargs="+", help="a selection of layouts (default: all four)")
     layouts.set_defaults(handler=_experiment_layouts)
 

@@ -19,7 +19,7 @@ Each model is measured at ``L``, ``2L`` ... ``16L`` with
 the last half of the positions (at ``2L`` and beyond, positions the model never saw in
 training). `transplant_study` runs it (``posenc experiment transplant``); `markdown_table`,
 `plot` and `write_results` render its rows. The modules import each other one way:
-``runs`` -> ``results``.
+``runs`` -> ``results`` -> ``transplants`` (what each transplant is).
 
 Examples:
 
@@ -38,13 +38,12 @@ from keras_posenc.experiments.transplant_study.results import (
     write_results,
 )
 from keras_posenc.experiments.transplant_study.runs import (
-    DESCRIPTIONS,
     FULL_SETTINGS,
     MODEL_SETTINGS,
     QUICK_SETTINGS,
-    TRANSPLANTS,
     transplant_study,
 )
+from keras_posenc.experiments.transplant_study.transplants import DESCRIPTIONS, TRANSPLANTS
 
 __all__ = [
     "transplant_study",

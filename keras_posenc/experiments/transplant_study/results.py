@@ -15,7 +15,7 @@ from keras_posenc.experiments._figures import (
     write_csv,
 )
 from keras_posenc.experiments.length_evaluation import LENGTH_COLUMNS
-from keras_posenc.experiments.transplant_study.runs import DESCRIPTIONS, VOCABULARY, mean_by
+from keras_posenc.experiments.transplant_study.transplants import DESCRIPTIONS, VOCABULARY, mean_by
 
 CSV_NAME = "transplant.csv"
 MARKDOWN_NAME = "transplant.md"
