@@ -32,6 +32,7 @@ biases, ...; ALiBi has none).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import keras
@@ -120,7 +121,7 @@ class Transplant:
 
     def fine_tune(
         self,
-        text: str,
+        text: str | os.PathLike,
         sequence_length: int,
         train: str = "new",
         tokenizer: Any = None,
@@ -130,7 +131,8 @@ class Transplant:
         stride: int | None = None,
         verbose: Any = "auto",
     ) -> keras.callbacks.History:
-        """Fine-tunes the transplanted language model on ``text`` with ``fit``.
+        """Fine-tunes the transplanted language model on ``text`` (a string, or the path
+        of a UTF-8 text file: a ``pathlib.Path`` or an existing file's name) with ``fit``.
 
         The text is tokenized (``tokenizer``, default the model's) and cut into next-token
         windows of ``sequence_length`` (`keras_posenc.tokenizers.next_token_windows`); the
@@ -168,6 +170,9 @@ class Transplant:
                 f"{who}: train='new' needs new weights, and this transplant has none "
                 f"({_describe_changes(self.changes)}); pass train='all'."
             )
+        if isinstance(text, os.PathLike) or (isinstance(text, str) and os.path.isfile(text)):
+            with open(text, encoding="utf-8") as handle:
+                text = handle.read()
         inputs, targets = tokenizers.next_token_windows(tokenizer, text, sequence_length, stride)
         frozen = []
         if train == "new":

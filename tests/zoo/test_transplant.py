@@ -111,10 +111,13 @@ def test_explicit_arguments_gemma3s_global_rotary_and_the_tokenizer_carry_over()
     assert changes_of(None) == {}
 
 
-def test_fine_tuning_trains_the_new_weights_only_then_all():
+def test_fine_tuning_trains_the_new_weights_only_then_all(tmp_path):
     model = trained_like(zoo.create("decoder_lm_tiny", num_layers=1))
     result = transplant(model, "kerple")
-    history = result.fine_tune(TEXT, sequence_length=16, train="new", epochs=2, verbose=0)
+    (tmp_path / "text.txt").write_text(TEXT)  # a text file, read with the model's tokenizer
+    history = result.fine_tune(
+        tmp_path / "text.txt", sequence_length=16, train="new", epochs=2, verbose=0
+    )
     assert len(history.history["loss"]) == 2
     assert equal_weights(model, result.model, result.copied_weights)  # frozen during the fit
     assert all(w.trainable for w in result.model.weights)  # and trainable again after
