@@ -35,6 +35,11 @@ CALLS = {
         lambda: (x(),),
         {"padding_mask": (B, T)},
     ),
+    "DisentangledSelfAttention": (
+        lambda: layers.DisentangledSelfAttention(2, 8, position=layers.DebertaBuckets(4, 8)),
+        lambda: (x(),),
+        {"padding_mask": (B, T), "attention_mask": (B, T, T), "mask": (B, T)},
+    ),
     "GLUConv1D": (lambda: layers.GLUConv1D(8, 3), lambda: (x(),), {"mask": (B, T)}),
     "MUSEAttention": (lambda: layers.MUSEAttention(2, 8), lambda: (x(),), {"mask": (B, T)}),
     "MUSEEncoderLayer": (

@@ -15,6 +15,7 @@ from keras_posenc.layers.activations import exact_gelu, tanh_gelu
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, SqueezeExcite
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
 from keras_posenc.layers.decoder_block import DecoderBlock
+from keras_posenc.layers.disentangled_attention import DisentangledSelfAttention
 from keras_posenc.layers.muse import MUSEAttention, MUSEDecoderLayer, MUSEEncoderLayer
 from keras_posenc.layers.padding import SpatialPadding2D
 from keras_posenc.layers.position_biases import (
@@ -27,6 +28,7 @@ from keras_posenc.layers.position_biases import (
 )
 from keras_posenc.layers.position_schemes import (
     ClipPositions,
+    DebertaBuckets,
     Grid2DPositions,
     LogBuckets,
     MultiScaleBins,
@@ -36,6 +38,7 @@ from keras_posenc.layers.position_schemes import (
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_index import (
     clip_index,
+    deberta_index,
     log_bucket_index,
     multiscale_index,
     multiscale_table_size,
@@ -58,7 +61,9 @@ __all__ = [
     "ContinuousBias",
     "ContinuousPositionBias2D",
     "ConvS2SAttention",
+    "DebertaBuckets",
     "DecoderBlock",
+    "DisentangledSelfAttention",
     "EstimateTooLarge",
     "FIRE",
     "GLUConv1D",
@@ -86,6 +91,7 @@ __all__ = [
     "SpatialPadding2D",
     "SqueezeExcite",
     "clip_index",
+    "deberta_index",
     "exact_gelu",
     "log_bucket_index",
     "memory_limit",

@@ -43,6 +43,7 @@ from keras_posenc.layers._description import Description
 
 __all__ = [
     "ClipPositions",
+    "DebertaBuckets",
     "Grid2DPositions",
     "LogBuckets",
     "MultiScaleBins",
@@ -246,6 +247,53 @@ class LogBuckets(PositionScheme):
 
     def _saturation(self) -> int:
         return 2 * self.max_distance + 2
+
+
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class DebertaBuckets(PositionScheme):
+    """DeBERTa v2/v3's log buckets: exact up to ``position_buckets // 2``, log-spaced beyond
+    (`relative_index.deberta_index`), a table of ``2 * position_buckets`` rows.
+
+    The scheme of `DisentangledSelfAttention`; any relative mode of
+    `MultiHeadRelativeAttention` reads it too (``relative="bias"``: a learned scalar per
+    head and DeBERTa bucket).
+
+    Args:
+        position_buckets: DeBERTa's ``position_buckets`` (256); at least 4.
+        max_position: DeBERTa's ``max_relative_positions`` (512), greater than
+            ``position_buckets // 2 + 1``.
+
+    Examples:
+
+        >>> from keras_posenc.layers import DebertaBuckets
+        >>> DebertaBuckets().table_size
+        512
+        >>> DebertaBuckets(position_buckets=8, max_position=40).table_size
+        16
+
+    Reference:
+        He, Gao, Chen, "DeBERTaV3: Improving DeBERTa using ELECTRA-Style Pre-Training
+        with Gradient-Disentangled Embedding Sharing", ICLR 2023.
+    """
+
+    def __init__(self, position_buckets: int = 256, max_position: int = 512) -> None:
+        super().__init__(position_buckets=position_buckets, max_position=max_position)
+
+    @classmethod
+    def _check(cls, caller: str, position_buckets: Any = 256, max_position: Any = 512) -> dict:
+        buckets, maximum = relative_index._deberta_arguments(caller, position_buckets, max_position)
+        return {"position_buckets": buckets, "max_position": maximum}
+
+    def index(self, r: Any) -> Any:
+        return relative_index.deberta_index(r, self.position_buckets, self.max_position)
+
+    @property
+    def table_size(self) -> int:
+        return 2 * self.position_buckets
+
+    def _saturation(self) -> int:
+        # The distance of the last log level: beyond it the index is clipped.
+        return relative_index._deberta_thresholds(self.position_buckets, self.max_position)[-1]
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -479,6 +527,7 @@ register_scheme("t5", LogBuckets)
 register_scheme("log", LogBuckets)
 # T5's decoder: under a causal mask no key follows its query, so every bucket serves r <= 0.
 register_scheme("t5_decoder", functools.partial(LogBuckets, bidirectional=False))
+register_scheme("deberta", DebertaBuckets)
 register_scheme("irpe", PiecewiseBuckets)
 register_scheme("piecewise", PiecewiseBuckets)
 register_scheme("multiscale", MultiScaleBins)

@@ -1,4 +1,5 @@
-"""Relative position index functions: clip (Shaw), log buckets (T5), piecewise (iRPE), multi-scale.
+"""Relative position index functions: clip (Shaw), log buckets (T5, DeBERTa), piecewise (iRPE),
+multi-scale.
 
 Every function maps an integer tensor of relative distances ``r = j - i``
 (key position minus query position, see `relative_positions`) to an int32
@@ -43,6 +44,7 @@ from keras_posenc.layers._checks import check_bool, check_int
 
 __all__ = [
     "clip_index",
+    "deberta_index",
     "log_bucket_index",
     "multiscale_index",
     "multiscale_table_size",
@@ -365,6 +367,93 @@ def log_bucket_index(
         n = ops.maximum(-r, 0)
     large = max_exact + _count_reached(n, thresholds)
     return offset + ops.where(ops.less(n, max_exact), n, large)
+
+
+# --------------------------------------------------------------------------- log (DeBERTa)
+
+
+def _deberta_arguments(caller: str, position_buckets: Any, max_position: Any) -> tuple[int, int]:
+    """Validates DeBERTa's arguments; returns them as ints."""
+    position_buckets = check_int(caller, "position_buckets", position_buckets, minimum=4)
+    middle = position_buckets // 2
+    max_position = check_int(caller, "max_position", max_position, minimum=1)
+    if max_position - 1 <= middle:
+        # DeBERTa divides by log((max_position - 1) / middle): it must be positive.
+        raise ValueError(
+            f"{caller}: `max_position` must be > {middle + 1} (position_buckets // 2 + 1, "
+            f"for position_buckets={position_buckets}), got {max_position}."
+        )
+    return position_buckets, max_position
+
+
+@functools.lru_cache(maxsize=64)
+def _deberta_thresholds(position_buckets: int, max_position: int) -> tuple[int, ...]:
+    """Smallest distance n of each log level ``middle + 1 .. position_buckets``.
+
+    The level of ``n > middle = position_buckets // 2`` is DeBERTa's float32 ``middle +
+    ceil(log(n / middle) * (middle - 1) / log((max_position - 1) / middle))`` (the order
+    of operations of keras-hub's ``DisentangledSelfAttention``); from ``position_buckets``
+    on the index is clipped, so the levels stop there.
+    """
+    middle = position_buckets // 2
+    log_ratio = np.float32(math.log(np.float32(max_position - 1) / np.float32(middle)))
+    scale = np.float32(middle - 1)
+
+    def level(n: int) -> int:
+        ratio = np.log(np.float32(n) / np.float32(middle))
+        return middle + int(np.ceil(ratio * scale / log_ratio))
+
+    high = 4 * max_position + 4  # the last level is reached a little after max_position - 1
+    return tuple(
+        _first_reaching(level, v, middle + 1, high) for v in range(middle + 1, position_buckets + 1)
+    )
+
+
+def deberta_index(r: Any, position_buckets: int = 256, max_position: int = 512) -> Any:
+    """DeBERTa v2/v3's log-bucketed relative position: a row of its ``2 * position_buckets`` table.
+
+    DeBERTa measures ``i - j`` (query minus key), ``-r`` in our convention. Distances up
+    to ``middle = position_buckets // 2`` keep their own bucket; beyond it the bucket is
+    ``sign * (middle + ceil(log(|d| / middle) * (middle - 1) / log((max_position - 1) /
+    middle)))``; the row is the bucket plus ``position_buckets``, clipped to ``[0, 2 *
+    position_buckets)``. Both of DeBERTa's relative terms read this row for the pair
+    (query ``i``, key ``j``): content-to-position with the query's content,
+    position-to-content with the key's (`DisentangledSelfAttention`). The log formula is
+    evaluated in float32 once, in numpy, for the thresholds (see the module docstring).
+
+    Args:
+        r: integer tensor of relative distances ``j - i``.
+        position_buckets: DeBERTa's ``position_buckets`` (256 in v2 and v3): the table
+            has twice as many rows; at least 4.
+        max_position: DeBERTa's ``max_relative_positions`` (its ``max_position_embeddings``,
+            512): the distance whose bucket is the last before clipping; greater than
+            ``position_buckets // 2 + 1``.
+
+    Returns:
+        int32 indices in ``[0, 2 * position_buckets)``, same shape as ``r``.
+
+    Examples:
+
+        >>> import keras
+        >>> r = [-1000, -200, -128, -1, 0, 1, 128, 200, 1000]
+        >>> print(keras.ops.convert_to_numpy(deberta_index(r)))
+        [511 425 384 257 256 255 128  87   0]
+
+    Reference:
+        He, Liu, Gao, Chen, "DeBERTa: Decoding-enhanced BERT with Disentangled
+        Attention", ICLR 2021; He, Gao, Chen, "DeBERTaV3", ICLR 2023 (log buckets as in
+        keras-hub's ``DisentangledSelfAttention`` and Hugging Face's ``modeling_deberta_v2.py``).
+    """
+    position_buckets, max_position = _deberta_arguments(
+        "deberta_index", position_buckets, max_position
+    )
+    middle = position_buckets // 2
+    thresholds = _deberta_thresholds(position_buckets, max_position)
+    d = -_as_int32(r)  # DeBERTa's query minus key
+    n = ops.abs(d)
+    bucket = ops.where(ops.less_equal(n, middle), n, middle + _count_reached(n, thresholds))
+    signed = ops.where(ops.less(d, 0), -bucket, bucket)
+    return ops.clip(signed + position_buckets, 0, 2 * position_buckets - 1)
 
 
 # --------------------------------------------------------------------------- piecewise (iRPE)

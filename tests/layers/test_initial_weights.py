@@ -56,6 +56,18 @@ CASES = {
         lambda **kw: layers.DecoderBlock(16, 2, rotary=layers.RotaryPositions(), **kw),
         lambda layer: _call(layer, _sequence(8)),
     ),
+    "DisentangledSelfAttention": (
+        lambda **kw: layers.DisentangledSelfAttention(
+            2, 4, position=layers.DebertaBuckets(4, 8), **kw
+        ),
+        lambda layer: _call(layer, _sequence(8)),
+    ),
+    "DisentangledSelfAttention/separate": (
+        lambda **kw: layers.DisentangledSelfAttention(
+            2, 4, position=layers.DebertaBuckets(4, 8), share_position_projections=False, **kw
+        ),
+        lambda layer: _call(layer, _sequence(8)),
+    ),
     "MBConv": (lambda **kw: layers.MBConv(8), lambda layer: _call(layer, _image(8))),
     "MUSEAttention": (
         lambda **kw: layers.MUSEAttention(2, 4, **kw),
@@ -141,6 +153,8 @@ CASES = {
 SEEDED = {
     "ConvS2SAttention": "kernel_initializer",
     "DecoderBlock": "kernel_initializer",
+    "DisentangledSelfAttention": "kernel_initializer",
+    "DisentangledSelfAttention/separate": "kernel_initializer",
     "GLUConv1D": "kernel_initializer",
     "MUSEAttention": "kernel_initializer",
     "MUSEAttention/dynamic": "kernel_initializer",

@@ -102,3 +102,29 @@ def toeplitz(diagonals: np.ndarray, query_length: int, key_length: int) -> np.nd
         for j in range(key_length):
             out[..., i, j] = diagonals[..., j - i + query_length - 1]
     return out
+
+
+def deberta_relative_position_row(
+    relative_position: np.ndarray, position_buckets: int = 256, max_position: int = 512
+) -> np.ndarray:
+    """DeBERTa v2's ``make_log_bucket_position`` as published (Hugging Face's
+    ``modeling_deberta_v2.py``), in float32, then the row of its ``2 * position_buckets``
+    table: ``clip(bucket + position_buckets, 0, 2 * position_buckets - 1)``.
+
+    DeBERTa's distance is query minus key, ``-relative_position`` here
+    (``relative_position = key - query``).
+    """
+    rel = -np.asarray(relative_position, np.int64)
+    sign = np.sign(rel)
+    mid = position_buckets // 2
+    abs_pos = np.where((rel < mid) & (rel > -mid), mid - 1, np.abs(rel)).astype(np.float32)
+    log_pos = (
+        np.ceil(
+            np.log(abs_pos / np.float32(mid))
+            / np.log(np.float32((max_position - 1) / mid))
+            * np.float32(mid - 1)
+        )
+        + mid
+    )
+    bucket = np.where(abs_pos <= mid, rel, log_pos * sign).astype(np.int64)
+    return np.clip(bucket + position_buckets, 0, 2 * position_buckets - 1)
