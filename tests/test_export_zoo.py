@@ -110,6 +110,10 @@ SMALL_VARIANTS = {
     "decoder_lm_small": {"vocab_size": 50, "tokenizer": None, "hidden_dim": 32,
                          "intermediate_dim": 64, "num_heads": 4, "num_key_value_heads": 2,
                          "num_layers": 2, "sliding_window": 4, "global_every": 2},
+    **{name: {"vocabulary_size": 60, "hidden_dim": 32, "intermediate_dim": 64, "num_heads": 4,
+              "num_layers": 2, "bucket_size": 8, "max_sequence_length": 32}
+       for name in ("deberta_v3_extra_small", "deberta_v3_small", "deberta_v3_base",
+                    "deberta_v3_large", "deberta_v3_base_multi")},
     # PosENet's backbones are fixed networks (keras.applications, CoAtNet-0): only the
     # input size shrinks, so these stay at the backbones' sizes (15M, 24M, 25M).
     **{f"posenet_{b}": {"backbone": b, "input_shape": (32, 32, 3), "feature_size": 8}
@@ -132,6 +136,7 @@ FAMILY_MODELS = {
     "shaw_transformer": "shaw_transformer_base",
     "music_transformer": "music_transformer_base",
     "decoder_lm": "decoder_lm_tiny",
+    "deberta_v3": "deberta_v3_extra_small",
 }
 ARTIFACT_DTYPES = {"tensor(float)": "float32", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
@@ -139,7 +144,8 @@ ARTIFACT_DTYPES = {"tensor(float)": "float32", "tensor(int32)": "int32", "tensor
 def family(name: str) -> str:
     """The export guide's table for the registered model ``name``."""
     prefixes = ("posenet", "coatnet", "maxvit", "convs2s_lm", "muse_encoder", "convs2s", "muse")
-    for prefix in (*prefixes, "t5", "shaw_transformer", "music_transformer", "decoder_lm"):
+    later = ("t5", "shaw_transformer", "music_transformer", "decoder_lm", "deberta_v3")
+    for prefix in (*prefixes, *later):
         if name.startswith(prefix):
             return prefix
     raise AssertionError(f"{name}: no family table in the export guide")

@@ -11,6 +11,8 @@
   :func:`to_timm_state_dict` goes back (e.g. after fine-tuning in Keras).
 - :func:`from_keras_hub_t5`: a keras-hub ``T5Backbone`` (any keras-hub T5 preset) ->
   :class:`~keras_posenc.zoo.t5.T5`.
+- :func:`from_keras_hub_deberta_v3`: a keras-hub ``DebertaV3Backbone`` (any keras-hub
+  DeBERTa v3 preset) -> the zoo's DeBERTa v3 (`keras_posenc.zoo.deberta.build_deberta_v3`).
 - :func:`from_keras_hub_decoder`: keras-hub's ``LlamaBackbone``, ``Llama3Backbone``,
   ``MistralBackbone``, ``QwenBackbone``, ``GemmaBackbone`` (Gemma 1 and 2) and
   ``Gemma3Backbone`` (text only) ->
@@ -29,6 +31,7 @@ from keras_posenc.convert.fairseq import (
     posenc_to_fairseq_ids,
     read_fairseq_dictionary,
 )
+from keras_posenc.convert.keras_hub_deberta import from_keras_hub_deberta_v3
 from keras_posenc.convert.keras_hub_decoders import (
     from_keras_hub,
     from_keras_hub_decoder,
@@ -50,6 +53,7 @@ __all__ = [
     "from_fairseq_archive",
     "from_fairseq_fconv",
     "from_keras_hub",
+    "from_keras_hub_deberta_v3",
     "from_keras_hub_decoder",
     "from_keras_hub_preset",
     "from_keras_hub_t5",

@@ -64,12 +64,14 @@ def _family(backbone: Any) -> str | None:
 
 
 def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
-    """A zoo model equal to a keras-hub backbone: decoders (`from_keras_hub_decoder`) or T5
-    (`keras_posenc.convert.from_keras_hub_t5`).
+    """A zoo model equal to a keras-hub backbone: decoders (`from_keras_hub_decoder`), T5
+    (`keras_posenc.convert.from_keras_hub_t5`) or DeBERTa v3
+    (`keras_posenc.convert.from_keras_hub_deberta_v3`).
 
     ``backbone`` may also be a keras-hub task model (``LlamaCausalLM``, ``T5Seq2SeqLM``,
-    ...): its backbone converts, and its preprocessor's tokenizer becomes the model's
-    (`from_keras_hub_preset` loads both from a preset).
+    ``DebertaV3TextClassifier``, ...): its backbone converts, and a generating model's
+    preprocessor's tokenizer becomes the model's (`from_keras_hub_preset` loads both from a
+    preset); DeBERTa's encoder takes token ids, its tokenizer stays keras-hub's.
 
     Raises:
         TypeError: for a backbone of another family, naming the families converted.
@@ -85,13 +87,18 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
         >>> type(from_keras_hub(backbone)).__name__
         'DecoderLM'
     """
-    task = {"CausalLM", "Seq2SeqLM"} & set(_class_names(backbone))
+    task = {"CausalLM", "Seq2SeqLM", "MaskedLM", "TextClassifier"} & set(_class_names(backbone))
     if task:  # a keras-hub task model: its backbone, and its preprocessor's tokenizer
         tokenizer = getattr(getattr(backbone, "preprocessor", None), "tokenizer", None)
         if tokenizer is not None:
             kwargs.setdefault("tokenizer", tokenizer)
         backbone = backbone.backbone
     names = _class_names(backbone)
+    if "DebertaV3Backbone" in names:  # an encoder: it takes token ids, no tokenizer
+        from keras_posenc.convert.keras_hub_deberta import from_keras_hub_deberta_v3
+
+        kwargs.pop("tokenizer", None)
+        return from_keras_hub_deberta_v3(backbone, **kwargs)
     if "T5Backbone" in names:
         from keras_posenc.convert.keras_hub_t5 import from_keras_hub_t5
 
@@ -99,7 +106,8 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
     if _family(backbone) is not None:
         return from_keras_hub_decoder(backbone, **kwargs)
     raise TypeError(
-        f"from_keras_hub: `backbone` must be one of keras_hub's T5Backbone, {_NAMES}, "
+        f"from_keras_hub: `backbone` must be one of keras_hub's T5Backbone, "
+        f"DebertaV3Backbone, {_NAMES}, "
         f"got {type(backbone).__name__}."
     )
 

@@ -396,14 +396,20 @@ def _deberta_thresholds(position_buckets: int, max_position: int) -> tuple[int, 
     on the index is clipped, so the levels stop there.
     """
     middle = position_buckets // 2
-    log_ratio = np.float32(math.log(np.float32(max_position - 1) / np.float32(middle)))
+    # float32 throughout, as keras-hub and Hugging Face evaluate it (a float64 log rounded
+    # to float32 moved a distance at an exact level, n = 11 for (4, 12), one bucket on).
+    log_ratio = np.log(np.float32(max_position - 1) / np.float32(middle))
     scale = np.float32(middle - 1)
 
     def level(n: int) -> int:
         ratio = np.log(np.float32(n) / np.float32(middle))
         return middle + int(np.ceil(ratio * scale / log_ratio))
 
-    high = 4 * max_position + 4  # the last level is reached a little after max_position - 1
+    # In real numbers the last level is passed beyond middle * ((max_position - 1) / middle)
+    # ** ((position_buckets - middle - 1) / (middle - 1)): max_position - 1 for an even
+    # position_buckets, farther for an odd one; twice that bounds the search.
+    exponent = (position_buckets - middle - 1) / (middle - 1)
+    high = 2 * math.ceil(middle * ((max_position - 1) / middle) ** exponent) + 4
     return tuple(
         _first_reaching(level, v, middle + 1, high) for v in range(middle + 1, position_buckets + 1)
     )
@@ -419,7 +425,13 @@ def deberta_index(r: Any, position_buckets: int = 256, max_position: int = 512) 
     position_buckets)``. Both of DeBERTa's relative terms read this row for the pair
     (query ``i``, key ``j``): content-to-position with the query's content,
     position-to-content with the key's (`DisentangledSelfAttention`). The log formula is
-    evaluated in float32 once, in numpy, for the thresholds (see the module docstring).
+    evaluated in float32 once, in numpy, for the thresholds (see the module docstring), in
+    keras-hub's order of operations. For DeBERTa's (256, 512) every distance up to 10,000
+    gets the row of keras-hub's and of Hugging Face's function; for other sizes those two
+    orders of operations (multiply, then divide by the log; or divide, then multiply) can
+    round a distance that lies exactly on a level's boundary to neighbouring rows, and
+    keras-hub's also depends on the backend's float32 log (for (4, 12) TensorFlow's puts
+    the distance 11 a row away from JAX's and PyTorch's, which agree with this function).
 
     Args:
         r: integer tensor of relative distances ``j - i``.

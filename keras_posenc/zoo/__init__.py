@@ -33,6 +33,7 @@ import keras
 from keras_posenc.zoo import (
     coatnet,  # noqa: F401  (registers coatnet_0 .. coatnet_4)
     convs2s,  # noqa: F401  (registers convs2s_*)
+    deberta,  # noqa: F401  (registers deberta_v3_*)
     decoder_lm,  # noqa: F401  (registers decoder_lm_tiny, decoder_lm_small)
     maxvit,  # noqa: F401  (registers maxvit_t .. maxvit_l and timm's maxvit_*)
     muse,  # noqa: F401  (registers muse_*)

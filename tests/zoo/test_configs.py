@@ -22,6 +22,7 @@ from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
 from keras_posenc.zoo import (
     coatnet,
     convs2s,
+    deberta,
     decoder_lm,
     maxvit,
     muse,
@@ -45,10 +46,11 @@ TABLES = {
     "shaw_transformer": relative_transformers.SHAW_CONFIGS,
     "music_transformer": relative_transformers.MUSIC_CONFIGS,
     "decoder_lm": decoder_lm.DECODER_LM_CONFIGS,
+    "deberta_v3": deberta.CONFIGS,
 }
 # Families registered after the fixture was written (the configurations of then, before
 # the tables): their names are not in it.
-NEWER = set(decoder_lm.DECODER_LM_CONFIGS)
+NEWER = set(decoder_lm.DECODER_LM_CONFIGS) | set(deberta.CONFIGS)
 
 
 def plain(value):
