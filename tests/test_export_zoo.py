@@ -237,7 +237,7 @@ def declared_graphs(model: keras.Model) -> dict[str, tuple[list, list]]:
             )
         return graphs
     names = decoding_names(model)
-    (encoder_spec,), step_specs = decoding_signatures(model)
+    encoder_specs, step_specs = decoding_signatures(model)
     state = len(names["encoder"][1])
     cache = step_specs[2:]
     logits = [(None, model.target_vocab_size), "float32"]
@@ -245,7 +245,7 @@ def declared_graphs(model: keras.Model) -> dict[str, tuple[list, list]]:
     step_in, step_out = names["decoder_step"]
     return {
         "encoder": (
-            [(encoder_in[0], encoder_spec.shape, encoder_spec.dtype)],
+            [(n, s.shape, s.dtype) for n, s in zip(encoder_in, encoder_specs, strict=True)],
             [(n, s.shape, s.dtype) for n, s in zip(encoder_out, cache[:state], strict=True)],
         ),
         "decoder_step": (

@@ -30,7 +30,7 @@ def export_seq2seq(
     """Exports a sequence-to-sequence zoo model as an encoder graph and a one-step decoder graph.
 
     The two graphs are :class:`~keras_posenc.zoo.seq2seq.Seq2SeqEncoder`
-    (``encoder_token_ids -> encoder state``) and
+    (``encoder_token_ids -> encoder state``; T5's also takes ``encoder_padding_mask``) and
     :class:`~keras_posenc.zoo.seq2seq.Seq2SeqDecoderStep` (``[token_ids,
     index, *cache] -> [logits, *new_cache]``), each exported and verified by
     :func:`export_model`. A runtime decodes with them as
@@ -41,7 +41,9 @@ def export_seq2seq(
 
     The graphs' inputs and outputs are named by
     :func:`~keras_posenc.zoo.seq2seq.decoding_names`: the encoder takes
-    ``encoder_token_ids`` and returns the encoder state, each output named as
+    ``encoder_token_ids`` (a model with padding-mask inputs, T5, also
+    ``encoder_padding_mask``: int32 ``(batch, source_time)``, 1 for real tokens, so
+    sources may be padded on the left) and returns the encoder state, each output named as
     the step input it feeds (ConvS2S: ``encoder_keys``, ``encoder_values``,
     ``source_mask``); the step takes ``token_ids``, ``index`` and the cache
     (one tensor per decoder layer, ``cache_<layer>``) and returns ``logits``
@@ -54,7 +56,8 @@ def export_seq2seq(
             or ``.savedmodel`` SavedModel folders).
         format: ``"onnx"``, ``"tf_saved_model"`` or ``"litert"`` (a ``.tflite`` file).
         verify: verify each graph as :func:`export_model` does, on real
-            decoding inputs: sources of two lengths (one row padded), their
+            decoding inputs: sources of two lengths (one row padded on the right;
+            with a mask input another on the left, with its mask), their
             encoder states, and the cache after the ``bos`` step. Random-normal
             caches would be states no encoder produces; with them, a full-size
             WMT ConvS2S differs by ~1e-2 between eager Keras and a compiled
@@ -272,10 +275,16 @@ def _decoding_inputs(model: Any) -> tuple[list, list]:
     """Verification inputs of a seq2seq model's two graphs, as decoding produces them.
 
     For each verification length: a batch of sources (real token ids, the
-    second row ending in padding), and for the step graph a random next token
+    last row ending in padding), and for the step graph a random next token
     at index 1 with the cache that encoding those sources and decoding
-    ``bos`` at index 0 leaves.
+    ``bos`` at index 0 leaves. A model whose encoder graph takes
+    ``encoder_padding_mask`` (T5) gets the mask too, and its first row is padded
+    on the left with ids other than ``pad_id``: only the mask marks that padding, so
+    a graph that ignored the mask (and found it from the ids) would differ there.
     """
+    from keras_posenc.zoo.seq2seq import encoder_input_names
+
+    masked = len(encoder_input_names(model)) > 1
     rng = np.random.default_rng(0)
     low = model.eos_id + 1
     encoder_runs, step_runs = [], []
@@ -283,12 +292,19 @@ def _decoding_inputs(model: Any) -> tuple[list, list]:
         source = rng.integers(low, model.source_vocab_size, (_VERIFY_BATCH, length))
         source = source.astype("int32")
         source[-1, length - 2 :] = model.pad_id
-        state = model.encode(source, training=False)
+        mask = (source != model.pad_id).astype("int32")
+        if masked:  # the first row's tokens moved right, after 3 positions of padding
+            row = source[0].copy()
+            source[0, 3:] = row[: length - 3]
+            mask[0] = np.arange(length) >= 3
+        inputs = [source, mask] if masked else source
+        masks = {"encoder_padding_mask": mask} if masked else {}
+        state = model.encode(source, training=False, **masks)
         cache = model.init_cache(state, max_length=4)
         bos = np.full((_VERIFY_BATCH,), model.bos_id, "int32")
         _, cache = model.decode_step(bos, cache, 0)
         token = rng.integers(low, model.target_vocab_size, (_VERIFY_BATCH,)).astype("int32")
         arrays = [keras.ops.convert_to_numpy(t) for t in cache]
-        encoder_runs.append(source)
+        encoder_runs.append(inputs)
         step_runs.append([token, np.array([1], "int32"), *arrays])
     return encoder_runs, step_runs

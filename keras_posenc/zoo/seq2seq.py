@@ -628,19 +628,45 @@ class Seq2SeqEncoder(keras.Model):
     """The encoder of a :class:`Seq2SeqModel` as a model of its own (for export).
 
     ``encoder(encoder_token_ids)`` returns the list of encoder-state tensors
-    (``model.encode``): the first inputs of a decoding cache.
+    (``model.encode``): the first inputs of a decoding cache. A model whose class
+    lists ``encoder_padding_mask`` in ``padding_mask_names`` (T5) also takes
+    ``encoder([encoder_token_ids, encoder_padding_mask])`` (the mask ``(batch,
+    source_time)``, 1 or True for real tokens), so a source may be padded on the
+    left; its exported graph has both inputs (:func:`encoder_input_names`).
 
     Args:
         seq2seq: the :class:`Seq2SeqModel` (its weights are shared, not copied).
         **kwargs: ``keras.Model`` arguments.
+
+    Raises:
+        ValueError: a list of inputs other than the ids and, for such a model, the mask.
+
+    Examples:
+
+        >>> from keras_posenc.zoo.t5 import T5
+        >>> model = T5(40, hidden_dim=8, intermediate_dim=16, num_heads=2, num_layers=1)
+        >>> encoder = Seq2SeqEncoder(model)
+        >>> ids, mask = np.array([[0, 5, 6, 1]]), np.array([[0, 1, 1, 1]])  # left padding
+        >>> ops.convert_to_numpy(encoder([ids, mask])[1]).tolist()  # the source mask
+        [[False, True, True, True]]
     """
 
     def __init__(self, seq2seq: Seq2SeqModel, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.seq2seq = seq2seq
 
-    def call(self, encoder_token_ids: Any) -> list:
-        return list(self.seq2seq.encode(encoder_token_ids, training=False))
+    def call(self, inputs: Any) -> list:
+        if not isinstance(inputs, list | tuple):
+            return list(self.seq2seq.encode(inputs, training=False))
+        names = encoder_input_names(self.seq2seq)
+        if not 1 <= len(inputs) <= len(names):
+            raise ValueError(
+                f"{type(self).__name__}({self.name!r}): the inputs of "
+                f"{type(self.seq2seq).__name__}'s encoder are {names}, got a list of "
+                f"{len(inputs)}."
+            )
+        masks = dict(zip(names[1:], inputs[1:]))
+        return list(self.seq2seq.encode(inputs[0], training=False, **masks))
 
     def get_config(self) -> dict:
         return {"name": self.name, "seq2seq": keras.saving.serialize_keras_object(self.seq2seq)}
@@ -651,6 +677,14 @@ class Seq2SeqEncoder(keras.Model):
         seq2seq = keras.saving.deserialize_keras_object(config.pop("seq2seq"))
         config.pop("trainable", None)
         return cls(seq2seq, **config)
+
+
+def encoder_input_names(model: Seq2SeqModel) -> list[str]:
+    """The exported encoder graph's inputs: ``encoder_token_ids``, then
+    ``encoder_padding_mask`` where the model's class lists it in ``padding_mask_names``
+    (T5, whose ``encode`` takes it); ConvS2S, MUSE and Shaw's take the ids alone."""
+    names = ["encoder_token_ids"]
+    return names + [n for n in getattr(model, "padding_mask_names", ()) if n.startswith("encoder")]
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -693,8 +727,9 @@ class Seq2SeqDecoderStep(keras.Model):
 def decoding_names(model: Seq2SeqModel) -> dict[str, tuple[list[str], list[str]]]:
     """Input and output names of the exported encoder and decoder-step graphs.
 
-    The encoder graph takes ``encoder_token_ids`` and returns the encoder
-    state (``model.encoder_state_names()``); the step graph takes
+    The encoder graph takes ``encoder_token_ids`` (and ``encoder_padding_mask``,
+    int32 ``(batch, source_time)``, for T5: :func:`encoder_input_names`) and returns
+    the encoder state (``model.encoder_state_names()``); the step graph takes
     ``token_ids``, ``index`` and the cache (``model.cache_names()``, the
     encoder state first) and returns ``logits`` and the updated cache, each
     tensor named ``new_`` and its input's name. The encoder's outputs are
@@ -715,7 +750,7 @@ def decoding_names(model: Seq2SeqModel) -> dict[str, tuple[list[str], list[str]]
     """
     cache = list(model.cache_names())
     return {
-        "encoder": (["encoder_token_ids"], list(model.encoder_state_names())),
+        "encoder": (encoder_input_names(model), list(model.encoder_state_names())),
         "decoder_step": (
             ["token_ids", "index", *cache],
             ["logits", *(f"new_{name}" for name in cache)],
@@ -739,8 +774,8 @@ def decoding_signatures(model: Seq2SeqModel) -> tuple[list, list]:
         source = np.full((1, length), model.bos_id, dtype="int32")
         caches.append(model.init_cache(model.encode(source, training=False), length + 2))
     names = decoding_names(model)
-    (encoder_name,), _ = names["encoder"]
-    encoder = [keras.InputSpec(shape=(None, None), dtype="int32", name=encoder_name)]
+    ids = dict(shape=(None, None), dtype="int32")  # the token ids and their padding mask
+    encoder = [keras.InputSpec(**ids, name=name) for name in names["encoder"][0]]
     return encoder, step_signature(names["decoder_step"][0], *caches)
 
 
