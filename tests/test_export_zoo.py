@@ -114,6 +114,9 @@ SMALL_VARIANTS = {
               "num_layers": 2, "bucket_size": 8, "max_sequence_length": 32}
        for name in ("deberta_v3_extra_small", "deberta_v3_small", "deberta_v3_base",
                     "deberta_v3_large", "deberta_v3_base_multi")},
+    **{name: {"vocabulary_size": 60, "hidden_dim": 32, "intermediate_dim": 64, "num_heads": 4,
+              "num_layers": 2}
+       for name in ("roformer_v2_small", "roformer_v2_base", "roformer_v2_large")},
     # PosENet's backbones are fixed networks (keras.applications, CoAtNet-0): only the
     # input size shrinks, so these stay at the backbones' sizes (15M, 24M, 25M).
     **{f"posenet_{b}": {"backbone": b, "input_shape": (32, 32, 3), "feature_size": 8}
@@ -137,6 +140,7 @@ FAMILY_MODELS = {
     "music_transformer": "music_transformer_base",
     "decoder_lm": "decoder_lm_tiny",
     "deberta_v3": "deberta_v3_extra_small",
+    "roformer_v2": "roformer_v2_small",
 }
 ARTIFACT_DTYPES = {"tensor(float)": "float32", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
@@ -145,6 +149,7 @@ def family(name: str) -> str:
     """The export guide's table for the registered model ``name``."""
     prefixes = ("posenet", "coatnet", "maxvit", "convs2s_lm", "muse_encoder", "convs2s", "muse")
     later = ("t5", "shaw_transformer", "music_transformer", "decoder_lm", "deberta_v3")
+    later = (*later, "roformer_v2")
     for prefix in (*prefixes, *later):
         if name.startswith(prefix):
             return prefix

@@ -13,6 +13,8 @@
   :class:`~keras_posenc.zoo.t5.T5`.
 - :func:`from_keras_hub_deberta_v3`: a keras-hub ``DebertaV3Backbone`` (any keras-hub
   DeBERTa v3 preset) -> the zoo's DeBERTa v3 (`keras_posenc.zoo.deberta.build_deberta_v3`).
+- :func:`from_keras_hub_roformer_v2`: a keras-hub ``RoformerV2Backbone`` -> the zoo's
+  RoFormer v2 (`keras_posenc.zoo.roformer.build_roformer_v2`).
 - :func:`from_keras_hub_decoder`: keras-hub's ``LlamaBackbone``, ``Llama3Backbone``,
   ``MistralBackbone``, ``QwenBackbone``, ``GemmaBackbone`` (Gemma 1 and 2) and
   ``Gemma3Backbone`` (text only) ->
@@ -37,6 +39,7 @@ from keras_posenc.convert.keras_hub_decoders import (
     from_keras_hub_decoder,
     from_keras_hub_preset,
 )
+from keras_posenc.convert.keras_hub_roformer import from_keras_hub_roformer_v2
 from keras_posenc.convert.keras_hub_t5 import from_keras_hub_t5
 from keras_posenc.convert.timm import (
     config_from_timm,
@@ -56,6 +59,7 @@ __all__ = [
     "from_keras_hub_deberta_v3",
     "from_keras_hub_decoder",
     "from_keras_hub_preset",
+    "from_keras_hub_roformer_v2",
     "from_keras_hub_t5",
     "from_timm_coatnet",
     "from_timm_maxvit",

@@ -78,7 +78,7 @@ def from_keras_hub_deberta_v3(backbone: Any, name: str | None = None) -> keras.M
         ...     vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=8,
         ...     intermediate_dim=16, max_sequence_length=32, bucket_size=8)
         >>> model = from_keras_hub_deberta_v3(backbone)
-        >>> inputs = {"token_ids": np.array([[1, 5, 6, 2]]), "padding_mask": np.ones((1, 4))}
+        >>> inputs = {"token_ids": np.array([[1, 5, 6, 2]]), "padding_mask": np.ones((1, 4), int)}
         >>> bool(np.allclose(model(inputs), backbone(inputs), atol=1e-5))
         True
     """

@@ -65,13 +65,15 @@ def _family(backbone: Any) -> str | None:
 
 def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
     """A zoo model equal to a keras-hub backbone: decoders (`from_keras_hub_decoder`), T5
-    (`keras_posenc.convert.from_keras_hub_t5`) or DeBERTa v3
-    (`keras_posenc.convert.from_keras_hub_deberta_v3`).
+    (`keras_posenc.convert.from_keras_hub_t5`), DeBERTa v3
+    (`keras_posenc.convert.from_keras_hub_deberta_v3`) or RoFormer v2
+    (`keras_posenc.convert.from_keras_hub_roformer_v2`).
 
     ``backbone`` may also be a keras-hub task model (``LlamaCausalLM``, ``T5Seq2SeqLM``,
     ``DebertaV3TextClassifier``, ...): its backbone converts, and a generating model's
     preprocessor's tokenizer becomes the model's (`from_keras_hub_preset` loads both from a
-    preset); DeBERTa's encoder takes token ids, its tokenizer stays keras-hub's.
+    preset); the encoders (DeBERTa, RoFormer) take token ids, their tokenizers stay
+    keras-hub's.
 
     Raises:
         TypeError: for a backbone of another family, naming the families converted.
@@ -94,11 +96,15 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
             kwargs.setdefault("tokenizer", tokenizer)
         backbone = backbone.backbone
     names = _class_names(backbone)
-    if "DebertaV3Backbone" in names:  # an encoder: it takes token ids, no tokenizer
+    if "DebertaV3Backbone" in names or "RoformerV2Backbone" in names:
+        # Encoders: they take token ids, no tokenizer.
         from keras_posenc.convert.keras_hub_deberta import from_keras_hub_deberta_v3
+        from keras_posenc.convert.keras_hub_roformer import from_keras_hub_roformer_v2
 
         kwargs.pop("tokenizer", None)
-        return from_keras_hub_deberta_v3(backbone, **kwargs)
+        if "DebertaV3Backbone" in names:
+            return from_keras_hub_deberta_v3(backbone, **kwargs)
+        return from_keras_hub_roformer_v2(backbone, **kwargs)
     if "T5Backbone" in names:
         from keras_posenc.convert.keras_hub_t5 import from_keras_hub_t5
 
@@ -107,7 +113,7 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
         return from_keras_hub_decoder(backbone, **kwargs)
     raise TypeError(
         f"from_keras_hub: `backbone` must be one of keras_hub's T5Backbone, "
-        f"DebertaV3Backbone, {_NAMES}, "
+        f"DebertaV3Backbone, RoformerV2Backbone, {_NAMES}, "
         f"got {type(backbone).__name__}."
     )
 

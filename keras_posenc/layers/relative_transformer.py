@@ -110,10 +110,17 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
         logit_soft_cap: float | None = None,
         output_bias: bool | None = None,
         query_scale_dim: int | None = None,
+        layer_norm: str = "layer",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
+        if layer_norm not in ("layer", "rms"):
+            raise ValueError(
+                f"{caller}: `layer_norm` must be 'layer' (LayerNormalization) or 'rms' "
+                f"(RMSNormalization: a scale, no mean, no offset), got {layer_norm!r}."
+            )
+        self.layer_norm = layer_norm
         self.intermediate_dim = check_int(caller, "intermediate_dim", intermediate_dim, 1)
         self.num_heads = check_int(caller, "num_heads", num_heads, 1)
         self.key_dim = None if key_dim is None else check_int(caller, "key_dim", key_dim, 1)
@@ -213,10 +220,13 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             query_scale_dim=self.query_scale_dim,
         )
 
-    def _layer_norm(self, name: str, shape: tuple) -> keras.layers.LayerNormalization:
-        layer = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+    def _layer_norm(self, name: str, shape: tuple) -> keras.layers.Layer:
+        kind = (
+            keras.layers.RMSNormalization
+            if self.layer_norm == "rms"
+            else keras.layers.LayerNormalization
         )
+        layer = kind(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
         layer.build(shape)
         return layer
 
@@ -271,6 +281,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
             normalize_first=self.normalize_first,
+            layer_norm=self.layer_norm,
             use_bias=self.use_bias,
             relative=self.relative,
             position=keras.saving.serialize_keras_object(self.position),
@@ -314,6 +325,8 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
             block's output before the residual connection.
         activation: activation of the feed-forward network's first layer.
         layer_norm_epsilon: epsilon of the layer normalisations.
+        layer_norm: ``"layer"`` (default, ``LayerNormalization``) or ``"rms"``
+            (``RMSNormalization``: a scale, no mean subtracted, no offset; RoFormer v2).
         kernel_initializer: initializer of every projection and dense kernel; each
             kernel draws from its own copy (a seeded initializer gets one seed per
             kernel, derived from its seed), so no two start equal.

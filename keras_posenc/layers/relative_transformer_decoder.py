@@ -92,6 +92,8 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             block's output before the residual connection.
         activation: activation of the feed-forward network's first layer.
         layer_norm_epsilon: epsilon of the layer normalisations.
+        layer_norm: ``"layer"`` (default, ``LayerNormalization``) or ``"rms"``
+            (``RMSNormalization``: a scale, no mean subtracted, no offset).
         kernel_initializer: initializer of every projection and dense kernel; each
             kernel draws from its own copy (a seeded initializer gets one seed per
             kernel, derived from its seed), so no two start equal.
@@ -271,6 +273,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         logit_soft_cap: float | None = None,
         output_bias: bool | None = None,
         query_scale_dim: int | None = None,
+        layer_norm: str = "layer",
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -297,6 +300,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             logit_soft_cap=logit_soft_cap,
             output_bias=output_bias,
             query_scale_dim=query_scale_dim,
+            layer_norm=layer_norm,
             **kwargs,
         )
         self.cross_attention = None

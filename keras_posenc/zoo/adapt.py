@@ -257,5 +257,25 @@ ZooModel.from_config = _requantized(ZooModel.__dict__["from_config"].__func__)
 @keras.saving.register_keras_serializable(package="keras_posenc")
 class ZooFunctional(ZooModel, keras.Model):
     """A functional ``keras.Model`` with :class:`ZooModel`'s methods: the zoo's image
-    models and MUSE's encoders (``ZooFunctional(inputs, outputs, name=...)``); it
-    saves and loads as a functional model."""
+    models, MUSE's, DeBERTa's and RoFormer's encoders (``ZooFunctional(inputs, outputs,
+    name=...)``); it saves and loads as a functional model.
+
+    A model built on a dict of inputs also takes them as a flat list in Keras' order (the
+    names sorted, as ``keras.tree.flatten`` gives them): what the export's sample call
+    passes (keras_posenc/export/model.py).
+    """
+
+    def _structured(self, inputs: Any) -> Any:
+        struct = getattr(self, "_inputs_struct", None)
+        if isinstance(struct, dict) and isinstance(inputs, list | tuple):
+            if len(inputs) == len(struct):
+                return keras.tree.pack_sequence_as(struct, list(inputs))
+        return inputs
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            args = (self._structured(args[0]), *args[1:])
+        return super().__call__(*args, **kwargs)
+
+    def call(self, inputs: Any, training: Any = None, mask: Any = None, **kwargs: Any) -> Any:
+        return super().call(self._structured(inputs), training=training, mask=mask, **kwargs)

@@ -307,10 +307,7 @@ class DebertaV3(ZooFunctional):
     mask, perhaps an additive one, would be cast silently; `check_mask` refuses it)."""
 
     def _checked(self, inputs: Any) -> Any:
-        if isinstance(inputs, list | tuple) and len(inputs) == 2:
-            # The flat list of the inputs in Keras' order (the export's sample inputs, sorted
-            # by name: padding_mask, token_ids), as the dict the graph is built on.
-            inputs = keras.tree.pack_sequence_as(self._inputs_struct, list(inputs))
+        inputs = self._structured(inputs)
         if isinstance(inputs, dict) and inputs.get("padding_mask") is not None:
             ids = inputs.get("token_ids")
             expected = shape_of(ids) if ids is not None else (None, None)

@@ -28,6 +28,7 @@ from keras_posenc.zoo import (
     muse,
     posenet,
     relative_transformers,
+    roformer,
     t5,
 )
 from keras_posenc.zoo.coatnet import ConvBlockConfig, TransformerBlockConfig
@@ -47,10 +48,11 @@ TABLES = {
     "music_transformer": relative_transformers.MUSIC_CONFIGS,
     "decoder_lm": decoder_lm.DECODER_LM_CONFIGS,
     "deberta_v3": deberta.CONFIGS,
+    "roformer_v2": roformer.CONFIGS,
 }
 # Families registered after the fixture was written (the configurations of then, before
 # the tables): their names are not in it.
-NEWER = set(decoder_lm.DECODER_LM_CONFIGS) | set(deberta.CONFIGS)
+NEWER = set(decoder_lm.DECODER_LM_CONFIGS) | set(deberta.CONFIGS) | set(roformer.CONFIGS)
 
 
 def plain(value):
