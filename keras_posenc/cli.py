@@ -727,6 +727,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     start = time.perf_counter()
     try:
+        if getattr(args, "precheck", None) is not None:  # before Keras: fails within a second
+            args.precheck(args)
         source = getattr(args, "model", None)
         if args.command == "generate":  # keras-hub's handles (hf:// is keras-hub's there)
             failure = cli_text.source_failure(source)

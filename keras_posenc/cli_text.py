@@ -81,7 +81,7 @@ def add_commands(commands: Any, measured: str | None = None) -> None:
     translate.add_argument(
         "--quiet", action="store_true", help="no download or conversion progress"
     )
-    translate.set_defaults(handler=_translate)
+    translate.set_defaults(handler=_translate, precheck=_check_translate)
 
     description = GENERATE_DESCRIPTION + (f" ({measured})" if measured else "")
     generate = commands.add_parser(
@@ -156,7 +156,7 @@ def add_commands(commands: Any, measured: str | None = None) -> None:
     generate.add_argument(
         "--batch-size", type=int, default=32, metavar="B", help="inputs per batch (default: 32)"
     )
-    generate.set_defaults(handler=_generate)
+    generate.set_defaults(handler=_generate, precheck=_check_generate)
 
 
 # --------------------------------------------------------------------------- checks
@@ -189,7 +189,7 @@ def generation_options(args: argparse.Namespace) -> dict:
     if args.sample is None:
         if given or args.seed is not None:
             extra = given + (["--seed"] if args.seed is not None else [])
-            raise ValueError(f"{', '.join(extra)} apply to sampling: add --sample.")
+            raise ValueError(f"{', '.join(extra)}: for sampling only; add --sample.")
         return {"beam_size": beam, "return_n_best": args.n_best, "sampler": None,
                 "length_penalty": args.length_penalty}  # fmt: skip
     if beam > 1:
@@ -343,23 +343,34 @@ def generated_lines(
                 yield text.replace("\r", "\\r").replace("\n", "\\n")
 
 
-def _generate(args: argparse.Namespace) -> int:
-    options = generation_options(args)
-    texts = read_texts(args, "generate from")
+def _check_generate(args: argparse.Namespace) -> None:
+    """``posenc generate``'s checks before Keras is imported (cli.main runs ``precheck``
+    first): its options, its texts, the ``.keras`` file."""
+    args.options = generation_options(args)
+    args.inputs = read_texts(args, "generate from")
     if args.model.endswith(".keras") and not os.path.isfile(args.model):
         raise FileNotFoundError(f"--model: no such file: {args.model!r}.")
+
+
+def _generate(args: argparse.Namespace) -> int:
     model = load_text_model(args.model)
-    for line in generated_lines(model, texts, options, args.max_length, args.batch_size):
+    lines = generated_lines(model, args.inputs, args.options, args.max_length, args.batch_size)
+    for line in lines:
         print(line, flush=True)
     return 0
 
 
-def _translate(args: argparse.Namespace) -> int:
-    if args.beam < 1 or args.batch_size < 1:  # before Keras is imported or anything downloads
+def _check_translate(args: argparse.Namespace) -> None:
+    """``posenc translate``'s checks before Keras is imported or anything downloads."""
+    if args.beam < 1 or args.batch_size < 1:
         raise ValueError(
             f"--beam and --batch-size must be at least 1, got {args.beam} and {args.batch_size}."
         )
-    texts = read_texts(args, "translate")
+    args.inputs = read_texts(args, "translate")
+
+
+def _translate(args: argparse.Namespace) -> int:
+    texts = args.inputs
     if is_keras_hub_source(args.model):
         model = load_text_model(args.model)
         if getattr(model, "is_decoder_only", False):
