@@ -176,7 +176,21 @@ def read_texts(args: argparse.Namespace, what: str) -> list[str]:
 def generation_options(args: argparse.Namespace) -> dict:
     """``model.generate``'s options from ``posenc generate``'s arguments, the sampler as
     ``(name, settings)``; raises for values out of range or options that do not go together,
-    before Keras is imported."""
+    before Keras is imported.
+
+    Examples:
+
+        >>> from keras_posenc.cli import build_parser
+        >>> def options(*argv):
+        ...     return generation_options(build_parser().parse_args(["generate", *argv]))
+        >>> options("--model", "lm.keras", "Hi", "--n-best", "2")
+        {'beam_size': 2, 'return_n_best': 2, 'sampler': None, 'length_penalty': 1.0}
+        >>> options("--model", "lm.keras", "Hi", "--sample", "top_p", "--top-p", "0.9")["sampler"]
+        ('top_p', {'temperature': 1.0, 'p': 0.9, 'k': None})
+        >>> options("--model", "lm.keras", "Hi", "--top-k", "4")
+        Traceback (most recent call last):
+        ValueError: --top-k: for sampling only; add --sample.
+    """
     for name in ("beam", "n_best", "batch_size", "max_length", "top_k"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -217,7 +231,11 @@ def generation_options(args: argparse.Namespace) -> dict:
 
 def keras_hub_backbone(folder: str) -> str | None:
     """The class of a keras-hub preset folder's backbone (``"T5Backbone"``), or None for a
-    folder that is not one (its ``config.json`` missing or not keras-hub's)."""
+    folder that is not one (its ``config.json`` missing or not keras-hub's).
+
+    >>> keras_hub_backbone("no/such/folder") is None
+    True
+    """
     try:
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as handle:
             config = json.load(handle)
