@@ -14,7 +14,8 @@ README.md and docs/ (KIND ``summary``: the README's table; ``table``: every row;
 ``tests/test_first_contact.py`` fails when a block differs from the CSV.
 
 The commands run in one temporary folder, in the README's order: ``export`` exports the
-``.keras`` file ``demo`` wrote. The machine's load is not controlled: read each row with its
+``.keras`` file ``demo`` wrote; ``generate`` runs a ``.keras`` file written before it, untimed
+(:data:`SETUP`). The machine's load is not controlled: read each row with its
 load. On a machine shared with other jobs, rerun on an idle one for the idle figure.
 
 Run from the repository root (``keras_posenc`` importable, e.g. installed)::
@@ -53,6 +54,15 @@ COMMANDS = {
     "experiment length --quick": ["experiment", "length", "--quick"],
     "experiment layouts --quick": ["experiment", "layouts", "--quick"],
     "experiment transplant --quick": ["experiment", "transplant", "--quick"],
+    "generate": ["generate", "--model", "lm.keras", "The quick brown fox", "--max-length", "64"],
+}
+# Files a command reads, written (untimed) before it runs: label -> Python code run in the
+# folder. `posenc generate` needs a model with a tokenizer: decoder_lm_tiny (byte tokenizer).
+SETUP = {
+    "generate": "import keras\n"
+    "from keras_posenc import zoo\n"
+    "keras.utils.set_random_seed(0)\n"
+    "zoo.create('decoder_lm_tiny').save('lm.keras')\n",
 }
 COLUMNS = (
     "command",
@@ -205,7 +215,8 @@ PYTHON_BLOCK = re.compile(r"(# cli_timings (\w+)\n)(.*?)(\s*# /cli_timings)", re
 BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 # What --help quotes (keras_posenc.cli.MEASURED): TensorFlow's rows of these commands.
 HELP_COMMANDS = ("demo", "probe padding --quick", "experiment length --quick",
-                 "experiment layouts --quick", "experiment transplant --quick")  # fmt: skip
+                 "experiment layouts --quick", "experiment transplant --quick",
+                 "generate")  # fmt: skip
 
 
 def _read(path: str) -> dict[tuple[str, str], dict]:
@@ -273,6 +284,8 @@ def render(kind: str, arguments: list[str], rows: dict) -> str:
     if kind == "measured":
         items = []
         for command in HELP_COMMANDS:
+            if (command, "tensorflow") not in rows:  # not measured yet: --help quotes no time
+                continue
             r = rows[command, "tensorflow"]
             items.append(
                 f'    "{command}": ({float(r["wall_s"])}, {float(r["cpu_s"])}, '
@@ -349,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="posenc-cli-") as folder:
             print(" | ".join(COLUMNS[:15]), flush=True)
             for label in args.commands:
+                if label in SETUP:
+                    env = {**os.environ, "KERAS_BACKEND": backend}
+                    subprocess.run([sys.executable, "-c", SETUP[label]], cwd=folder, env=env,
+                                   check=True, capture_output=True)  # fmt: skip
                 row = measure(label, COMMANDS[label], backend, folder)
                 rows.append(row)
                 print(" | ".join(str(row[c]) for c in COLUMNS[:15]), flush=True)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from keras_posenc import cli_text
 from keras_posenc._registration import quiet_runtime
 from keras_posenc._sources import offline_failure
 
@@ -451,27 +452,6 @@ def _classify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _translate(args: argparse.Namespace) -> int:
-    if args.beam < 1 or args.batch_size < 1:  # before Keras is imported or anything downloads
-        raise ValueError(
-            f"--beam and --batch-size must be at least 1, got {args.beam} and {args.batch_size}."
-        )
-    texts = list(args.texts)
-    if args.file is not None:
-        with open(args.file, encoding="utf-8") as handle:
-            texts += handle.read().splitlines()
-    if not texts:
-        raise ValueError("nothing to translate: give sentences or --file.")
-    from keras_posenc.hub import load_preset
-
-    preset = load_preset(args.model, progress=not args.quiet)
-    for translation in preset.translate(
-        texts, beam_size=args.beam, max_length=args.max_length, batch_size=args.batch_size
-    ):
-        print(translation)
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``posenc``; each subcommand sets ``handler``."""
     parser = argparse.ArgumentParser(
@@ -684,35 +664,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     classify.set_defaults(handler=_classify)
 
-    translate = commands.add_parser(
-        "translate",
-        help="translate sentences with a fairseq ConvS2S archive (URL or file) or a preset",
-        description="Translate sentences with a translation preset: a fairseq fconv archive's "
-        "URL (e.g. https://dl.fbaipublicfiles.com/fairseq/models/wmt14.v2.en-fr.fconv-py"
-        ".tar.bz2), which is downloaded and converted on first use and then read from the "
-        "cache (KERAS_POSENC_HOME), the archive file, or a preset folder. Sentences go "
-        "through fairseq's pipeline (Moses tokenisation, BPE, dictionaries) and beam "
-        "search; one translation is printed per line, in order.",
-    )
-    translate.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to translate")
-    translate.add_argument(
-        "--model",
-        required=True,
-        metavar="SOURCE",
-        help="a fairseq archive's URL or file, or a preset folder (a URL downloads on first use)",
-    )
-    translate.add_argument("--file", help="a text file of sentences, one per line")
-    translate.add_argument("--beam", type=int, default=5, help="beam size (default: 5)")
-    translate.add_argument(
-        "--max-length", type=int, help="the most target tokens (default: min(200, the model's))"
-    )
-    translate.add_argument(
-        "--batch-size", type=int, default=32, help="sentences per batch (default: 32)"
-    )
-    translate.add_argument(
-        "--quiet", action="store_true", help="no download or conversion progress"
-    )
-    translate.set_defaults(handler=_translate)
+    # translate and generate: keras_posenc/cli_text.py.
+    cli_text.add_commands(commands, measured("generate") if "generate" in MEASURED else None)
 
     convert = commands.add_parser("convert", help="convert checkpoints of other libraries")
     converters = convert.add_subparsers(
@@ -774,14 +727,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     start = time.perf_counter()
     try:
-        source = getattr(args, "model", None) if args.command in ("classify", "translate") else None
-        failure = source and offline_failure(source)  # before Keras: fails within seconds
+        if getattr(args, "precheck", None) is not None:  # before Keras: fails within a second
+            args.precheck(args)
+        source = getattr(args, "model", None)
+        if args.command == "generate":  # keras-hub's handles (hf:// is keras-hub's there)
+            failure = cli_text.source_failure(source)
+        elif args.command in ("classify", "translate"):
+            failure = offline_failure(source)  # before Keras: fails within seconds
+        else:
+            failure = None
         if failure:
             raise ConnectionError(failure)
         with quiet_runtime(args.verbose):
             status = args.handler(args)
-        # The long commands; demo prints its own closing line, and what classify and
-        # translate print (one result per line) is their output.
+        # The long commands; demo prints its own closing line, and what classify,
+        # translate and generate print (one result per line) is their output.
         if args.command in ("export", "probe", "experiment", "convert"):
             print(f"posenc {args.command}: done in {time.perf_counter() - start:.0f} s.")
         return status

@@ -434,7 +434,8 @@ def from_keras_hub_preset(preset: str, **kwargs: Any) -> Any:
     `keras_posenc.convert.from_keras_hub_t5`'s).
 
     Raises:
-        ValueError: for a preset keras-hub cannot find (one line, naming it).
+        ValueError: for a preset keras-hub cannot find (one line, naming it), or whose
+            tokenizer (``tokenizer.json``) needs a file that is missing.
         TypeError: for a preset of another family.
 
     Examples:
@@ -461,7 +462,18 @@ def from_keras_hub_preset(preset: str, **kwargs: Any) -> Any:
         ) from error
     try:  # a preset may have no tokenizer: then the model takes token ids only
         tokenizer = keras_hub.models.Tokenizer.from_preset(preset)
-    except FileNotFoundError:
+    except FileNotFoundError as error:
+        # keras-hub names the missing file first: "`tokenizer.json` doesn't exist in preset
+        # directory ..." is a preset without a tokenizer; any other file (the vocabulary in
+        # assets/tokenizer/) is a tokenizer whose files are missing, which must not load as
+        # a model of token ids only.
+        missing = str(error).split(" doesn't exist")[0].strip("`'\" ")
+        if missing != "tokenizer.json":
+            raise ValueError(
+                f"from_keras_hub_preset: the tokenizer of {preset!r} needs {missing!r}, which "
+                "is missing; copy the preset folder whole (assets/ included) or write it "
+                "again with save_to_preset."
+            ) from error
         tokenizer = None
     if tokenizer is not None:
         kwargs.setdefault("tokenizer", tokenizer)

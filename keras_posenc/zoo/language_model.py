@@ -169,14 +169,23 @@ class LanguageModel(GeneratingModel, FunctionalModel):
 
     text_start_is_bos = True
 
-    def encode_texts(self, texts: list[str], caller: str) -> np.ndarray:
+    def encode_texts(
+        self, texts: list[str], caller: str, max_length: int | None = None
+    ) -> np.ndarray:
         """Prompts as ids: the tokenizer's start token (where it has one) and each text's
         tokens, right-padded with ``pad_id``, as keras-hub's ``CausalLMPreprocessor`` packs
-        them for ``generate``."""
+        them for ``generate``. A prompt longer than the model's ``max_length``, or one that
+        leaves no room to generate within ``max_length`` (``generate``'s, when an int),
+        raises a ValueError naming the text."""
         tokenizer = self._tokenizer_for(caller)
         start = getattr(tokenizer, "start_token_id", None)
         first = [] if start is None else [start]
-        return self._pad([first + tokenizers.ids_of(tokenizer, t) for t in texts], caller)
+        rows = [first + tokenizers.ids_of(tokenizer, t) for t in texts]
+        counted = "with the start token" if first else "no start token"
+        self._check_lengths(texts, rows, caller, counted, self.max_length, "max_length")
+        if isinstance(max_length, int) and not isinstance(max_length, bool):
+            self._check_lengths(texts, rows, caller, counted, max_length, "max_length", True)
+        return self._pad(rows, caller)
 
     def decode_texts(self, ids: np.ndarray, inputs: np.ndarray) -> list:
         """The text of each generated row: its prompt and continuation up to ``eos_id``,

@@ -155,7 +155,7 @@ class GeneratingModel(TextModel):
         from keras_posenc import generation
 
         texts = tokenizers.as_texts(inputs)
-        ids = inputs if texts is None else self.encode_texts(texts, "generate")
+        ids = inputs if texts is None else self.encode_texts(texts, "generate", max_length)
         result = generation.generate(
             self,
             ids,
