@@ -77,6 +77,7 @@ def every_layer_model() -> keras.Model:
     x = layers.MUSEDecoderLayer(32, 2, conv="static", kernel_sizes=(1, 3))(x, x)
     x = layers.MultiHeadRelativeAttention(2, 8, relative="keys_values")(x, x)
     x = layers.DisentangledSelfAttention(2, 8, position=layers.DebertaBuckets(8, 32))(x)
+    x = layers.ContextualPositionAttention(2, 8, max_positions=8)(x)
     x = layers.RelativeTransformerEncoder(
         32, 2, relative="bias", position=layers.LogBuckets(num_buckets=8, max_distance=16)
     )(x)

@@ -35,6 +35,11 @@ CALLS = {
         lambda: (x(),),
         {"padding_mask": (B, T)},
     ),
+    "ContextualPositionAttention": (
+        lambda: layers.ContextualPositionAttention(2, 8),
+        lambda: (x(),),
+        {"padding_mask": (B, T), "mask": (B, T)},
+    ),
     "DisentangledSelfAttention": (
         lambda: layers.DisentangledSelfAttention(2, 8, position=layers.DebertaBuckets(4, 8)),
         lambda: (x(),),

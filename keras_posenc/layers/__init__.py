@@ -13,6 +13,7 @@ from keras_posenc.layers import relative_index
 from keras_posenc.layers._memory import EstimateTooLarge, memory_limit, set_memory_limit
 from keras_posenc.layers.activations import exact_gelu, tanh_gelu
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, SqueezeExcite
+from keras_posenc.layers.contextual_attention import ContextualPositionAttention
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
 from keras_posenc.layers.decoder_block import DecoderBlock
 from keras_posenc.layers.disentangled_attention import DisentangledSelfAttention
@@ -59,6 +60,7 @@ __all__ = [
     "ALiBi",
     "ClipPositions",
     "ContinuousBias",
+    "ContextualPositionAttention",
     "ContinuousPositionBias2D",
     "ConvS2SAttention",
     "DebertaBuckets",

@@ -56,6 +56,10 @@ CASES = {
         lambda **kw: layers.DecoderBlock(16, 2, rotary=layers.RotaryPositions(), **kw),
         lambda layer: _call(layer, _sequence(8)),
     ),
+    "ContextualPositionAttention": (
+        lambda **kw: layers.ContextualPositionAttention(2, 4, **kw),
+        lambda layer: _call(layer, _sequence(8)),
+    ),
     "DisentangledSelfAttention": (
         lambda **kw: layers.DisentangledSelfAttention(
             2, 4, position=layers.DebertaBuckets(4, 8), **kw
@@ -153,6 +157,7 @@ CASES = {
 SEEDED = {
     "ConvS2SAttention": "kernel_initializer",
     "DecoderBlock": "kernel_initializer",
+    "ContextualPositionAttention": "kernel_initializer",
     "DisentangledSelfAttention": "kernel_initializer",
     "DisentangledSelfAttention/separate": "kernel_initializer",
     "GLUConv1D": "kernel_initializer",
