@@ -46,6 +46,19 @@ def _posenet():
     return PosENet(backbone, feature_size=8, targets=("H", "G"))
 
 
+def _deberta():
+    model = zoo.create("deberta_v3_extra_small", vocabulary_size=VOCAB, num_layers=1,
+                       hidden_dim=8, num_heads=2, intermediate_dim=12, bucket_size=4,
+                       max_sequence_length=12, dropout=0.0)  # fmt: skip
+    # DeBERTa's N(0, 0.02) kernels make the relative terms' gradients ~1e-15 in a model this
+    # small, so one step moves the table's norm by nothing, even in float32: larger weights.
+    rng = np.random.default_rng(0)
+    for weight in model.weights:
+        if len(weight.shape) > 1:
+            weight.assign(rng.normal(size=tuple(weight.shape)).astype("float32") * 0.5)
+    return model
+
+
 # Each family's small model, with its inputs and the layers `enable_lora` adapts by default.
 FAMILIES = {
     "shaw": (lambda: ShawTransformer(VOCAB, num_layers=1, num_decoder_layers=2, max_distance=3,
@@ -67,7 +80,13 @@ FAMILIES = {
     "music": (lambda: MusicTransformer(num_events=VOCAB - 3, num_layers=1, max_distance=16, **SEQ),
               "tokens", {"query", "value"}),
     "posenet": (_posenet, "image32", {"qkv"}),
+    "deberta": (_deberta, "deberta", {"query", "value"}),
+    "roformer": (lambda: zoo.create("roformer_v2_small", vocabulary_size=VOCAB, num_layers=1,
+                                    hidden_dim=8, num_heads=2, intermediate_dim=12, dropout=0.0),
+                 "roformer", {"query", "value"}),
 }  # fmt: skip
+# The backbones: their outputs are hidden states (trained here against zeros, mean squared).
+BACKBONES = ("deberta", "roformer")
 
 
 def inputs(kind):
@@ -79,6 +98,10 @@ def inputs(kind):
     target = np.array([[1, 11, 12, 13, 0], [1, 14, 15, 16, 17]], "int32")
     if kind == "tokens":
         return target
+    if kind == "deberta":
+        return {"token_ids": target, "padding_mask": (target != 0).astype("int32")}
+    if kind == "roformer":
+        return {"token_ids": target, "segment_ids": np.zeros_like(target)}
     return {"encoder_token_ids": source, "decoder_token_ids": target}
 
 
@@ -96,6 +119,8 @@ def labels(family, x):
     kind = FAMILIES[family][1]
     if family == "posenet":
         return rng.uniform(size=(2, 32, 32, 2)).astype("float32")
+    if family in BACKBONES:
+        return np.zeros((2, x["token_ids"].shape[1], 8), "float32")
     if kind.startswith("image") or family == "muse_encoder":
         return np.array([1, 2], "int32")
     tokens = x["decoder_token_ids"] if isinstance(x, dict) else x

@@ -217,10 +217,12 @@ class DisentangledSelfAttention(keras.layers.Layer):
         )
         self.output_dense.build((None, None, self.num_heads, self.key_dim))
         if not self.shared_table:
+            # Named "table", as the zoo names relative tables: no weight decay on it
+            # (keras_posenc/zoo/adapt.py).
             self.relative_embeddings = self.add_weight(
                 shape=(self.position.table_size, features),
                 initializer=sublayer_initializer(self.embeddings_initializer, "relative"),
-                name="relative_embeddings",
+                name="table",
             )
         self.position_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.attention_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)

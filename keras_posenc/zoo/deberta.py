@@ -124,10 +124,12 @@ class DebertaRelativeEmbedding(keras.layers.Layer):
         )
 
     def build(self, input_shape: Any = None) -> None:
+        # Named "table", as the zoo names relative tables: no weight decay on it
+        # (keras_posenc/zoo/adapt.py).
         self.embeddings = self.add_weight(
             shape=(2 * self.bucket_size, self.hidden_dim),
             initializer=self.embeddings_initializer,
-            name="embeddings",
+            name="table",
         )
         self.layer_norm.build((1, 2 * self.bucket_size, self.hidden_dim))
         self.built = True

@@ -26,6 +26,7 @@ from keras_posenc.layers.relative_position import (
 )
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 from keras_posenc.zoo.convs2s_layers import ConvS2SEmbedding, PositionEmbedding
+from keras_posenc.zoo.deberta import DebertaRelativeEmbedding
 from reference.adapt import decayed, head_projection, lora_kernel
 
 pytestmark = pytest.mark.contract
@@ -130,6 +131,7 @@ RELATIVE_TABLES = (
     RelativePositionBias,
     RelativePositionEmbedding,
     MultiScaleRelativePositionEmbedding,
+    DebertaRelativeEmbedding,
 )
 ABSOLUTE_TABLES = (PositionEmbedding,)
 TABLES = RELATIVE_TABLES + ABSOLUTE_TABLES

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 from tiers import matrix
-from zoo_families import FAMILIES, labels, make, numpy
+from zoo_families import BACKBONES, FAMILIES, labels, make, numpy
 
 pytestmark = pytest.mark.contract
 
@@ -48,7 +48,7 @@ def test_one_fit_step_is_finite(family, policy):
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         loss = (
             "mse"
-            if family == "posenet"
+            if family == "posenet" or family in BACKBONES
             else keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         )
         model.compile(optimizer=optimizer, loss=loss)
