@@ -22,6 +22,7 @@ Examples:
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import keras
@@ -98,8 +99,10 @@ class MixedRotaryFrequencies(keras.initializers.Initializer):
 
     def __init__(self, temperature: float = 10.0, seed: Any = None) -> None:
         self.temperature = _positive("MixedRotaryFrequencies", "temperature", temperature)
-        self.seed = seed
-        self._seed = seed if seed is not None else keras.random.SeedGenerator()
+        # Unseeded, it fixes a seed now from Python's random state, as Keras' initializers do
+        # (so keras.utils.set_random_seed makes it reproducible); a SeedGenerator made here
+        # would become a variable of the layer that builds the weight.
+        self.seed = seed if seed is not None else random.randint(1, 2**31 - 1)
 
     def __call__(self, shape: Any, dtype: Any = None) -> Any:
         shape = tuple(int(side) for side in shape)
@@ -111,7 +114,7 @@ class MixedRotaryFrequencies(keras.initializers.Initializer):
         heads, half = shape[1], shape[2]
         head_dim = 2 * half
         magnitudes = self.temperature ** (-np.arange(0, head_dim, 4, dtype="float32") / head_dim)
-        angles = keras.random.uniform((heads, 1), 0.0, 2.0 * math.pi, seed=self._seed)
+        angles = keras.random.uniform((heads, 1), 0.0, 2.0 * math.pi, seed=self.seed)
         magnitudes = ops.convert_to_tensor(magnitudes[None, :], "float32")
         fx = ops.concatenate(
             [magnitudes * ops.cos(angles), magnitudes * ops.cos(angles + math.pi / 2)], -1
@@ -122,7 +125,7 @@ class MixedRotaryFrequencies(keras.initializers.Initializer):
         return ops.cast(ops.stack([fx, fy]), dtype or "float32")
 
     def get_config(self) -> dict:
-        seed = self.seed if self.seed is None or isinstance(self.seed, int) else None
+        seed = self.seed if isinstance(self.seed, int) else None
         return {"temperature": self.temperature, "seed": seed}
 
 
