@@ -362,6 +362,10 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
                     None if seed is None else _derived_seed(seed, "rotary_frequencies")
                 ),
                 name="rotary_frequencies",
+                # float32 under mixed precision too: angles grow with the map, and timm
+                # computes them in float32 under autocast (get_mixed_freqs).
+                dtype="float32",
+                autocast=False,
             )
         self.qkv_dense.build((batch, None, channels))
         self.output_dense.build((batch, None, self.attention_dim))
