@@ -177,6 +177,17 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         >>> tuple(grid.relative_bias.table.shape)  # one 2 x 2 window's offsets
         (2, 3, 3)
 
+        RoPE-Mixed alone (no bias): each block learns its own 2D frequencies, and maps
+        of any size are taken:
+
+        >>> from keras_posenc.layers import RotaryPositions2D
+        >>> mixed = RelativeTransformerBlock2D(
+        ...     32, head_dim=8, rotary=RotaryPositions2D(kind="mixed"), position_bias=None)
+        >>> tuple(mixed(np.ones((2, 5, 7, 32), "float32")).shape)
+        (2, 5, 7, 32)
+        >>> tuple(mixed.rotary_frequencies.shape), mixed.relative_bias
+        ((2, 4, 4), None)
+
     Reference:
         - [Dai et al., 2021. CoAtNet: Marrying Convolution and Attention for All
           Data Sizes](https://arxiv.org/abs/2106.04803)
