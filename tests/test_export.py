@@ -91,6 +91,9 @@ def every_layer_model() -> keras.Model:
     y = layers.MBConv(16, strides=2)(y)  # with SqueezeExcite inside
     y = layers.RelativeTransformerBlock2D(32, head_dim=8, strides=2)(y)  # RelativePositionBias2D
     y = layers.RelativeTransformerBlock2D(32, head_dim=8, position_bias="mlp")(y)  # the MLP bias
+    y = layers.RelativeTransformerBlock2D(  # 2D rotary: learned mixed frequencies, no bias
+        32, head_dim=8, rotary=layers.RotaryPositions2D(kind="mixed"), position_bias=None
+    )(y)
     y = keras.layers.GlobalAveragePooling2D(name="image_features")(y)
     return keras.Model([seq, image], [x, y])
 

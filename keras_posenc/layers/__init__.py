@@ -55,6 +55,7 @@ from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 from keras_posenc.layers.relative_transformer import RelativeTransformerEncoder
 from keras_posenc.layers.relative_transformer_decoder import RelativeTransformerDecoder
 from keras_posenc.layers.rotary import RotaryPositions
+from keras_posenc.layers.rotary_2d import MixedRotaryFrequencies, RotaryPositions2D
 
 __all__ = [
     "ALiBi",
@@ -77,6 +78,7 @@ __all__ = [
     "MUSEAttention",
     "MUSEDecoderLayer",
     "MUSEEncoderLayer",
+    "MixedRotaryFrequencies",
     "MultiScaleBins",
     "MultiHeadRelativeAttention",
     "MultiScaleRelativePositionEmbedding",
@@ -90,6 +92,7 @@ __all__ = [
     "RelativeTransformerBlock2D",
     "RelativeTransformerEncoder",
     "RotaryPositions",
+    "RotaryPositions2D",
     "SpatialPadding2D",
     "SqueezeExcite",
     "clip_index",

@@ -139,6 +139,12 @@ CASES = {
         lambda **kw: layers.RelativeTransformerBlock2D(8, head_dim=4, position_bias="mlp"),
         lambda layer: _call(layer, _image(8)),
     ),
+    "RelativeTransformerBlock2D/rotary_mixed": (
+        lambda **kw: layers.RelativeTransformerBlock2D(
+            8, head_dim=4, rotary=layers.RotaryPositions2D(kind="mixed"), position_bias=None
+        ),
+        lambda layer: _call(layer, _image(8)),
+    ),
     "RelativeTransformerDecoder": (
         lambda **kw: layers.RelativeTransformerDecoder(intermediate_dim=16, num_heads=2, **kw),
         lambda layer: _call(layer, _sequence(8), _sequence(8)),

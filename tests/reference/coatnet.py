@@ -206,13 +206,14 @@ def mbconv(
     return shortcut + y
 
 
-def relative_attention_2d(x, w, num_heads, table):
+def relative_attention_2d(x, w, num_heads, table, rotate=None):
     """Multi-head self-attention over the positions of x (B, h, w, C) with a 2D relative bias.
 
     ``w["qkv"]`` = (kernel (C, 3 * D), bias) with columns laid out [q | k | v], each
     (heads, head_dim); ``table`` (heads, 2h - 1, 2w - 1). The output projection
     ``w["attention_output"]`` maps D to its own width (D, or another when the
-    attention runs at the input width).
+    attention runs at the input width). ``table`` None: no bias. ``rotate(x, head, (h, w))``
+    turns one head's queries or keys (N, head_dim) by their cells' positions (2D rotary).
     """
     batch, height, width, _ = x.shape
     positions = height * width
@@ -221,11 +222,16 @@ def relative_attention_2d(x, w, num_heads, table):
     head_dim = model_dim // num_heads
     qkv = x.reshape(batch, positions, -1) @ kernel + bias
     qkv = qkv.reshape(batch, positions, 3, num_heads, head_dim)
-    relative = relative_position_bias_2d(table, height, width)[0]  # (heads, N, N)
+    if table is None:
+        relative = np.zeros((num_heads, positions, positions))
+    else:
+        relative = relative_position_bias_2d(table, height, width)[0]  # (heads, N, N)
     out = np.zeros((batch, positions, num_heads, head_dim))
     for b in range(batch):
         for h in range(num_heads):
             q, k, v = qkv[b, :, 0, h], qkv[b, :, 1, h], qkv[b, :, 2, h]
+            if rotate is not None:
+                q, k = rotate(q, h, (height, width)), rotate(k, h, (height, width))
             logits = q @ k.T / math.sqrt(head_dim) + relative[h]
             logits = logits - logits.max(axis=-1, keepdims=True)
             weights = np.exp(logits)
@@ -260,14 +266,14 @@ def window_cells(partition, size, height, width):
     return windows
 
 
-def partitioned_attention_2d(x, w, num_heads, table, partition, size):
+def partitioned_attention_2d(x, w, num_heads, table, partition, size, rotate=None):
     """`relative_attention_2d` within each window of ``partition`` (MaxViT)."""
     batch, height, width, _ = x.shape
     out = None
     for cells in window_cells(partition, size, height, width):
         rows, cols = zip(*cells)
         window = x[:, list(rows), list(cols)].reshape(batch, size[0], size[1], -1)
-        attended = relative_attention_2d(window, w, num_heads, table)
+        attended = relative_attention_2d(window, w, num_heads, table, rotate)
         if out is None:
             out = np.zeros((batch, height, width, attended.shape[-1]))
         out[:, list(rows), list(cols)] = attended.reshape(batch, len(cells), -1)
@@ -276,22 +282,23 @@ def partitioned_attention_2d(x, w, num_heads, table, partition, size):
 
 def relative_transformer_block(
     x, w, num_heads, strides=1, epsilon=1e-5, *, pool="max", partition=None, partition_size=None,
-    activation=gelu,
+    activation=gelu, rotate=None,
 ):  # fmt: skip
     """The pre-norm Transformer block; ``w`` keys: attention_norm, ffn_norm (gamma, beta),
     qkv, attention_output, ffn_hidden, ffn_output (kernel, bias), table,
     shortcut_kernel / shortcut_bias (or None), and optionally attention_scale /
     ffn_scale (per-channel layer scales, or None). ``num_heads`` splits the width of
     the qkv projection (the output or the input width). ``partition`` (``"block"`` /
-    ``"grid"``) with ``partition_size``: MaxViT's attention within windows."""
+    ``"grid"``) with ``partition_size``: MaxViT's attention within windows. ``rotate``: 2D
+    rotary of queries and keys (see `relative_attention_2d`); ``w["table"]`` None: no bias."""
     shortcut = pooled_projection(x, strides, w["shortcut_kernel"], w["shortcut_bias"], pool)
     y = layer_norm(x, *w["attention_norm"], epsilon)
     if strides == 2:
         y = pool_2x2(y, pool)
     if partition is None:
-        y = relative_attention_2d(y, w, num_heads, w["table"])
+        y = relative_attention_2d(y, w, num_heads, w["table"], rotate)
     else:
-        y = partitioned_attention_2d(y, w, num_heads, w["table"], partition, partition_size)
+        y = partitioned_attention_2d(y, w, num_heads, w["table"], partition, partition_size, rotate)
     if w.get("attention_scale") is not None:
         y = y * w["attention_scale"]
     x = shortcut + y

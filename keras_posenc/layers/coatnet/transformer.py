@@ -17,6 +17,7 @@ from keras_posenc.layers._checks import (
     check_rate,
     grid_size,
 )
+from keras_posenc.layers._initializers import _derived_seed
 from keras_posenc.layers.coatnet.partitions import (
     _check_partition,
     _partition,
@@ -37,6 +38,8 @@ from keras_posenc.layers.coatnet.shared import (
 )
 from keras_posenc.layers.position_biases import ContinuousPositionBias2D
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D, is_static_size
+from keras_posenc.layers.rotary import RotaryPositions
+from keras_posenc.layers.rotary_2d import RotaryPositions2D
 
 ATTENTION_WIDTHS = ("output", "input")
 
@@ -86,6 +89,17 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
     is known at run time only). With ``partition`` the table covers one window,
     whatever the map's size.
 
+    With ``rotary`` (a `RotaryPositions2D`) the queries and keys are also
+    rotated by their cells' 2D positions before the logits (timm's EVA-style
+    ``apply_rot_embed_cat``): axial with fixed frequencies, or RoPE-Mixed with
+    learned frequencies, one ``(2, heads, head_dim / 2)`` weight
+    (``rotary_frequencies``) per block, initialised as Heo et al. do. Rotary
+    goes alone (``position_bias=None``) or with either bias on top (Heo et
+    al.'s RoPE with the relative position bias, their Swin experiments); with
+    ``partition`` the positions are those within one window, like the bias.
+    ``position_bias=None`` without ``rotary`` (no position information) is
+    refused.
+
     Args:
         filters: output channels, a positive multiple of ``head_dim``.
         head_dim: channels per attention head (default 32, the paper's).
@@ -104,7 +118,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         layer_scale: None (default), or the initial value of the layer-scale
             factors, one per channel and branch, multiplying each residual
             branch before it is added (timm's ``init_values``).
-        position_bias: ``"table"`` (default): the learned table
+        position_bias: None (rotary alone: needs ``rotary``), ``"table"``
+            (default): the learned table
             `RelativePositionBias2D`; ``"mlp"``: `ContinuousPositionBias2D`, an
             MLP of the log-scaled offsets (timm's ``rmlp`` models, mode
             ``"cr"``), whose weights do not depend on the map's size.
@@ -130,6 +145,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             whose sides are multiples of ``partition_size``.
         partition_size: the windows' ``(height, width)`` (or one int) with
             ``partition``; must be None without it.
+        rotary: None (default) or a `RotaryPositions2D` (2D rotary, axial or
+            mixed; ``head_dim`` a multiple of 4), as above.
         bias_size: the (pooled) grid ``(height, width)`` (or one int) the
             relative bias is sized for, without ``partition``; default None: the
             map's size at build, which must then be known. Maps of other sizes
@@ -160,6 +177,17 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         >>> tuple(grid.relative_bias.table.shape)  # one 2 x 2 window's offsets
         (2, 3, 3)
 
+        RoPE-Mixed alone (no bias): each block learns its own 2D frequencies, and maps
+        of any size are taken:
+
+        >>> from keras_posenc.layers import RotaryPositions2D
+        >>> mixed = RelativeTransformerBlock2D(
+        ...     32, head_dim=8, rotary=RotaryPositions2D(kind="mixed"), position_bias=None)
+        >>> tuple(mixed(np.ones((2, 5, 7, 32), "float32")).shape)
+        (2, 5, 7, 32)
+        >>> tuple(mixed.rotary_frequencies.shape), mixed.relative_bias
+        ((2, 4, 4), None)
+
     Reference:
         - [Dai et al., 2021. CoAtNet: Marrying Convolution and Attention for All
           Data Sizes](https://arxiv.org/abs/2106.04803)
@@ -189,10 +217,22 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         partition: str | None = None,
         partition_size: int | tuple[int, int] | None = None,
         bias_size: int | tuple[int, int] | None = None,
+        rotary: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         who = self._who()
+        self.rotary = _check_rotary(who, rotary)
+        if position_bias is None and self.rotary is None:
+            raise ValueError(
+                f"{who}: position_bias=None leaves the attention without positions: give "
+                f"`rotary` (a RotaryPositions2D) or a bias ('table' or 'mlp')"
+            )
+        if position_bias is None and bias_size is not None:
+            raise ValueError(
+                f"{who}: `bias_size` sizes the relative bias, and position_bias=None has "
+                f"none; received bias_size={bias_size!r}"
+            )
         if bias_size is not None:
             if partition is not None:
                 raise ValueError(
@@ -202,7 +242,9 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
                 )
             bias_size = grid_size(bias_size, who, "bias_size")
         self.bias_size = bias_size
-        self.position_bias = check_choice(who, "position_bias", position_bias, POSITION_BIASES)
+        if position_bias is not None:
+            position_bias = check_choice(who, "position_bias", position_bias, POSITION_BIASES)
+        self.position_bias = position_bias
         self.position_bias_dim = check_int(who, "position_bias_dim", position_bias_dim, 1)
         self.position_bias_dropout = check_rate(who, "position_bias_dropout", position_bias_dropout)
         self.activation = activation
@@ -217,6 +259,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
                 f"{who}: `filters` must be a multiple of `head_dim`; received "
                 f"filters={filters}, head_dim={head_dim}"
             )
+        if self.rotary is not None:
+            self.rotary.check_head_dim(who, self.head_dim)
         self.pool = check_choice(who, "pool", pool, POOLS)
         self.attention_width = check_choice(
             who, "attention_width", attention_width, ATTENTION_WIDTHS
@@ -253,6 +297,7 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         )
         self.ffn_output = keras.layers.Dense(self.filters, dtype=policy, name="ffn_output")
         self.relative_bias = None
+        self.rotary_frequencies = None
         self.shortcut_pool = None
         self.shortcut_projection = None
         self.attention_scale = None
@@ -276,7 +321,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
     def build(self, input_shape: Any) -> None:
         shape = _check_feature_map(input_shape, self._who())
         batch, height, width, channels = shape
-        if (height is None or width is None) and self.partition is None and not self.bias_size:
+        sized = self.partition is not None or self.bias_size or self.position_bias is None
+        if (height is None or width is None) and not sized:
             raise ValueError(
                 f"{self._who()}: the spatial size must be known when the block is built "
                 f"(it sizes the relative position table), or `bias_size` given (the grid "
@@ -304,7 +350,9 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         grid = (_downsampled(height, self.strides), _downsampled(width, self.strides))
         # The positions that attend to each other: the map, or one window of it.
         window = self.partition_size or self.bias_size or grid
-        if self.position_bias == "mlp":
+        if self.position_bias is None:
+            self.relative_bias = None
+        elif self.position_bias == "mlp":
             self.relative_bias = ContinuousPositionBias2D(
                 self.num_heads,
                 size=window,
@@ -316,6 +364,19 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         else:
             self.relative_bias = RelativePositionBias2D(
                 self.num_heads, size=window, dtype=self.dtype_policy, name="relative_bias"
+            )
+        if self.rotary is not None and self.rotary.trainable:
+            seed = self.seed
+            self.rotary_frequencies = self.add_weight(
+                shape=self.rotary.frequency_shape(self.num_heads, self.head_dim),
+                initializer=self.rotary.initializer(
+                    None if seed is None else _derived_seed(seed, "rotary_frequencies")
+                ),
+                name="rotary_frequencies",
+                # float32 under mixed precision too: angles grow with the map, and timm
+                # computes them in float32 under autocast (get_mixed_freqs).
+                dtype="float32",
+                autocast=False,
             )
         self.qkv_dense.build((batch, None, channels))
         self.output_dense.build((batch, None, self.attention_dim))
@@ -334,28 +395,36 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         self.ffn_hidden.build((batch, *grid, self.filters))
         self.ffn_output.build((batch, *grid, self.expansion_rate * self.filters))
 
-    def _attention(self, x: Any, training: bool | None = None) -> Any:
-        height, width = _spatial_size(x)
-        positions = height * width
-        qkv = self.qkv_dense(ops.reshape(x, (-1, positions, x.shape[-1])))
-        qkv = ops.reshape(qkv, (-1, positions, 3, self.num_heads, self.head_dim))
-        query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    def _bias(self, height: Any, width: Any, training: bool | None) -> Any:
+        """The relative bias for a ``(height, width)`` map (or window), or None."""
+        if self.relative_bias is None:
+            return None
         if not is_static_size((height, width)):
             # Both sides as tensors: Keras refuses a call argument mixing the two.
             size = tuple(ops.convert_to_tensor(side, "int32") for side in (height, width))
         else:
             size = None if (height, width) == self.relative_bias.size else (height, width)
         if self.position_bias == "mlp":
-            bias = self.relative_bias(size=size, training=training)
-        else:
-            bias = self.relative_bias(size=size)
+            return self.relative_bias(size=size, training=training)
+        return self.relative_bias(size=size)
+
+    def _attention(self, x: Any, training: bool | None = None) -> Any:
+        height, width = _spatial_size(x)
+        positions = height * width
+        qkv = self.qkv_dense(ops.reshape(x, (-1, positions, x.shape[-1])))
+        qkv = ops.reshape(qkv, (-1, positions, 3, self.num_heads, self.head_dim))
+        query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        if self.rotary is not None:
+            query = self.rotary.rotate(query, (height, width), self.rotary_frequencies)
+            key = self.rotary.rotate(key, (height, width), self.rotary_frequencies)
+        bias = self._bias(height, width, training)
         # The core's attention: float32 logits and softmax whatever the compute
         # dtype ("Architecture" in docs/development.md: precision).
         attended, _ = _attention.attend(
             _attention.scale_queries(query, self.head_dim),
             key,
             value,
-            bias=ops.cast(bias, "float32"),
+            bias=None if bias is None else ops.cast(bias, "float32"),
         )
         attended = ops.reshape(attended, (-1, height, width, self.attention_dim))
         return self.output_dense(attended)
@@ -416,5 +485,23 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             partition=self.partition,
             partition_size=None if self.partition_size is None else list(self.partition_size),
             bias_size=None if self.bias_size is None else list(self.bias_size),
+            rotary=keras.saving.serialize_keras_object(self.rotary),
         )
         return config
+
+
+def _check_rotary(caller: str, rotary: Any) -> RotaryPositions2D | None:
+    """The 2D rotary of ``rotary``: a `RotaryPositions2D`, its config, or None."""
+    if isinstance(rotary, dict):
+        rotary = keras.saving.deserialize_keras_object(rotary)
+    if isinstance(rotary, RotaryPositions):
+        raise TypeError(
+            f"{caller}: `rotary` turns a 2D map: give a RotaryPositions2D (kind 'axial' or "
+            f"'mixed'), not the 1D {rotary!r}"
+        )
+    if rotary is not None and not isinstance(rotary, RotaryPositions2D):
+        raise TypeError(
+            f"{caller}: `rotary` must be None or a RotaryPositions2D (e.g. "
+            f"RotaryPositions2D(kind='mixed')); received {rotary!r}"
+        )
+    return rotary
