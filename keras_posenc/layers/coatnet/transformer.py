@@ -310,10 +310,10 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
                 f"the table is sized for, resized at each call); received input shape {shape}"
             )
         channels = int(channels)
+        if self.shift is not None:  # first: its message says what Swin does instead
+            check_shifted_map(self._who(), shape, self.partition_size, self.shift)
         if self.partition is not None:
             _check_partition(self._who(), shape, self.partition_size, self.filters)
-        if self.shift is not None:
-            check_shifted_map(self._who(), shape, self.partition_size, self.shift)
         if self.attention_width == "input":
             if channels % self.head_dim:
                 raise ValueError(
@@ -395,6 +395,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         if self.partition is None:
             return self._attention(x, training)
         # A map of unknown size at build is checked here, once its size is known.
+        if self.shift is not None:
+            check_shifted_map(self._who(), tuple(x.shape), self.partition_size, self.shift)
         _check_partition(self._who(), tuple(x.shape), self.partition_size, self.filters)
         height, width = _spatial_size(x)
         if self.shift is None:
@@ -403,7 +405,6 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             return merge_windows(windows, self.partition, self.partition_size, (height, width))
         # Swin's shifted windows (shifted.py): roll, attend within the windows and
         # their regions, roll back.
-        check_shifted_map(self._who(), tuple(x.shape), self.partition_size, self.shift)
         windows = partition_windows(roll_map(x, self.shift), "block", self.partition_size)
         mask = shifted_window_mask(height, width, self.partition_size, self.shift)
         # One mask per window of every image: windows are ordered image by image.
