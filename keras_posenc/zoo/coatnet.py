@@ -71,10 +71,11 @@ LAYOUTS = ("C-C-C-C", "C-C-C-T", "C-C-T-T", "C-T-T-T")
 POOLINGS = ("avg", "max", None)
 HEADS = ("pool_norm", "norm_pool")
 HEAD_NORMS = ("layer", "batch")
-# Block arguments build_coatnet sets itself (not allowed in conv/transformer_options).
+# Block arguments build_coatnet sets itself (not allowed in conv/transformer_options);
+# `shift` is Swin's (zoo.swin): CoAtNet and MaxViT shift no window.
 _SET_BY_BUILDER = frozenset(
     {"self", "kwargs", "filters", "strides", "drop_path_rate", "name", "stride_on",
-     "synchronized", "head_dim", "seed", "dtype", "bias_size"}
+     "synchronized", "head_dim", "seed", "dtype", "bias_size", "shift"}
 )  # fmt: skip
 REFERENCE = (
     "Dai et al. 2021, CoAtNet: Marrying Convolution and Attention for All Data Sizes "

@@ -86,9 +86,24 @@ def check_shifted_map(who: str, shape: tuple, size: tuple, shift: tuple) -> None
 
 
 def roll_map(x: Any, shift: tuple, back: bool = False) -> Any:
-    """``x`` (batch, H, W, C) rolled up and left by ``shift`` (down and right with ``back``)."""
-    sign = 1 if back else -1
-    return ops.roll(x, shift=(sign * shift[0], sign * shift[1]), axis=(1, 2))
+    """``x`` (batch, H, W, C) rolled up and left by ``shift`` (down and right with ``back``).
+
+    Two slices and a concatenation per side rather than ``ops.roll``: LiteRT has no
+    builtin roll (its converter falls back to a TensorFlow op that its interpreter
+    refuses), and the slices need no side's length, so unknown sizes roll too.
+    """
+    rows, cols = shift
+    if back:
+        if rows:
+            x = ops.concatenate([x[:, -rows:], x[:, :-rows]], axis=1)
+        if cols:
+            x = ops.concatenate([x[:, :, -cols:], x[:, :, :-cols]], axis=2)
+        return x
+    if rows:
+        x = ops.concatenate([x[:, rows:], x[:, :rows]], axis=1)
+    if cols:
+        x = ops.concatenate([x[:, :, cols:], x[:, :, :cols]], axis=2)
+    return x
 
 
 def _regions(length: Any, window: int, shift: int) -> Any:
