@@ -25,7 +25,7 @@ def _shift(who: str, shift: Any, partition: str | None, size: tuple | None) -> t
     """The checked ``shift`` of `RelativeTransformerBlock2D`: None (no shift) or a pair."""
     if shift is None:
         return None
-    if shift == HALF and isinstance(shift, str):
+    if isinstance(shift, str) and shift == HALF:
         if partition != "block":
             raise ValueError(
                 f"{who}: shift={shift!r} needs partition='block' (Swin's windows of adjacent "
