@@ -117,6 +117,12 @@ SMALL_VARIANTS = {
     **{name: {"vocabulary_size": 60, "hidden_dim": 32, "intermediate_dim": 64, "num_heads": 4,
               "num_layers": 2}
        for name in ("roformer_v2_small", "roformer_v2_base", "roformer_v2_large")},
+    # Two stages of 8 x 8 and 4 x 4 cells in windows of 4: shifted windows in the first.
+    **{name: {"input_shape": (32, 32, 3), "embed_dim": 16, "depths": (2, 2), "num_heads": (2, 4),
+              "window_size": 4}
+       for name in ("swin_tiny_patch4_window7_224", "swin_small_patch4_window7_224",
+                    "swin_base_patch4_window7_224", "swin_base_patch4_window12_384",
+                    "swin_large_patch4_window7_224", "swin_large_patch4_window12_384")},
     # PosENet's backbones are fixed networks (keras.applications, CoAtNet-0): only the
     # input size shrinks, so these stay at the backbones' sizes (15M, 24M, 25M).
     **{f"posenet_{b}": {"backbone": b, "input_shape": (32, 32, 3), "feature_size": 8}
@@ -141,6 +147,7 @@ FAMILY_MODELS = {
     "decoder_lm": "decoder_lm_tiny",
     "deberta_v3": "deberta_v3_extra_small",
     "roformer_v2": "roformer_v2_small",
+    "swin": "swin_tiny_patch4_window7_224",
 }
 ARTIFACT_DTYPES = {"tensor(float)": "float32", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
@@ -149,7 +156,7 @@ def family(name: str) -> str:
     """The export guide's table for the registered model ``name``."""
     prefixes = ("posenet", "coatnet", "maxvit", "convs2s_lm", "muse_encoder", "convs2s", "muse")
     later = ("t5", "shaw_transformer", "music_transformer", "decoder_lm", "deberta_v3")
-    later = (*later, "roformer_v2")
+    later = (*later, "roformer_v2", "swin")
     for prefix in (*prefixes, *later):
         if name.startswith(prefix):
             return prefix

@@ -15,6 +15,8 @@
   DeBERTa v3 preset) -> the zoo's DeBERTa v3 (`keras_posenc.zoo.deberta.build_deberta_v3`).
 - :func:`from_keras_hub_roformer_v2`: a keras-hub ``RoformerV2Backbone`` -> the zoo's
   RoFormer v2 (`keras_posenc.zoo.roformer.build_roformer_v2`).
+- :func:`from_keras_hub_swin`: a keras-hub ``SwinTransformerBackbone`` (any keras-hub Swin
+  preset) -> the zoo's Swin Transformer (`keras_posenc.zoo.swin.build_swin`).
 - :func:`from_keras_hub_decoder`: keras-hub's ``LlamaBackbone``, ``Llama3Backbone``,
   ``MistralBackbone``, ``QwenBackbone``, ``GemmaBackbone`` (Gemma 1 and 2) and
   ``Gemma3Backbone`` (text only) ->
@@ -40,6 +42,7 @@ from keras_posenc.convert.keras_hub_decoders import (
     from_keras_hub_preset,
 )
 from keras_posenc.convert.keras_hub_roformer import from_keras_hub_roformer_v2
+from keras_posenc.convert.keras_hub_swin import from_keras_hub_swin
 from keras_posenc.convert.keras_hub_t5 import from_keras_hub_t5
 from keras_posenc.convert.timm import (
     config_from_timm,
@@ -60,6 +63,7 @@ __all__ = [
     "from_keras_hub_decoder",
     "from_keras_hub_preset",
     "from_keras_hub_roformer_v2",
+    "from_keras_hub_swin",
     "from_keras_hub_t5",
     "from_timm_coatnet",
     "from_timm_maxvit",

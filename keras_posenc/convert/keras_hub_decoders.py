@@ -18,6 +18,7 @@ converts the same way.
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from typing import Any
 
@@ -50,6 +51,15 @@ _NAMES = (
 # has no start token and ends with ``<|endoftext|>`` (151643, where the vocabulary holds it).
 _SPECIAL_IDS = {"llama": (0, 1, 2), "qwen": (0, 1, 2), "gemma": (0, 2, 1), "gemma3": (0, 2, 1)}
 _QWEN_END_OF_TEXT = 151643
+
+
+# keras-hub's encoder backbones and their converters (module, function in
+# keras_posenc.convert): models of token ids or images, which take no tokenizer.
+_ENCODERS = {
+    "DebertaV3Backbone": ("keras_hub_deberta", "from_keras_hub_deberta_v3"),
+    "RoformerV2Backbone": ("keras_hub_roformer", "from_keras_hub_roformer_v2"),
+    "SwinTransformerBackbone": ("keras_hub_swin", "from_keras_hub_swin"),
+}
 
 
 def _class_names(obj: Any) -> list[str]:
@@ -89,22 +99,19 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
         >>> type(from_keras_hub(backbone)).__name__
         'DecoderLM'
     """
-    task = {"CausalLM", "Seq2SeqLM", "MaskedLM", "TextClassifier"} & set(_class_names(backbone))
+    tasks = {"CausalLM", "Seq2SeqLM", "MaskedLM", "TextClassifier", "ImageClassifier"}
+    task = tasks & set(_class_names(backbone))
     if task:  # a keras-hub task model: its backbone, and its preprocessor's tokenizer
         tokenizer = getattr(getattr(backbone, "preprocessor", None), "tokenizer", None)
         if tokenizer is not None:
             kwargs.setdefault("tokenizer", tokenizer)
         backbone = backbone.backbone
     names = _class_names(backbone)
-    if "DebertaV3Backbone" in names or "RoformerV2Backbone" in names:
-        # Encoders: they take token ids, no tokenizer.
-        from keras_posenc.convert.keras_hub_deberta import from_keras_hub_deberta_v3
-        from keras_posenc.convert.keras_hub_roformer import from_keras_hub_roformer_v2
-
-        kwargs.pop("tokenizer", None)
-        if "DebertaV3Backbone" in names:
-            return from_keras_hub_deberta_v3(backbone, **kwargs)
-        return from_keras_hub_roformer_v2(backbone, **kwargs)
+    for class_name, (module, function) in _ENCODERS.items():
+        if class_name in names:  # an encoder: no tokenizer (an image model: none either)
+            converter = getattr(importlib.import_module(f"keras_posenc.convert.{module}"), function)
+            kwargs.pop("tokenizer", None)
+            return converter(backbone, **kwargs)
     if "T5Backbone" in names:
         from keras_posenc.convert.keras_hub_t5 import from_keras_hub_t5
 
@@ -113,7 +120,7 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
         return from_keras_hub_decoder(backbone, **kwargs)
     raise TypeError(
         f"from_keras_hub: `backbone` must be one of keras_hub's T5Backbone, "
-        f"DebertaV3Backbone, RoformerV2Backbone, {_NAMES}, "
+        f"DebertaV3Backbone, RoformerV2Backbone, SwinTransformerBackbone, {_NAMES}, "
         f"got {type(backbone).__name__}."
     )
 
@@ -460,6 +467,8 @@ def from_keras_hub_preset(preset: str, **kwargs: Any) -> Any:
             f"a preset handle keras-hub can download, got {preset!r} "
             f"({type(error).__name__}: {' '.join(str(error).split()).split('. ')[0]})."
         ) from error
+    if set(_ENCODERS) & set(_class_names(backbone)):  # no tokenizer to look for
+        return from_keras_hub(backbone, **kwargs)
     try:  # a preset may have no tokenizer: then the model takes token ids only
         tokenizer = keras_hub.models.Tokenizer.from_preset(preset)
     except FileNotFoundError as error:

@@ -40,6 +40,7 @@ from keras_posenc.zoo import (
     posenet,  # noqa: F401  (registers posenet_*)
     relative_transformers,  # noqa: F401  (registers shaw_transformer_*, music_transformer_*)
     roformer,  # noqa: F401  (registers roformer_v2_*)
+    swin,  # noqa: F401  (registers swin_*)
     t5,  # noqa: F401  (registers t5_small, t5_base, t5_1.1_small, t5_1.1_base)
 )
 from keras_posenc.zoo.adapt import ZooFunctional, ZooModel

@@ -71,12 +71,13 @@ LAYOUTS = ("C-C-C-C", "C-C-C-T", "C-C-T-T", "C-T-T-T")
 POOLINGS = ("avg", "max", None)
 HEADS = ("pool_norm", "norm_pool")
 HEAD_NORMS = ("layer", "batch")
-# Block arguments build_coatnet sets itself, or does not offer yet (not allowed in
-# conv/transformer_options): `rotary`, the 2D rotary of RelativeTransformerBlock2D, is not in
-# the named configurations (its `position_bias=None` would clash with their "None = unset").
+# Block arguments build_coatnet sets itself, or does not offer (not allowed in
+# conv/transformer_options): `shift` is Swin's (zoo.swin), CoAtNet and MaxViT shift no
+# window; `rotary`, the 2D rotary of RelativeTransformerBlock2D, is not in the named
+# configurations yet (its `position_bias=None` would clash with their "None = unset").
 _SET_BY_BUILDER = frozenset(
     {"self", "kwargs", "filters", "strides", "drop_path_rate", "name", "stride_on",
-     "synchronized", "head_dim", "seed", "dtype", "bias_size", "rotary"}
+     "synchronized", "head_dim", "seed", "dtype", "bias_size", "shift", "rotary"}
 )  # fmt: skip
 REFERENCE = (
     "Dai et al. 2021, CoAtNet: Marrying Convolution and Attention for All Data Sizes "

@@ -29,6 +29,7 @@ from keras_posenc.zoo import (
     posenet,
     relative_transformers,
     roformer,
+    swin,
     t5,
 )
 from keras_posenc.zoo.coatnet import ConvBlockConfig, TransformerBlockConfig
@@ -49,10 +50,12 @@ TABLES = {
     "decoder_lm": decoder_lm.DECODER_LM_CONFIGS,
     "deberta_v3": deberta.CONFIGS,
     "roformer_v2": roformer.CONFIGS,
+    "swin": swin.CONFIGS,
 }
 # Families registered after the fixture was written (the configurations of then, before
 # the tables): their names are not in it.
 NEWER = set(decoder_lm.DECODER_LM_CONFIGS) | set(deberta.CONFIGS) | set(roformer.CONFIGS)
+NEWER |= set(swin.CONFIGS)
 
 
 def plain(value):

@@ -9,8 +9,8 @@ Feature maps are channels-last, ``(batch, height, width, channels)``.
 """
 
 # The package has one module per job, importing each other one way (``shared``,
-# ``partitions`` -> ``mbconv``, ``transformer``), none of them this ``__init__``,
-# which re-exports the public names (docs/development.md, "Architecture"):
+# ``partitions`` -> ``shifted`` -> ``mbconv``, ``transformer``), none of them this
+# ``__init__``, which re-exports the public names (docs/development.md, "Architecture"):
 #
 # - ``shared``: what both blocks share: the feature-map checks, the downsampling
 #   pools (``POOLS``), the ``Proj(Pool(x))`` shortcut and stochastic depth;
@@ -18,6 +18,8 @@ Feature maps are channels-last, ``(batch, height, width, channels)``.
 #   (`symmetric_pad`);
 # - ``partitions``: MaxViT's block and grid windows (`partition_windows`,
 #   `merge_windows`);
+# - ``shifted``: Swin's shifted windows: the cyclic shift (`roll_map`) and the mask
+#   between the regions it brings together (`shifted_window_mask`);
 # - ``transformer``: `RelativeTransformerBlock2D`.
 
 from keras_posenc.layers.coatnet.mbconv import (
@@ -32,6 +34,7 @@ from keras_posenc.layers.coatnet.mbconv import (
 )
 from keras_posenc.layers.coatnet.partitions import PARTITIONS, merge_windows, partition_windows
 from keras_posenc.layers.coatnet.shared import POOLS, drop_path, make_pool
+from keras_posenc.layers.coatnet.shifted import roll_map, shifted_window_mask
 from keras_posenc.layers.coatnet.transformer import (
     ATTENTION_WIDTHS,
     NORMS,
@@ -49,6 +52,8 @@ __all__ = [
     "symmetric_pad",
     "partition_windows",
     "merge_windows",
+    "roll_map",
+    "shifted_window_mask",
     "drop_path",
     "ATTENTION_WIDTHS",
     "EXPAND_FROM",

@@ -1,4 +1,4 @@
-"""`RelativeTransformerBlock2D`, CoAtNet's Transformer block (and MaxViT's, partitioned)."""
+"""`RelativeTransformerBlock2D`: CoAtNet's Transformer block (MaxViT's, Swin's in windows)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,12 @@ from keras_posenc.layers.coatnet.shared import (
     _strides,
     drop_path,
     make_pool,
+)
+from keras_posenc.layers.coatnet.shifted import (
+    _shift,
+    check_shifted_map,
+    roll_map,
+    shifted_window_mask,
 )
 from keras_posenc.layers.position_biases import ContinuousPositionBias2D
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D, is_static_size
@@ -147,6 +153,19 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             ``partition``; must be None without it.
         rotary: None (default) or a `RotaryPositions2D` (2D rotary, axial or
             mixed; ``head_dim`` a multiple of 4), as above.
+        shift: None (default) or 0: no shift; with ``partition="block"``, Swin's
+            shifted windows (Liu et al. 2021): the windows are displaced by
+            ``shift`` cells down and right (an int, a pair ``(rows, columns)``
+            smaller than ``partition_size``, or ``"half"``: ``partition_size // 2``,
+            Swin's). Computed as Swin computes it: the map is rolled up and left by
+            ``shift``, cut into windows, and the cells the roll brought together
+            from opposite edges attend within their own part only (a mask, see
+            `shifted_window_mask`); the output is rolled back. The bias is the
+            window's table, indexed by the cells' offsets. Swin alternates
+            ``shift=None`` and ``"half"`` from block to block. The map's sides must
+            be multiples of ``partition_size`` (keras-hub's Swin pads them with
+            zeros instead) and, on a shifted side, longer than one window (Swin
+            uses no shift there).
         bias_size: the (pooled) grid ``(height, width)`` (or one int) the
             relative bias is sized for, without ``partition``; default None: the
             map's size at build, which must then be known. Maps of other sizes
@@ -176,6 +195,10 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         (2, 8, 6, 32)
         >>> tuple(grid.relative_bias.table.shape)  # one 2 x 2 window's offsets
         (2, 3, 3)
+        >>> swin = RelativeTransformerBlock2D(32, head_dim=16, partition="block",
+        ...                                   partition_size=2, shift="half")
+        >>> tuple(swin(np.ones((2, 8, 6, 32), "float32")).shape), swin.shift
+        ((2, 8, 6, 32), (1, 1))
 
         RoPE-Mixed alone (no bias): each block learns its own 2D frequencies, and maps
         of any size are taken:
@@ -193,6 +216,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
           Data Sizes](https://arxiv.org/abs/2106.04803)
         - [Tu et al., 2022. MaxViT: Multi-Axis Vision
           Transformer](https://arxiv.org/abs/2204.01697)
+        - [Liu et al., 2021. Swin Transformer: Hierarchical Vision Transformer
+          using Shifted Windows](https://arxiv.org/abs/2103.14030)
     """
 
     def __init__(
@@ -218,6 +243,7 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         partition_size: int | tuple[int, int] | None = None,
         bias_size: int | tuple[int, int] | None = None,
         rotary: Any = None,
+        shift: int | tuple[int, int] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -252,6 +278,7 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         self.norm = check_choice(who, "norm", norm, NORMS)
         self.norm_momentum = check_rate(who, "norm_momentum", norm_momentum)
         self.partition, self.partition_size = _partition(who, partition, partition_size)
+        self.shift = _shift(who, shift, self.partition, self.partition_size)
         self.filters = check_int(who, "filters", filters, 1)
         self.head_dim = check_int(who, "head_dim", head_dim, 1)
         if self.filters % self.head_dim:
@@ -329,6 +356,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
                 f"the table is sized for, resized at each call); received input shape {shape}"
             )
         channels = int(channels)
+        if self.shift is not None:  # first: its message says what Swin does instead
+            check_shifted_map(self._who(), shape, self.partition_size, self.shift)
         if self.partition is not None:
             _check_partition(self._who(), shape, self.partition_size, self.filters)
         if self.attention_width == "input":
@@ -408,7 +437,7 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             return self.relative_bias(size=size, training=training)
         return self.relative_bias(size=size)
 
-    def _attention(self, x: Any, training: bool | None = None) -> Any:
+    def _attention(self, x: Any, training: bool | None = None, mask: Any = None) -> Any:
         height, width = _spatial_size(x)
         positions = height * width
         qkv = self.qkv_dense(ops.reshape(x, (-1, positions, x.shape[-1])))
@@ -424,6 +453,7 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             _attention.scale_queries(query, self.head_dim),
             key,
             value,
+            mask=mask,
             bias=None if bias is None else ops.cast(bias, "float32"),
         )
         attended = ops.reshape(attended, (-1, height, width, self.attention_dim))
@@ -434,11 +464,25 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         if self.partition is None:
             return self._attention(x, training)
         # A map of unknown size at build is checked here, once its size is known.
+        if self.shift is not None:
+            check_shifted_map(self._who(), tuple(x.shape), self.partition_size, self.shift)
         _check_partition(self._who(), tuple(x.shape), self.partition_size, self.filters)
         height, width = _spatial_size(x)
-        windows = partition_windows(x, self.partition, self.partition_size)
-        windows = self._attention(windows, training)
-        return merge_windows(windows, self.partition, self.partition_size, (height, width))
+        if self.shift is None:
+            windows = partition_windows(x, self.partition, self.partition_size)
+            windows = self._attention(windows, training)
+            return merge_windows(windows, self.partition, self.partition_size, (height, width))
+        # Swin's shifted windows (shifted.py): roll, attend within the windows and
+        # their regions, roll back.
+        windows = partition_windows(roll_map(x, self.shift), "block", self.partition_size)
+        mask = shifted_window_mask(height, width, self.partition_size, self.shift)
+        # One mask per window of every image: windows are ordered image by image.
+        cells = self.partition_size[0] * self.partition_size[1]
+        mask = ops.broadcast_to(mask[None], (ops.shape(x)[0], ops.shape(mask)[0], cells, cells))
+        mask = ops.reshape(mask, (-1, cells, cells))
+        windows = self._attention(windows, training, mask=mask)
+        x = merge_windows(windows, "block", self.partition_size, (height, width))
+        return roll_map(x, self.shift, back=True)
 
     def _scaled(self, x: Any, scale: Any) -> Any:
         return x if scale is None else x * ops.cast(scale, x.dtype)
@@ -486,6 +530,7 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             partition_size=None if self.partition_size is None else list(self.partition_size),
             bias_size=None if self.bias_size is None else list(self.bias_size),
             rotary=keras.saving.serialize_keras_object(self.rotary),
+            shift=None if self.shift is None else list(self.shift),
         )
         return config
 
