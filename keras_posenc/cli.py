@@ -109,6 +109,7 @@ MEASURED = {
     "experiment length --quick": (85.2, 150.1, 0.91),
     "experiment layouts --quick": (55.7, 56.4, 2.7),
     "experiment transplant --quick": (53.2, 56.4, 1.32),
+    "generate": (6.6, 6.8, 1.56),
 }
 # /cli_timings
 
