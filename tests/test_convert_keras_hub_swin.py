@@ -61,15 +61,19 @@ def test_a_task_model_converts_and_saves(tmp_path):
     classifier = keras_hub.models.SwinTransformerImageClassifier(
         hub, num_classes=3, preprocessor=None
     )
+    # keras-hub's Dense head starts from random weights; its bias from zeros: make it count.
+    classifier.output_dense.bias.assign(np.arange(3, dtype="float32") - 1.0)
     ours = from_keras_hub_swin(classifier, name="converted")
     x = images()
-    expected = numpy(hub(x))
-    np.testing.assert_allclose(numpy(ours(x)), expected, atol=2e-5, rtol=1e-5)
+    logits = numpy(classifier(x))
+    assert ours.output_shape == (None, 3)
+    np.testing.assert_allclose(numpy(ours(x)), logits, atol=2e-5, rtol=1e-5)
     path = os.path.join(tmp_path, "swin.keras")
     ours.save(path)
     np.testing.assert_allclose(numpy(keras.saving.load_model(path)(x)), numpy(ours(x)), atol=1e-6)
     # keras-hub's generic entry points reach the same converter.
-    np.testing.assert_allclose(numpy(from_keras_hub(classifier)(x)), expected, atol=2e-5)
+    np.testing.assert_allclose(numpy(from_keras_hub(classifier)(x)), logits, atol=2e-5)
+    expected = numpy(hub(x))
     folder = os.path.join(tmp_path, "preset")
     hub.save_to_preset(folder)
     np.testing.assert_allclose(numpy(from_keras_hub_preset(folder)(x)), expected, atol=2e-5)
@@ -91,3 +95,13 @@ def test_counts_and_errors():
         zoo.create("swin_tiny_patch4_window7_224", input_shape=(160, 160, 3))
     with pytest.raises(ValueError, match="build_swin: `depths` and `num_heads` must be"):
         zoo.create("swin_tiny_patch4_window7_224", depths=(2, 2))
+    # The head: 1000 classes on the tiny config's 768 features; logits only.
+    head = zoo.create("swin_tiny_patch4_window7_224", num_classes=1000)
+    assert head.count_params() == 27_519_354 + 768 * 1000 + 1000
+    with pytest.raises(ValueError, match="build_swin: `num_classes` must be an integer >= 1"):
+        zoo.create("swin_tiny_patch4_window7_224", num_classes=0)
+    softmax = keras_hub.models.SwinTransformerImageClassifier(
+        backbone(), num_classes=3, activation="softmax", preprocessor=None
+    )
+    with pytest.raises(ValueError, match="returns logits; received a classifier with activat"):
+        from_keras_hub_swin(softmax)

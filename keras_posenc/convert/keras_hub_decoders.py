@@ -101,6 +101,8 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
     """
     tasks = {"CausalLM", "Seq2SeqLM", "MaskedLM", "TextClassifier", "ImageClassifier"}
     task = tasks & set(_class_names(backbone))
+    # Swin's converter takes keras-hub's image classifier whole: its head converts too.
+    whole = backbone if "SwinTransformerImageClassifier" in _class_names(backbone) else None
     if task:  # a keras-hub task model: its backbone, and its preprocessor's tokenizer
         tokenizer = getattr(getattr(backbone, "preprocessor", None), "tokenizer", None)
         if tokenizer is not None:
@@ -111,7 +113,7 @@ def from_keras_hub(backbone: Any, **kwargs: Any) -> Any:
         if class_name in names:  # an encoder: no tokenizer (an image model: none either)
             converter = getattr(importlib.import_module(f"keras_posenc.convert.{module}"), function)
             kwargs.pop("tokenizer", None)
-            return converter(backbone, **kwargs)
+            return converter(whole or backbone, **kwargs)
     if "T5Backbone" in names:
         from keras_posenc.convert.keras_hub_t5 import from_keras_hub_t5
 

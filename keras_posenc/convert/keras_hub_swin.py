@@ -63,16 +63,19 @@ def _copy_block(block: Any, layer: Any, what: str) -> None:
 
 
 def from_keras_hub_swin(backbone: Any, name: str | None = None) -> keras.Model:
-    """The zoo's Swin Transformer with the weights of a keras-hub ``SwinTransformerBackbone``.
+    """The zoo's Swin Transformer with the weights of a keras-hub Swin backbone or classifier.
 
     Args:
-        backbone: a ``keras_hub.models.SwinTransformerBackbone`` (or a keras-hub task
-            holding one, such as ``SwinTransformerImageClassifier``: its backbone converts).
-        name: the model's name; default the backbone's.
+        backbone: a ``keras_hub.models.SwinTransformerBackbone``, or a
+            ``SwinTransformerImageClassifier`` (its backbone and head convert; its
+            preprocessor does not: the converted model takes the images the backbone takes),
+            or another keras-hub task holding a Swin backbone (its backbone converts).
+        name: the model's name; default the backbone's (the classifier's, for one).
 
     Returns:
         The converted ``keras.Model`` (`keras_posenc.zoo.swin.build_swin`): images in, the
-        last stage's normalised cells ``(batch, tokens, width)`` out, as the backbone.
+        last stage's normalised cells ``(batch, tokens, width)`` out, as the backbone; for a
+        classifier, its logits ``(batch, num_classes)``.
 
     Raises:
         TypeError: for another kind of backbone.
@@ -96,6 +99,15 @@ def from_keras_hub_swin(backbone: Any, name: str | None = None) -> keras.Model:
         (True, (1, 16, 16))
     """
     names = [cls.__name__ for cls in type(backbone).__mro__]
+    head = None
+    if "SwinTransformerImageClassifier" in names:
+        head = backbone
+        name = name or head.name
+    if head is not None and head.output_dense.activation not in (None, keras.activations.linear):
+        raise ValueError(
+            f"{_OWNER}: the zoo's Swin classifier returns logits; received a classifier with "
+            f"activation={keras.activations.serialize(head.output_dense.activation)!r}"
+        )
     if "SwinTransformerBackbone" not in names:
         inner = getattr(backbone, "backbone", None)
         kinds = [c.__name__ for c in type(inner).__mro__]
@@ -129,6 +141,8 @@ def from_keras_hub_swin(backbone: Any, name: str | None = None) -> keras.Model:
         dropout_rate=config.get("dropout_rate", 0.0),
         drop_path=config.get("drop_path", 0.1),
         patch_norm=config.get("patch_norm", True),
+        num_classes=None if head is None else head.output_dense.units,
+        head_dropout=0.0 if head is None else float(head.output_dropout.rate),
         name=name or backbone.name,
     )
     embedding = backbone.patch_embedding
@@ -145,4 +159,6 @@ def from_keras_hub_swin(backbone: Any, name: str | None = None) -> keras.Model:
             _copy_layer(merging.norm, stage.downsample.norm, ("gamma", "beta"), f"{what} norm")
             _copy(merging.reduction.kernel, stage.downsample.reduction.kernel, f"{what} kernel")
     _copy_layer(model.get_layer("norm"), backbone.norm, ("gamma", "beta"), "final norm")
+    if head is not None:
+        _copy_layer(model.get_layer("predictions"), head.output_dense, ("kernel", "bias"), "head")
     return model

@@ -10,7 +10,9 @@ convolution of stride ``patch_size`` to ``embed_dim``, LayerNorm) -> four stages
 ``shift="half"``, except where the stage's map is no larger than one window), followed, but
 for the last stage, by patch merging (each 2 x 2 cells concatenated, LayerNorm, a linear
 map to twice the width without bias) -> LayerNorm -> ``(batch, tokens, 8 * embed_dim)``,
-the last map's cells row-major.
+the last map's cells row-major. With ``num_classes``, the image classifier of keras-hub's
+``SwinTransformerImageClassifier``: the mean of those cells, dropout, a ``Dense(num_classes)``
+named ``predictions``.
 
 The layout is keras-hub's ``SwinTransformerBackbone`` (its input, its output and the order
 of the 2 x 2 cells in the patch merging), so `keras_posenc.convert.from_keras_hub_swin`
@@ -111,12 +113,15 @@ def build_swin(
     dropout_rate: float = 0.0,
     drop_path: float = 0.1,
     patch_norm: bool = True,
+    num_classes: int | None = None,
+    head_dropout: float = 0.0,
     name: str = "swin",
 ) -> keras.Model:
-    """A Swin Transformer v1 backbone (the layout in this module's docstring).
+    """A Swin Transformer v1 backbone or image classifier (the layout in this module's docstring).
 
     ``model(images)`` returns the last stage's normalised cells ``(batch, tokens,
-    embed_dim * 2 ** (stages - 1))``, as keras-hub's ``SwinTransformerBackbone``.
+    embed_dim * 2 ** (stages - 1))``, as keras-hub's ``SwinTransformerBackbone``; with
+    ``num_classes``, ``(batch, num_classes)`` logits, as its ``SwinTransformerImageClassifier``.
 
     Args:
         input_shape: ``(height, width, channels)`` of the images; divided by
@@ -131,6 +136,9 @@ def build_swin(
         dropout_rate: dropout after the patch embedding.
         drop_path: stochastic depth, rising linearly from 0 to it over the blocks.
         patch_norm: a LayerNorm after the patch embedding.
+        num_classes: None (the backbone), or the classes of a head on the mean of the
+            last map's cells.
+        head_dropout: the dropout before that head.
         name: the model's name.
 
     Returns:
@@ -143,8 +151,15 @@ def build_swin(
         ...                    window_size=4)
         >>> tuple(model(np.zeros((1, 32, 32, 3), "float32")).shape)
         (1, 16, 16)
+        >>> classifier = build_swin((32, 32, 3), embed_dim=8, depths=(2, 2), num_heads=(1, 2),
+        ...                         window_size=4, num_classes=5)
+        >>> tuple(classifier(np.zeros((1, 32, 32, 3), "float32")).shape)
+        (1, 5)
     """
     owner = "build_swin"
+    if num_classes is not None:
+        num_classes = check_int(owner, "num_classes", num_classes, 1)
+    head_dropout = check_rate(owner, "head_dropout", head_dropout)
     embed_dim = check_int(owner, "embed_dim", embed_dim, 1)
     window_size = check_int(owner, "window_size", window_size, 1)
     patch_size = check_int(owner, "patch_size", patch_size, 1)
@@ -196,6 +211,10 @@ def build_swin(
             height, width = height // 2, width // 2
     x = keras.layers.LayerNormalization(epsilon=1e-5, name="norm")(x)
     x = keras.layers.Reshape((-1, embed_dim * 2 ** (len(depths) - 1)), name="sequence_output")(x)
+    if num_classes is not None:  # keras-hub's SwinTransformerImageClassifier's head
+        x = keras.layers.GlobalAveragePooling1D(name="pool")(x)
+        x = keras.layers.Dropout(head_dropout, name="head_dropout")(x)
+        x = keras.layers.Dense(num_classes, name="predictions")(x)
     return ZooFunctional(images, x, name=name)
 
 
@@ -216,6 +235,8 @@ class SwinConfig(ZooConfig):
     dropout_rate: float = 0.0
     drop_path: float = 0.1
     patch_norm: bool = True
+    num_classes: int | None = None
+    head_dropout: float = 0.0
     name: str = "swin"
 
     def __post_init__(self) -> None:

@@ -169,6 +169,24 @@ def test_every_encoding_builds_with_the_same_backbone():
     assert counts["relative_bias_log"] == base + 32 * 2  # one shared table: 32 buckets x 2 heads
     # Shaw: per block, key and value tables of 33 x 16 instead of the one-bucket bias (1 x 2).
     assert counts["shaw_keys_values"] == base + 2 * (2 * 33 * 16 - 2)
+    # DeBERTa: one shared table of 2 x 32 buckets of width 32 and its layer norm; CoPE: a
+    # table of 16 x 64 per block; neither has the one-bucket bias.
+    assert counts["deberta"] == base - 2 * 2 + 64 * 32 + 2 * 32
+    assert counts["cope"] == base + 2 * (16 * 64 - 2)
+
+
+@pytest.mark.parametrize("encoding", ["deberta", "cope"])
+def test_own_attention_blocks_are_causal(encoding):
+    """DeBERTa's (an encoder's attention under the study's causal mask) and CoPE's blocks see
+    the past only: changing token 40 changes no output before it, and changes outputs after.
+    """
+    model = build_model(encoding, seed=0)
+    tokens = np.random.default_rng(1).integers(0, 10, (2, 80)).astype("int32")
+    changed = tokens.copy()
+    changed[:, 40] = (changed[:, 40] + 1) % 10
+    before, after = (ops.convert_to_numpy(model(t)) for t in (tokens, changed))
+    np.testing.assert_array_equal(before[:, :40], after[:, :40])
+    assert np.abs(before[:, 40:] - after[:, 40:]).max() > 1e-3
 
 
 def test_scaled_rope_rows_reuse_the_trained_rope_weights():
@@ -340,7 +358,7 @@ def test_quick_cli_run(tmp_path, capsys):
     printed = capsys.readouterr().out
     for name in ENCODINGS:
         assert f"\n{name}: copy_back 64: " in "\n" + printed  # the summary line per encoding
-    assert "17 trainings (1 seed(s))" in printed  # the scaled rows are the rope model's
+    assert "19 trainings (1 seed(s))" in printed  # the scaled rows are the rope model's
     with open(os.path.join(tmp_path, "length_generalization.csv")) as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == len(ENCODINGS) * 5

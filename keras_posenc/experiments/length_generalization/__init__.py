@@ -71,7 +71,17 @@ encodings (`ENCODINGS`):
   10, 20))`` with one column per head, as a bias;
 - `shaw_keys_values`: Shaw et al., ``relative="keys_values",
   position=ClipPositions(16)`` in every block;
-- `sinusoidal_relative_bias`: `sinusoidal` and `relative_bias_log` together.
+- `sinusoidal_relative_bias`: `sinusoidal` and `relative_bias_log` together;
+- `deberta`: DeBERTa v3's disentangled attention (`DisentangledSelfAttention`:
+  content-to-position and position-to-content through the content projections) under the
+  causal mask, with ``DebertaBuckets(32, 64)`` (exact to 16, log-spaced to 64), one table
+  of 64 rows shared by both blocks after a layer normalisation, as DeBERTa shares it;
+- `cope`: contextual positions (`ContextualPositionAttention`, ``max_positions=64``):
+  gates from the query-key products count the keys between query and key, a table per
+  block, positions past 63 clipped.
+
+`deberta` and `cope` replace `MultiHeadRelativeAttention` by their own layer in a block
+that is otherwise the same (`models._AttentionBlock`).
 
 Each learned relative table is one table shared by both blocks (computed
 once per call and passed as ``attention_bias``), as T5 does, so the four

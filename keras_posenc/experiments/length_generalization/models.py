@@ -15,8 +15,15 @@ from keras import ops
 from keras_posenc._quiet import quiet_import
 from keras_posenc.experiments._scaled_rope import SCALED_ROPE, scaled_rotation
 from keras_posenc.layers._checks import check_choice, check_int, check_number_at_least
+from keras_posenc.layers.contextual_attention import ContextualPositionAttention
+from keras_posenc.layers.disentangled_attention import DisentangledSelfAttention
 from keras_posenc.layers.position_biases import FIRE, KERPLE, ALiBi, ContinuousBias
-from keras_posenc.layers.position_schemes import ClipPositions, LogBuckets, PiecewiseBuckets
+from keras_posenc.layers.position_schemes import (
+    ClipPositions,
+    DebertaBuckets,
+    LogBuckets,
+    PiecewiseBuckets,
+)
 from keras_posenc.layers.relative_position import (
     MultiScaleRelativePositionEmbedding,
     RelativePositionBias,
@@ -43,6 +50,8 @@ TRAINED_ENCODINGS = (
     "relative_bias_multiscale",
     "shaw_keys_values",
     "sinusoidal_relative_bias",
+    "deberta",
+    "cope",
 )
 _ROPE_AT = TRAINED_ENCODINGS.index("rope") + 1
 ENCODINGS = TRAINED_ENCODINGS[:_ROPE_AT] + tuple(SCALED_ROPE) + TRAINED_ENCODINGS[_ROPE_AT:]
@@ -54,6 +63,14 @@ _SCHEMES = {
     "fire": lambda: FIRE(),
     "continuous_bias": lambda: ContinuousBias(),
 }
+# The encodings whose attention is a layer of its own rather than MultiHeadRelativeAttention:
+# each block is `_AttentionBlock`, RelativeTransformerDecoder's pre-norm block around it.
+_OWN_ATTENTION = ("deberta", "cope")
+# DeBERTa's buckets at this scale: exact up to 16, log-spaced to 64 (T5's row: 32 buckets
+# up to 64), one table of 2 x 32 rows shared by the blocks after a layer norm, as DeBERTa.
+_DEBERTA_BUCKETS = {"position_buckets": 32, "max_position": 64}
+# CoPE's table covers the training length; longer contextual positions are clipped to 63.
+_COPE_POSITIONS = 64
 # The model: the same for the quick and the full run.
 MODEL_SETTINGS = {
     "vocabulary_size": 10,
@@ -141,6 +158,11 @@ class LengthGeneralizationModel(keras.Model):
             self.shared_bias = MultiScaleRelativePositionEmbedding(num_heads, scales=(5, 10, 20))
         elif encoding == "alibi":
             self.shared_bias = keras_hub.layers.AlibiBias(name="alibi")
+        self.relative_table = self.relative_norm = None
+        if encoding == "deberta":
+            rows = DebertaBuckets(**_DEBERTA_BUCKETS).table_size
+            self.relative_table = keras.layers.Embedding(rows, hidden_dim, name="relative_table")
+            self.relative_norm = keras.layers.LayerNormalization(name="relative_norm")
         # Attention without a relative term is the same layer with one bias
         # bucket (a constant per head, cancelled by the softmax), so every
         # encoding runs the same attention code.
@@ -158,6 +180,12 @@ class LengthGeneralizationModel(keras.Model):
             attention["rotary"] = scaled_rotation(encoding, factor, train_length, head_dim)
         self.blocks = []
         for i in range(num_layers):
+            if encoding in _OWN_ATTENTION:
+                attention_layer = _own_attention(encoding, num_heads, hidden_dim // num_heads)
+                self.blocks.append(
+                    _AttentionBlock(attention_layer, intermediate_dim, hidden_dim, name=f"block_{i}")
+                )
+                continue
             if encoding in _SCHEMES:  # a fresh scheme per block: its weights are the block's
                 attention = {"relative": "bias", "position": _SCHEMES[encoding]()}
             self.blocks.append(
@@ -204,9 +232,58 @@ class LengthGeneralizationModel(keras.Model):
         if self.absolute is not None:
             x = x + self.absolute(x)
         bias = self._attention_bias(length)
+        shared = {}
+        if self.relative_table is not None:  # DeBERTa's table, shared by the blocks
+            rows = self.relative_table.input_dim
+            shared["relative_embeddings"] = self.relative_norm(self.relative_table(ops.arange(rows)))
         for block in self.blocks:
-            x = block(x, attention_bias=bias)
+            x = block(x, attention_bias=bias, **shared)
         return self.classifier(self.final_norm(x))
+
+
+def _own_attention(encoding: str, num_heads: int, key_dim: int) -> keras.layers.Layer:
+    if encoding == "deberta":  # v3's: c2p and p2c through the content projections
+        position = DebertaBuckets(**_DEBERTA_BUCKETS)
+        return DisentangledSelfAttention(num_heads, key_dim, position=position, shared_table=True)
+    return ContextualPositionAttention(num_heads, key_dim, max_positions=_COPE_POSITIONS)
+
+
+class _AttentionBlock(keras.layers.Layer):
+    """`RelativeTransformerDecoder`'s causal pre-norm block around another attention layer.
+
+    ``x + attention(norm(x))``, then ``x + W_2 relu(W_1 norm(x))``: the block of the other
+    encodings (normalize_first=True, no cross-attention, no dropout) with `DisentangledSelfAttention`
+    under a causal mask or `ContextualPositionAttention` (causal always) as its self-attention.
+    """
+
+    def __init__(
+        self, attention: keras.layers.Layer, intermediate_dim: int, hidden_dim: int, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.attention = attention
+        self.intermediate_dim = intermediate_dim
+        self.attention_norm = keras.layers.LayerNormalization(epsilon=1e-5)
+        self.feedforward_norm = keras.layers.LayerNormalization(epsilon=1e-5)
+        self.intermediate = keras.layers.Dense(intermediate_dim, activation="relu")
+        self.feedforward_output = keras.layers.Dense(hidden_dim)
+
+    def call(self, x: Any, attention_bias: Any = None, relative_embeddings: Any = None) -> Any:
+        h = self.attention_norm(x)
+        if isinstance(self.attention, DisentangledSelfAttention):
+            length = ops.shape(x)[1]
+            positions = ops.arange(length)
+            causal = ops.expand_dims(positions, 1) >= ops.expand_dims(positions, 0)
+            causal = ops.broadcast_to(ops.expand_dims(causal, 0), (ops.shape(x)[0], length, length))
+            h = self.attention(
+                h,
+                relative_embeddings=relative_embeddings,
+                attention_mask=causal,
+                attention_bias=attention_bias,
+            )
+        else:
+            h = self.attention(h, attention_bias=attention_bias)
+        x = x + h
+        return x + self.feedforward_output(self.intermediate(self.feedforward_norm(x)))
 
 
 def build_model(

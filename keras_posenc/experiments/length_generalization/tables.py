@@ -144,6 +144,9 @@ CLAIMS = {
     "relative_bias_piecewise": "Wu et al. 2021: defined for any length",
     "relative_bias_multiscale": "the seed lecture: defined for any length",
     "shaw_keys_values": "Shaw et al. 2018: defined for any length",
+    "deberta": "He et al. 2021: log buckets, as T5's, defined for any length",
+    "cope": "Golovneva et al. 2024: counts what matters; generalises to longer contexts "
+    "than absolute and relative positions",
     **SCALED_CLAIMS,
 }
 # A model has learned a task when it is this far above chance at the training length
