@@ -100,6 +100,8 @@ def _with_quantization(get_config: Callable) -> Callable:
                 modes.setdefault(mode, []).append(index)
         if modes:
             config = {**config, _QUANTIZED: modes}
+        if getattr(self, "layers_dtype", None) is not None:  # seq2seq.FunctionalModel's
+            config = {"dtype": self.layers_dtype, **config}
         return config
 
     return wrapped

@@ -263,7 +263,7 @@ class ConvS2S(_FoldedWeightNormSteps, Seq2SeqModel):
             dtype=policy,
             name="decoder_fc2",
         )
-        self.decoder_dropout = keras.layers.Dropout(p, name="decoder_dropout")
+        self.decoder_dropout = keras.layers.Dropout(p, dtype=policy, name="decoder_dropout")
         self.decoder_fc3 = keras.layers.Dense(
             tgt_vocab_size,
             kernel_initializer=_normal(math.sqrt((1 - p) / self.decoder_out_embed_dim)),
@@ -438,7 +438,7 @@ class ConvS2SLanguageModel(_FoldedWeightNormSteps, LanguageModel):
             dtype=policy,
             name="fc2",
         )
-        self.output_dropout = keras.layers.Dropout(p, name="output_dropout")
+        self.output_dropout = keras.layers.Dropout(p, dtype=policy, name="output_dropout")
         self.fc3 = keras.layers.Dense(
             self.vocab_size,
             kernel_initializer=_normal(math.sqrt((1 - p) / self.decoder_out_embed_dim)),

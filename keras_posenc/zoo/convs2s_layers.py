@@ -212,7 +212,9 @@ class ConvS2SEmbedding(keras.layers.Layer):
                 dtype=self.dtype_policy,
                 name="position_embedding",
             )
-        self.dropout_layer = keras.layers.Dropout(self.dropout, name="dropout")
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="dropout"
+        )
 
     def build(self, input_shape: Any) -> None:
         self.token_embedding.build(input_shape)

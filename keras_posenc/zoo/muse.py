@@ -197,7 +197,9 @@ class MUSEEmbedding(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="token_embedding",
         )
-        self.dropout_layer = keras.layers.Dropout(self.dropout, name="dropout")
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="dropout"
+        )
         self.supports_masking = True
 
     def build(self, input_shape: Any) -> None:

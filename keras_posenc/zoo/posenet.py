@@ -288,6 +288,8 @@ class PosENet(ZooModel, keras.Model):
                 f"{feature_size} feature grid; enlarge feature_size"
             )
 
+        # The readout's layers take the model's policy (a .keras file records it: ZooModel).
+        policy = keras.dtype_policies.get(kwargs.pop("dtype", None) or keras.config.dtype_policy())
         inputs = keras.Input(shape, name="images")
         if backbone is None:
             tap_layers, taps = [], [inputs]
@@ -302,32 +304,40 @@ class PosENet(ZooModel, keras.Model):
             taps = keras.tree.flatten(extractor(inputs))
         resized = [
             keras.layers.Resizing(
-                feature_size, feature_size, interpolation="bilinear", name=f"resize_{index}"
+                feature_size,
+                feature_size,
+                interpolation="bilinear",
+                dtype=policy,
+                name=f"resize_{index}",
             )(tap)
             for index, tap in enumerate(taps)
         ]
         if len(resized) > 1:
-            x = keras.layers.Concatenate(axis=-1, name="features")(resized)
+            x = keras.layers.Concatenate(axis=-1, dtype=policy, name="features")(resized)
         else:
-            x = keras.layers.Identity(name="features")(resized[0])
+            x = keras.layers.Identity(dtype=policy, name="features")(resized[0])
         for index in range(readout_layers):
             last = index == readout_layers - 1
             if readout_padding:
-                x = SpatialPadding2D(int(readout_padding), name=f"readout_pad_{index}")(x)
+                x = SpatialPadding2D(
+                    int(readout_padding), dtype=policy, name=f"readout_pad_{index}"
+                )(x)
             if index == 0:
-                x = FeatureStandardization(name="feature_standardization")(x)
+                x = FeatureStandardization(dtype=policy, name="feature_standardization")(x)
             x = keras.layers.Conv2D(
                 len(targets) if last else readout_filters,
                 kernel_size,
                 padding="valid",
                 activation=None if last else "relu",
+                dtype=policy,
                 name=f"readout_conv_{index}",
             )(x)
-        x = keras.layers.Activation("sigmoid", name="sigmoid")(x)
+        x = keras.layers.Activation("sigmoid", dtype=policy, name="sigmoid")(x)
         outputs = keras.layers.Resizing(
-            shape[0], shape[1], interpolation="bilinear", name="position_maps"
+            shape[0], shape[1], interpolation="bilinear", dtype=policy, name="position_maps"
         )(x)
         super().__init__(inputs, outputs, name=kwargs.pop("name", "posenet"), **kwargs)
+        self.layers_dtype = policy.name
 
         self.backbone = backbone
         self.tap_layers = list(tap_layers)

@@ -610,8 +610,7 @@ class MusicTransformer(_RelativeStack, LanguageModel):
     @classmethod
     def from_config(cls, config: dict) -> MusicTransformer:
         config = dict(config)
-        for key in ("trainable", "dtype"):
-            config.pop(key, None)
+        config.pop("trainable", None)
         return cls(**config)
 
 

@@ -73,8 +73,11 @@ class FunctionalModel(ZooModel, keras.Model):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        policy = keras.dtype_policies.get(kwargs.get("dtype") or keras.config.dtype_policy())
         super().__init__(*args, **kwargs)
         self._initialized = True
+        # A functional model's config holds no policy: ZooModel's get_config adds the layers'.
+        self.layers_dtype = policy.name
 
     def __setattr__(self, name: str, value: Any) -> None:
         if not hasattr(self, "_initialized"):
@@ -541,12 +544,7 @@ class Seq2SeqModel(GeneratingModel, FunctionalModel):
 
     @classmethod
     def from_config(cls, config: dict) -> Seq2SeqModel:
-        """The model of a :meth:`get_config` dict: the constructor called with it.
-
-        A ``dtype`` key is dropped: the model takes ``keras.config.dtype_policy()``.
-        """
-        config = dict(config)
-        config.pop("dtype", None)
+        """The model of a :meth:`get_config` dict (its layers' ``dtype`` too): ``cls(**config)``."""
         return cls(**config)
 
 

@@ -66,3 +66,32 @@ def test_one_fit_step_is_finite(family, policy):
         # to every logit of a head, which the softmax cancels: its gradient is zero.
         if variable.name != "table" or after[0].size > 1:
             assert np.abs(after - value).max() > 0, f"{variable.path} did not move: step skipped?"
+
+
+# Backend-neutral: which policy each layer is rebuilt with is Keras' saving logic and the
+# zoo's configs, the same on every backend.
+@pytest.mark.neutral
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_mixed_precision_model_reloads_mixed(family, tmp_path):
+    """A `.keras` file of a model built under `mixed_bfloat16` reloads with every layer's
+    policy as saved, under a float32 global policy (the encoder-decoders and the language
+    models record their layers' policy in their configs: a functional model keeps none)."""
+    keras.config.set_dtype_policy("mixed_bfloat16")  # conftest restores float32 after the test
+    model, _ = make(family)
+    keras.config.set_dtype_policy("float32")
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+
+    def policies(m):
+        # Input layers and nested models (PosENet's backbone) compute nothing themselves
+        # (keras' Functional casts no input to its own policy): left out.
+        layers = m._flatten_layers(include_self=False)
+        return [
+            (type(x).__name__, x.dtype_policy.name)
+            for x in layers
+            if not isinstance(x, (keras.layers.InputLayer, keras.Model))
+        ]
+
+    assert any(name == "mixed_bfloat16" for _, name in policies(model))
+    assert policies(loaded) == policies(model)

@@ -98,6 +98,7 @@ def test_config_and_keras_file_round_trip(tmp_path):
     model.trainable = False
     config = model.get_config()
     assert config == {
+        "dtype": "float32",  # the layers' policy, which a functional model's config lacks
         "name": "recurrent",
         "trainable": False,
         "vocab_size": 10,
