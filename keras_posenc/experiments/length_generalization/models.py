@@ -181,9 +181,9 @@ class LengthGeneralizationModel(keras.Model):
         self.blocks = []
         for i in range(num_layers):
             if encoding in _OWN_ATTENTION:
-                attention_layer = _own_attention(encoding, num_heads, hidden_dim // num_heads)
+                own = _own_attention(encoding, num_heads, hidden_dim // num_heads)
                 self.blocks.append(
-                    _AttentionBlock(attention_layer, intermediate_dim, hidden_dim, name=f"block_{i}")
+                    _AttentionBlock(own, intermediate_dim, hidden_dim, name=f"block_{i}")
                 )
                 continue
             if encoding in _SCHEMES:  # a fresh scheme per block: its weights are the block's
@@ -234,8 +234,8 @@ class LengthGeneralizationModel(keras.Model):
         bias = self._attention_bias(length)
         shared = {}
         if self.relative_table is not None:  # DeBERTa's table, shared by the blocks
-            rows = self.relative_table.input_dim
-            shared["relative_embeddings"] = self.relative_norm(self.relative_table(ops.arange(rows)))
+            table = self.relative_table(ops.arange(self.relative_table.input_dim))
+            shared["relative_embeddings"] = self.relative_norm(table)
         for block in self.blocks:
             x = block(x, attention_bias=bias, **shared)
         return self.classifier(self.final_norm(x))
@@ -252,8 +252,9 @@ class _AttentionBlock(keras.layers.Layer):
     """`RelativeTransformerDecoder`'s causal pre-norm block around another attention layer.
 
     ``x + attention(norm(x))``, then ``x + W_2 relu(W_1 norm(x))``: the block of the other
-    encodings (normalize_first=True, no cross-attention, no dropout) with `DisentangledSelfAttention`
-    under a causal mask or `ContextualPositionAttention` (causal always) as its self-attention.
+    encodings (normalize_first=True, no cross-attention, no dropout) with
+    `DisentangledSelfAttention` under a causal mask or `ContextualPositionAttention` (causal
+    always) as its self-attention.
     """
 
     def __init__(
