@@ -24,7 +24,9 @@ the features-only models, as timm's ``features_only=True`` and ``out_indices`` d
 
 A ``.keras`` file keeps ``feature_info`` (the model's configuration) and so
 ``pyramid_outputs``. The models take images of any size where they do (a CoAtNet built
-with ``input_shape=(None, None, 3)``; a MaxViT in whole windows).
+with ``input_shape=(None, None, 3)``; a MaxViT in whole windows, and one built with
+``pad_to_multiple=True`` gives the maps of the zero-padded image, whose sides are those of
+the image rounded up to whole windows).
 
 Examples:
 
