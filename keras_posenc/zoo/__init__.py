@@ -45,6 +45,7 @@ from keras_posenc.zoo import (
 )
 from keras_posenc.zoo.adapt import ZooFunctional, ZooModel
 from keras_posenc.zoo.distribution import layout_map
+from keras_posenc.zoo.features import FeaturePyramidModel, create_features, feature_pyramid
 from keras_posenc.zoo.muse import MUSEEmbedding
 from keras_posenc.zoo.registry import (
     ModelSpec,
@@ -60,6 +61,9 @@ from keras_posenc.zoo.seq2seq import Seq2SeqModel
 __all__ = [
     "ModelSpec",
     "create",
+    "create_features",
+    "feature_pyramid",
+    "FeaturePyramidModel",
     "from_preset",
     "get_spec",
     "layout_map",

@@ -61,8 +61,8 @@ from keras_posenc.layers._checks import (
 )
 from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
-from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.config import BlockOptions, ZooConfig, by_name
+from keras_posenc.zoo.features import stage_pyramid
 from keras_posenc.zoo.registry import register_model
 
 _WHO = "build_coatnet"
@@ -328,7 +328,7 @@ def build_coatnet(
             them. Not used when both sides are known.
 
     Returns:
-        The ``keras.Model``.
+        A ``zoo.FeaturePyramidModel`` (a functional model): its levels P1..P5 are S0..S4.
 
     Raises:
         ValueError: for a height or width not divisible by 32, an unknown layout,
@@ -422,9 +422,10 @@ def build_coatnet(
             index += 1
         outputs.append(x)
 
-    if features:
-        return ZooFunctional(inputs, outputs, name=name)
-    return ZooFunctional(inputs, classifier_head(x, channels[-1], **head_options), name=name)
+    # Levels P1..P5 (zoo/features.py): the last stem conv and each stage's last block.
+    taps = [f"stem_conv{len(widths)}", *(f"stage{s}_block{blocks[s]}" for s in range(1, 5))]
+    head = outputs if features else classifier_head(x, channels[-1], **head_options)
+    return stage_pyramid(inputs, head, taps, channels, name)
 
 
 def check_head(

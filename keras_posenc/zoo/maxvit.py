@@ -51,7 +51,6 @@ from keras import ops
 
 from keras_posenc.layers._checks import check_bool, check_int, grid_size
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
-from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.coatnet import (
     ConvBlockConfig,
     TransformerBlockConfig,
@@ -66,6 +65,7 @@ from keras_posenc.zoo.coatnet import (
     stem,
 )
 from keras_posenc.zoo.config import ZooConfig, by_name
+from keras_posenc.zoo.features import stage_pyramid
 from keras_posenc.zoo.registry import register_model
 
 _WHO = "build_maxvit"
@@ -252,7 +252,7 @@ def build_maxvit(
             model given the padded image).
 
     Returns:
-        The ``keras.Model``.
+        A ``zoo.FeaturePyramidModel`` (a functional model): its levels P1..P5 are S0..S4.
 
     Raises:
         ValueError: for a height or width not divisible by 32 or by the windows,
@@ -358,9 +358,11 @@ def build_maxvit(
             index += 1
         outputs.append(x)
 
-    if features:
-        return ZooFunctional(inputs, outputs, name=name)
-    return ZooFunctional(inputs, classifier_head(x, channels[-1], **head_options), name=name)
+    # Levels P1..P5 (zoo/features.py): the last stem conv and each stage's last block.
+    taps = [f"stem_conv{len(widths)}"]
+    taps += [f"stage{s}_block{blocks[s]}_grid_attention" for s in range(1, 5)]
+    head = outputs if features else classifier_head(x, channels[-1], **head_options)
+    return stage_pyramid(inputs, head, taps, channels, name)
 
 
 # --------------------------------------------------------------------------- configurations

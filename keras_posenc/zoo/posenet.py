@@ -68,8 +68,9 @@ def default_tap_layers(backbone: keras.Model) -> list[str]:
     """The layers PosENet reads by default: each stage's output.
 
     Known for ``keras.applications`` VGG16/VGG19 and ResNet50/101/152 (by model
-    name), for a backbone with several outputs (a features model such as the
-    zoo's ``coatnet_0`` with ``features=True``: the layers that produce them),
+    name), for a feature pyramid (the levels of a CoAtNet, MaxViT or
+    ``zoo.create_features`` model), for a backbone with several outputs (the layers
+    that produce them),
     and for :func:`~keras_posenc.probe.probe_backbone` (the last
     ``stage{s}_conv{j}`` of each stage).
 
@@ -88,6 +89,9 @@ def default_tap_layers(backbone: keras.Model) -> list[str]:
     """
     if backbone.name in KNOWN_TAP_LAYERS:
         return list(KNOWN_TAP_LAYERS[backbone.name])
+    levels = getattr(backbone, "feature_info", None)  # a feature pyramid (zoo/features.py)
+    if levels:
+        return [level["name"] for level in levels]
     if len(backbone.outputs) > 1:
         names = _output_layers(backbone)
         if None not in names and len(set(names)) == len(names):
