@@ -452,7 +452,9 @@ _RW_CONFIG = MaxViTConfig(
 )  # fmt: skip
 
 
-def _rmlp(name: str, side: int = 256, layer_scale: float | None = None, **fields: Any) -> MaxViTConfig:
+def _rmlp(
+    name: str, side: int = 256, layer_scale: float | None = None, **fields: Any
+) -> MaxViTConfig:
     """timm's ``maxvit_rmlp_*``: `_RW_CONFIG` with RelPosMlp (512 hidden units, its dropout
     0.125) as the relative bias, ``layer_scale`` and ``fields``, for ``side`` x ``side``."""
     transformer = dataclasses.replace(

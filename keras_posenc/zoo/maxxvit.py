@@ -115,6 +115,7 @@ def build_maxxvit(
     head_dim: int = 32,
     partition_size: int | tuple[int, int] | None = None,
     pre_logits: bool = False,
+    stride_on: str = "depthwise",
     classifier_activation: str | None = None,
     name: str = "maxxvit",
     stem_channels: Sequence[int] | None = None,
@@ -149,6 +150,8 @@ def build_maxxvit(
             ``(height, width)`` or one int; default ``input / 32``.
         pre_logits: a ``tanh`` dense layer as wide as S4 before the classifier
             (timm's ``head_hidden_size``).
+        stride_on: where the first ConvNeXt block of a stage strides:
+            ``"depthwise"`` (timm's models) or ``"pool"``; see :class:`ConvNeXtBlock`.
         classifier_activation: activation of the classifier, None for logits.
         name: the model's name.
         stem_channels: widths of the S0 convs, the last equal to ``channels[0]``.
@@ -255,6 +258,7 @@ def build_maxxvit(
             x = ConvNeXtBlock(
                 channels[stage],
                 strides=strides,
+                stride_on=stride_on,
                 drop_path_rate=rates[index],
                 name=prefix if kind == "C" else f"{prefix}_convnext",
                 **conv_options,
@@ -293,10 +297,9 @@ class ConvNeXtBlockConfig(BlockOptions):
     kernel_size: int | None = None
     expansion_rate: int | None = None
     layer_scale: float | None = None
-    # The norm, the activation, the stride and the biases.
+    # The norm, the activation, the shortcut's pool and the biases.
     norm_epsilon: float | None = None
     activation: str | None = None
-    stride_on: str | None = None
     pool: str | None = None
     output_bias: bool | None = None
 
@@ -318,6 +321,7 @@ class MaxxViTConfig(ZooConfig):
     stem_bias: bool = False
     head_dim: int = 32
     partition_size: int | tuple[int, int] | None = None
+    stride_on: str = "depthwise"
     # Options of every ConvNeXt and attention block.
     conv_options: ConvNeXtBlockConfig = ConvNeXtBlockConfig()
     transformer_options: TransformerBlockConfig = TransformerBlockConfig()

@@ -318,8 +318,9 @@ def maxvit_config_from_timm(
     }
 
 
-def _convnext_options(conv: dict, need: Callable, unsupported: list) -> dict:
-    """The :class:`ConvNeXtBlock` options of timm's ``conv_cfg`` (``block_type="convnext"``)."""
+def _convnext_options(conv: dict, need: Callable, unsupported: list) -> tuple[str, dict]:
+    """``stride_on`` and the :class:`ConvNeXtBlock` options of timm's ``conv_cfg``
+    (``block_type="convnext"``)."""
     need(conv, "block_type", ("convnext",), "mbconv")
     need(conv, "norm_layer", ("layernorm2d", ""), "")
     need(conv, "padding", ("",), "")
@@ -331,7 +332,7 @@ def _convnext_options(conv: dict, need: Callable, unsupported: list) -> dict:
             unsupported.append(f"conv_cfg.downsample_pool_type={pool!r} (supported: 'avg2')")
     ratio = _whole(conv.get("expand_ratio", 4.0), "conv_cfg.expand_ratio", unsupported)
     layer_scale = conv.get("init_values", 1e-6)
-    return {
+    return "depthwise" if stride_mode == "dw" else "pool", {
         # timm's ConvNeXtBlock is built with its own 7 x 7 kernel (conv_cfg.kernel_size
         # is MBConv's).
         "kernel_size": 7,
@@ -339,7 +340,6 @@ def _convnext_options(conv: dict, need: Callable, unsupported: list) -> dict:
         "layer_scale": float(layer_scale) if layer_scale else None,
         "norm_epsilon": float(conv.get("norm_eps") or 1e-6),
         "activation": activation,
-        "stride_on": "depthwise" if stride_mode == "dw" else "pool",
         "pool": "avg",
         "output_bias": bool(conv.get("output_bias", True)),
     }
@@ -395,7 +395,7 @@ def maxxvit_config_from_timm(
     head_hidden = cfg.get("head_hidden_size")
     if head_hidden not in (None, widths[-1]):
         unsupported.append(f"head_hidden_size={head_hidden!r} (supported: None, {widths[-1]})")
-    conv_options = _convnext_options(conv, need, unsupported)
+    stride_on, conv_options = _convnext_options(conv, need, unsupported)
     need(transformer, "use_nchw_attn", (False,), False)
     need(transformer, "head_first", (True,), True)
     need(transformer, "rel_pos_type", ("bias", "mlp"), "bias")
@@ -429,6 +429,7 @@ def maxxvit_config_from_timm(
         "input_shape": (int(size[0]), int(size[1]), 3),
         "head_dim": int(transformer.get("dim_head", 32)),
         "partition_size": window if any(kind in "MG" for kind in kinds) else None,
+        "stride_on": stride_on,
         "conv_options": conv_options,
         "transformer_options": transformer_options,
         "pre_logits": head_hidden is not None,

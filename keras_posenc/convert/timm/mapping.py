@@ -260,7 +260,12 @@ def _relative_table_tf(table: np.ndarray, layer: RelativePositionBias2D, where: 
         raise ValueError(f"{where}.relative_position_bias_table: {error}") from error
 
 
-_MAXVIT_PARTS = {"mbconv": "conv", "convnext": "conv", "block_attention": "attn_block", "grid_attention": "attn_grid"}
+_MAXVIT_PARTS = {
+    "mbconv": "conv",
+    "convnext": "conv",
+    "block_attention": "attn_block",
+    "grid_attention": "attn_grid",
+}
 
 
 def _layout(model: keras.Model) -> str:

@@ -165,6 +165,11 @@ class ConvNeXtBlock(keras.layers.Layer):
     def _who(self) -> str:
         return f"ConvNeXtBlock '{self.name}'"
 
+    def _pad(self) -> int:
+        """PyTorch's padding of the depthwise conv: ``((s - 1) + (k - 1)) // 2`` a side."""
+        strides = self.strides if self.stride_on == "depthwise" else 1
+        return ((strides - 1) + (self.kernel_size - 1)) // 2
+
     def build(self, input_shape: Any) -> None:
         shape = _check_feature_map(input_shape, self._who())
         channels = int(shape[-1])
@@ -192,7 +197,13 @@ class ConvNeXtBlock(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="depthwise_conv",
         )
-        self.depthwise_conv.build(shape)
+        # It convolves the zero-padded map ("valid"): built for that shape.
+        pad = self._pad()
+        batch, height, width, _ = shape
+        self.depthwise_conv.build(
+            (batch, *(None if side is None else side + 2 * pad for side in (height, width)),
+             channels)
+        )  # fmt: skip
         batch, height, width, _ = _block_output_shape(
             shape, self._who(), self.strides, self.filters
         )
@@ -212,9 +223,7 @@ class ConvNeXtBlock(keras.layers.Layer):
         x = inputs
         if self.down_pool is not None:
             x = self.down_pool(x)
-        strides = self.depthwise_conv.strides[0]
-        # PyTorch's padding: ((strides - 1) + (k - 1)) // 2 zeros on each side.
-        pad = ((strides - 1) + (self.kernel_size - 1)) // 2
+        pad = self._pad()
         x = ops.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
         x = self.depthwise_conv(x)
         x = self.mlp_output(self._activation_fn(self.mlp_hidden(self.norm(x))))
