@@ -21,7 +21,7 @@ import pytest
 from keras import ops
 from test_convert_timm import write_safetensors
 
-from keras_posenc import cli
+from keras_posenc import cli, zoo
 from keras_posenc.convert import (
     config_from_timm,
     from_timm_coatnet,
@@ -33,7 +33,9 @@ from keras_posenc.convert import (
 )
 from keras_posenc.convert.timm.checkpoint import _infer_name
 from keras_posenc.convert.timm.conversion import _MAXVIT_CONFIGS, _MAXXVIT_CONFIGS
+from keras_posenc.hub.timm import TIMM_CONVERTERS
 from keras_posenc.layers import ContinuousPositionBias2D, ConvNeXtBlock
+from keras_posenc.zoo import coatnet, maxvit, maxxvit
 
 pytestmark = pytest.mark.contract
 
@@ -266,3 +268,18 @@ def test_cli_sends_convnext_checkpoints_to_the_maxxvit_converter(tmp_path, capsy
     config.write_text(json.dumps({"cfg": described["cfg"], "img_size": described["img_size"]}))
     assert cli.main(["convert", "timm", source, "--timm-config", str(config), "--out", out]) == 0
     np.testing.assert_allclose(predict(keras.models.load_model(out), images), logits, atol=ATOL)
+
+
+def test_every_checkpoint_of_the_family_on_the_hub_has_a_zoo_name():
+    """timm's hub checkpoints of maxxvit.py (NAME.TAG, listed by full_size.py) load by name:
+    NAME is a zoo model whose parameter count is timm's."""
+    document = json.loads((FIXTURES / "parameters.json").read_text())
+    assert len(document["hf_hub_ids"]) == 52
+    for checkpoint in document["hf_hub_ids"]:
+        name = checkpoint.split(".")[0]
+        spec = zoo.get_spec(name)
+        assert spec.family in ("coatnet", "maxvit", "maxxvit"), checkpoint
+        assert spec.family in TIMM_CONVERTERS, checkpoint
+    counted = {**coatnet.TIMM_PARAMETERS, **maxvit.TIMM_PARAMETERS, **maxxvit.TIMM_PARAMETERS}
+    for name, count in counted.items():
+        assert document["parameters"][name] == count, name
