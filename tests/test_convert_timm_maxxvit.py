@@ -256,6 +256,7 @@ def test_cli_converts_a_maxvit_checkpoint(tmp_path, capsys):
     assert "from_timm_maxvit: the state dict" in capsys.readouterr().err
 
 
+@pytest.mark.large  # the default tier's CLI case is the MaxViT's above
 def test_cli_sends_convnext_checkpoints_to_the_maxxvit_converter(tmp_path, capsys):
     """`posenc convert timm` reads ConvNeXt blocks (conv_dw keys) as a MaxxViT's, with or
     without a timm configuration."""

@@ -64,9 +64,9 @@ def test_counts_equal_counts_by_hand():
 
 
 @jax_only
-def test_the_smallest_models_count_as_the_table_says():
+def test_the_smallest_model_counts_as_the_table_says():
     counts = json.loads(fixtures_path("timm_maxxvit", "macs.json").read_text())["macs"]
-    for name in ("maxvit_rmlp_pico_rw_256", "coatnext_nano_rw_224"):
+    for name in ("maxvit_rmlp_pico_rw_256",):
         with keras.StatelessScope(initialize_variables=False):
             model = zoo.create(name, input_shape=(224, 224, 3))
         global_state.set_global_attribute("uninitialized_variables", [])
