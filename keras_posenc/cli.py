@@ -712,8 +712,9 @@ def build_parser() -> argparse.ArgumentParser:
     fairseq.set_defaults(handler=_convert_fairseq)
     timm = converters.add_parser(
         "timm",
-        help="a timm CoAtNet or MaxViT checkpoint (coatnet_*_rw_*, maxvit_*) -> a .keras file",
-        description="Read a timm CoAtNet or MaxViT state dict (.safetensors, or .pth/.bin "
+        help="a timm CoAtNet, MaxViT or MaxxViT checkpoint (coatnet_*_rw_*, maxvit_*, "
+        "maxxvit*, coatnext_*) -> a .keras file",
+        description="Read a timm CoAtNet, MaxViT or MaxxViT state dict (.safetensors, or .pth/.bin "
         "loaded with "
         "weights_only=True: no pickled code runs), build the matching zoo model (the variant "
         "is inferred from the tensors, or given with --name) and copy every tensor in; see "
