@@ -22,9 +22,10 @@ official weights' timm port loads into them. Parameters are trainable ones:
     maxvit_b      2, 2, 6, 14, 2    64, 96, 192, 384, 768      119,467,708   120M
     maxvit_l      2, 2, 6, 14, 2    128, 128, 256, 512, 1024   211,785,560   212M
 
-timm's MaxViTs are registered too: ``maxvit_tiny_tf_224`` .. ``maxvit_large_tf_224`` (the
-official weights' port: the paper's models with PyTorch's BatchNorm momentum) and timm's
-own ``maxvit_nano_rw_256`` and ``maxvit_tiny_rw_224``, with timm's parameter counts;
+timm's MaxViTs are registered too: ``maxvit_tiny_tf_224`` .. ``maxvit_xlarge_tf_512`` (the
+official weights' port at 224, 384 and 512: the paper's models with PyTorch's BatchNorm
+momentum), timm's own ``maxvit_nano_rw_256`` and ``maxvit_tiny_rw_224`` and its
+``maxvit_rmlp_*`` (an MLP relative bias), with timm's parameter counts;
 ``keras_posenc.convert.from_timm_maxvit`` loads their checkpoints.
 
 Every named configuration is a :class:`MaxViTConfig` (:func:`build_maxvit`'s arguments,
