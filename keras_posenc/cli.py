@@ -387,21 +387,34 @@ def _convert_fairseq(args: argparse.Namespace) -> int:
 
 
 def _convert_timm(args: argparse.Namespace) -> int:
-    from keras_posenc.convert import from_timm_coatnet, from_timm_maxvit, load_timm_state_dict
+    from keras_posenc.convert import (
+        from_timm_coatnet,
+        from_timm_maxvit,
+        from_timm_maxxvit,
+        load_timm_state_dict,
+    )
 
     if not args.out.endswith(".keras"):
         raise ValueError(f"posenc convert timm: --out must end in .keras, got {args.out!r}.")
-    source, config, maxvit = args.src, None, None
+    source, config = args.src, None
     if args.timm_config:
-        config, maxvit = _timm_config(args.timm_config)
+        config, kind = _timm_config(args.timm_config)
     elif args.name:
-        maxvit = args.name.startswith("maxvit")
-    else:  # a MaxViT's blocks have grid attention; read the file once, then convert that
+        kind = "maxxvit" if args.name.startswith(("maxxvit", "coatnext")) else args.name[:6]
+    else:  # ConvNeXt blocks have conv_dw, a MaxViT's grid attention; read the file once
         source = load_timm_state_dict(args.src)
-        maxvit = any(".attn_grid." in key for key in source)
+        kind = (
+            "maxxvit"
+            if any(".conv_dw." in key for key in source)
+            else "maxvit"
+            if any(".attn_grid." in key for key in source)
+            else "coatnet"
+        )
     # --image-size overrides the size of the configuration either way.
     input_shape = (*args.image_size, 3) if args.image_size else None
-    convert = from_timm_maxvit if maxvit else from_timm_coatnet
+    convert = {"maxxvit": from_timm_maxxvit, "maxvit": from_timm_maxvit}.get(
+        kind, from_timm_coatnet
+    )
     model = convert(source, args.name, config=config, input_shape=input_shape)
     model.save(args.out)
     print(
@@ -411,10 +424,15 @@ def _convert_timm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _timm_config(path: str) -> tuple[dict, bool]:
-    """The build arguments described by a ``--timm-config`` file, and whether they are a
-    MaxViT's (every stage of "M" blocks); errors name the file."""
-    from keras_posenc.convert import config_from_timm, maxvit_config_from_timm
+def _timm_config(path: str) -> tuple[dict, str]:
+    """The build arguments described by a ``--timm-config`` file, and which converter
+    reads them: ``"maxxvit"`` (ConvNeXt blocks), ``"maxvit"`` (every stage of "M"
+    blocks) or ``"coatnet"``; errors name the file."""
+    from keras_posenc.convert import (
+        config_from_timm,
+        maxvit_config_from_timm,
+        maxxvit_config_from_timm,
+    )
 
     where = f"--timm-config {path!r}"
     with open(path, encoding="utf-8") as handle:
@@ -428,10 +446,15 @@ def _timm_config(path: str) -> tuple[dict, bool]:
     image = tuple(image) if isinstance(image, list) else image
     cfg = described.get("cfg", described)
     block_types = cfg.get("block_type") if isinstance(cfg, dict) else None
-    maxvit = bool(block_types) and all(kind == "M" for kind in block_types)
-    to_config = maxvit_config_from_timm if maxvit else config_from_timm
+    conv = (cfg.get("conv_cfg") if isinstance(cfg, dict) else None) or {}
+    if isinstance(conv, dict) and conv.get("block_type") == "convnext":
+        kind, to_config = "maxxvit", maxxvit_config_from_timm
+    elif bool(block_types) and all(kind == "M" for kind in block_types):
+        kind, to_config = "maxvit", maxvit_config_from_timm
+    else:
+        kind, to_config = "coatnet", config_from_timm
     try:
-        return to_config(cfg, img_size=image), maxvit
+        return to_config(cfg, img_size=image), kind
     except (ValueError, TypeError) as error:
         raise ValueError(f"{where}: {error}") from error
 
@@ -689,8 +712,9 @@ def build_parser() -> argparse.ArgumentParser:
     fairseq.set_defaults(handler=_convert_fairseq)
     timm = converters.add_parser(
         "timm",
-        help="a timm CoAtNet or MaxViT checkpoint (coatnet_*_rw_*, maxvit_*) -> a .keras file",
-        description="Read a timm CoAtNet or MaxViT state dict (.safetensors, or .pth/.bin "
+        help="a timm CoAtNet, MaxViT or MaxxViT checkpoint (coatnet_*_rw_*, maxvit_*, "
+        "maxxvit*, coatnext_*) -> a .keras file",
+        description="Read a timm CoAtNet, MaxViT or MaxxViT state dict (.safetensors, or .pth/.bin "
         "loaded with "
         "weights_only=True: no pickled code runs), build the matching zoo model (the variant "
         "is inferred from the tensors, or given with --name) and copy every tensor in; see "

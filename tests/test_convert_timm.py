@@ -236,7 +236,7 @@ def test_missing_unexpected_and_misshaped_keys():
         from_timm_coatnet(broken, config=config)
     broken = dict(state)
     broken["stages.0.blocks.0.conv_dw.weight"] = np.zeros((16, 1, 7, 7), "float32")
-    with pytest.raises(ValueError, match=r"ConvNeXt blocks .* which keras-posenc does not"):
+    with pytest.raises(ValueError, match=r"ConvNeXt blocks .*: convert it with from_timm_maxxvit"):
         from_timm_coatnet(broken, config=config)
     broken = dict(state, **{"head.fc.bias": np.zeros(11, "float32")})
     with pytest.raises(ValueError, match=r"'head.fc.bias' must have shape \(10,\) .*got \(11,\)"):

@@ -89,6 +89,7 @@ def every_layer_model() -> keras.Model:
     y = layers.SpatialPadding2D(1, mode="reflect")(image)
     y = keras.layers.Conv2D(8, 3)(y)
     y = layers.MBConv(16, strides=2)(y)  # with SqueezeExcite inside
+    y = layers.ConvNeXtBlock(16, kernel_size=3)(y)  # depthwise, LayerNorm, MLP, layer scale
     y = layers.RelativeTransformerBlock2D(32, head_dim=8, strides=2)(y)  # RelativePositionBias2D
     y = layers.RelativeTransformerBlock2D(32, head_dim=8, position_bias="mlp")(y)  # the MLP bias
     y = layers.RelativeTransformerBlock2D(  # 2D rotary: learned mixed frequencies, no bias

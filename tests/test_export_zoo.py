@@ -74,6 +74,20 @@ SMALL_VARIANTS = {
                                        "maxvit_base_tf_224", "maxvit_large_tf_224")},
     **{name: {**SMALL_MAXVIT, "stem_channels": (8, 16)}
        for name in ("maxvit_nano_rw_256", "maxvit_tiny_rw_224")},
+    **{f"maxvit_{size}_tf_{side}": SMALL_MAXVIT
+       for size in ("tiny", "small", "base", "large", "xlarge") for side in (224, 384, 512)
+       if f"{size}{side}" not in ("tiny224", "small224", "base224", "large224")},
+    **{name: {**SMALL_MAXVIT, "stem_channels": (8, 16)}
+       for name in ("maxvit_rmlp_pico_rw_256", "maxvit_rmlp_nano_rw_256",
+                    "maxvit_rmlp_tiny_rw_256", "maxvit_rmlp_small_rw_224",
+                    "maxvit_rmlp_small_rw_256", "maxvit_rmlp_base_rw_224",
+                    "maxvit_rmlp_base_rw_384")},
+    # ConvNeXt blocks widen through their depthwise convs: each stage a multiple of the last.
+    **{name: {**SMALL_MAXVIT, "stem_channels": (8, 16), "head_dim": 16}
+       for name in ("coatnext_nano_rw_224", "maxxvit_rmlp_nano_rw_256",
+                    "maxxvit_rmlp_tiny_rw_256", "maxxvit_rmlp_small_rw_256",
+                    "maxxvitv2_nano_rw_256", "maxxvitv2_rmlp_base_rw_224",
+                    "maxxvitv2_rmlp_base_rw_384", "maxxvitv2_rmlp_large_rw_224")},
     "convs2s_small": {"src_vocab_size": 50, "tgt_vocab_size": 60},
     "convs2s_iwslt_de_en": SMALL_CONVS2S,
     "convs2s_wmt_en_ro": {**SMALL_CONVS2S, "encoder_layers": [(32, 3)] * 3,
@@ -136,6 +150,7 @@ FIXED_BACKBONES = {"posenet_vgg16", "posenet_resnet50", "posenet_coatnet_0"}
 FAMILY_MODELS = {
     "coatnet": "coatnet_0",
     "maxvit": "maxvit_t",
+    "maxxvit": "maxxvit_rmlp_nano_rw_256",
     "posenet": "posenet_vgg16",
     "muse_encoder": "muse_encoder_small",
     "convs2s_lm": "convs2s_lm",
@@ -157,6 +172,8 @@ def family(name: str) -> str:
     prefixes = ("posenet", "coatnet", "maxvit", "convs2s_lm", "muse_encoder", "convs2s", "muse")
     later = ("t5", "shaw_transformer", "music_transformer", "decoder_lm", "deberta_v3")
     later = (*later, "roformer_v2", "swin")
+    if name.startswith(("maxxvit", "coatnext")):  # timm's ConvNeXt models: one table
+        return "maxxvit"
     for prefix in (*prefixes, *later):
         if name.startswith(prefix):
             return prefix

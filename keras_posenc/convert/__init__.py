@@ -7,7 +7,9 @@
 - :func:`from_timm_coatnet`: timm CoAtNet checkpoints (its ``coatnet_*_rw_*``,
   ``coatnet_bn_*`` and ``coatnet_rmlp_*`` variants, ``.safetensors`` or PyTorch files) ->
   the zoo's CoAtNet with timm's options; :func:`from_timm_maxvit` the same for timm's
-  MaxViTs (``maxvit_*_tf_*``, the official weights' port, and ``maxvit_*_rw_*``);
+  MaxViTs (``maxvit_*_tf_*``, the official weights' port, ``maxvit_*_rw_*`` and
+  ``maxvit_rmlp_*``), :func:`from_timm_maxxvit` for its ConvNeXt models
+  (``maxxvit_rmlp_*``, ``maxxvitv2_*``, ``coatnext_*``);
   :func:`to_timm_state_dict` goes back (e.g. after fine-tuning in Keras).
 - :func:`from_keras_hub_t5`: a keras-hub ``T5Backbone`` (any keras-hub T5 preset) ->
   :class:`~keras_posenc.zoo.t5.T5`.
@@ -48,8 +50,10 @@ from keras_posenc.convert.timm import (
     config_from_timm,
     from_timm_coatnet,
     from_timm_maxvit,
+    from_timm_maxxvit,
     load_timm_state_dict,
     maxvit_config_from_timm,
+    maxxvit_config_from_timm,
     to_timm_state_dict,
 )
 
@@ -67,9 +71,11 @@ __all__ = [
     "from_keras_hub_t5",
     "from_timm_coatnet",
     "from_timm_maxvit",
+    "from_timm_maxxvit",
     "load_fairseq_checkpoint",
     "load_timm_state_dict",
     "maxvit_config_from_timm",
+    "maxxvit_config_from_timm",
     "parse_fairseq_layers",
     "posenc_to_fairseq_ids",
     "read_fairseq_dictionary",

@@ -26,6 +26,7 @@ _REPO_PATTERN = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 TIMM_CONVERTERS = {
     "coatnet": "keras_posenc.convert.timm:from_timm_coatnet",
     "maxvit": "keras_posenc.convert.timm:from_timm_maxvit",
+    "maxxvit": "keras_posenc.convert.timm:from_timm_maxxvit",
 }
 
 

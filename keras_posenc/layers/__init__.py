@@ -12,7 +12,12 @@ The relative index functions are public too, both here and in
 from keras_posenc.layers import relative_index
 from keras_posenc.layers._memory import EstimateTooLarge, memory_limit, set_memory_limit
 from keras_posenc.layers.activations import exact_gelu, tanh_gelu
-from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D, SqueezeExcite
+from keras_posenc.layers.coatnet import (
+    ConvNeXtBlock,
+    MBConv,
+    RelativeTransformerBlock2D,
+    SqueezeExcite,
+)
 from keras_posenc.layers.contextual_attention import ContextualPositionAttention
 from keras_posenc.layers.convs2s import ConvS2SAttention, GLUConv1D, GradMultiply
 from keras_posenc.layers.decoder_block import DecoderBlock
@@ -75,6 +80,7 @@ __all__ = [
     "KERPLE",
     "LogBuckets",
     "MBConv",
+    "ConvNeXtBlock",
     "MUSEAttention",
     "MUSEDecoderLayer",
     "MUSEEncoderLayer",

@@ -36,6 +36,7 @@ from keras_posenc.zoo import (
     deberta,  # noqa: F401  (registers deberta_v3_*)
     decoder_lm,  # noqa: F401  (registers decoder_lm_tiny, decoder_lm_small)
     maxvit,  # noqa: F401  (registers maxvit_t .. maxvit_l and timm's maxvit_*)
+    maxxvit,  # noqa: F401  (registers timm's maxxvit_*, maxxvitv2_*, coatnext_*)
     muse,  # noqa: F401  (registers muse_*)
     posenet,  # noqa: F401  (registers posenet_*)
     relative_transformers,  # noqa: F401  (registers shaw_transformer_*, music_transformer_*)

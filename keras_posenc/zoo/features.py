@@ -11,8 +11,8 @@ are its stage outputs, in keras-hub's convention (``FeaturePyramidBackbone``):
   layer whose output it is), as timm's ``feature_info`` lists ``reduction``, ``num_chs``
   and ``module``.
 
-CoAtNet and MaxViT models are feature pyramids, whatever their head: levels P1..P5 are
-their stages S0..S4 (the stem at stride 2, then one stage per halving). With
+CoAtNet, MaxViT and MaxxViT (CoAtNeXt) models are feature pyramids, whatever their head:
+levels P1..P5 are their stages S0..S4 (the stem at stride 2, then one stage per halving). With
 ``features=True`` their outputs are still the list of those five maps. Two functions make
 the features-only models, as timm's ``features_only=True`` and ``out_indices`` do:
 
@@ -127,7 +127,7 @@ class FeaturePyramidModel(ZooFunctional):
     Built as a functional model, ``FeaturePyramidModel(inputs, outputs,
     feature_info=...)``; its outputs are whatever the graph ends in (logits, the list of
     stage maps, or the dict of the levels themselves), and ``feature_info`` names the
-    layers whose outputs are its levels. The builders of CoAtNet and MaxViT return one
+    layers whose outputs are its levels. The builders of CoAtNet, MaxViT and MaxxViT return one
     (:func:`stage_pyramid`); :func:`create_features` and :func:`feature_pyramid` make the
     features-only ones.
 
@@ -380,7 +380,7 @@ def create_features(
     if not isinstance(model, FeaturePyramidModel):
         raise ValueError(
             f"{who}: zoo model {name!r} (family {get_spec(name).family!r}) has no feature "
-            "pyramid; the CoAtNet and MaxViT families have, and PosENet's backbones "
+            "pyramid; the CoAtNet, MaxViT and MaxxViT families have, and PosENet's backbones "
             f"{', '.join(map(repr, APPLICATIONS))}. feature_pyramid(model, tap_layers) "
             "taps any image model."
         )

@@ -22,9 +22,10 @@ official weights' timm port loads into them. Parameters are trainable ones:
     maxvit_b      2, 2, 6, 14, 2    64, 96, 192, 384, 768      119,467,708   120M
     maxvit_l      2, 2, 6, 14, 2    128, 128, 256, 512, 1024   211,785,560   212M
 
-timm's MaxViTs are registered too: ``maxvit_tiny_tf_224`` .. ``maxvit_large_tf_224`` (the
-official weights' port: the paper's models with PyTorch's BatchNorm momentum) and timm's
-own ``maxvit_nano_rw_256`` and ``maxvit_tiny_rw_224``, with timm's parameter counts;
+timm's MaxViTs are registered too: ``maxvit_tiny_tf_224`` .. ``maxvit_xlarge_tf_512`` (the
+official weights' port at 224, 384 and 512: the paper's models with PyTorch's BatchNorm
+momentum), timm's own ``maxvit_nano_rw_256`` and ``maxvit_tiny_rw_224`` and its
+``maxvit_rmlp_*`` (an MLP relative bias), with timm's parameter counts;
 ``keras_posenc.convert.from_timm_maxvit`` loads their checkpoints.
 
 Every named configuration is a :class:`MaxViTConfig` (:func:`build_maxvit`'s arguments,
@@ -428,14 +429,16 @@ PAPER_PARAMETERS = {
 _PAPER_CONFIGS = by_name(_PAPER)
 
 
-def _tf(name: str, paper: str) -> MaxViTConfig:
-    """timm's port of the official weights of the paper's ``paper``: PyTorch's BatchNorm
-    momentum 0.1 (what timm trains with), 0.9 in Keras' convention."""
+def _tf(name: str, paper: str, side: int = 224) -> MaxViTConfig:
+    """timm's port of the official weights of the paper's ``paper`` for ``side`` x ``side``
+    images: PyTorch's BatchNorm momentum 0.1 (what timm trains with), 0.9 in Keras'
+    convention."""
     return dataclasses.replace(
         _PAPER_CONFIGS[paper],
         zoo_name=name,
         name=name,
         conv_options=ConvBlockConfig(norm_momentum=0.9),
+        input_shape=(side, side, 3),
     )
 
 
@@ -450,6 +453,23 @@ _RW_CONFIG = MaxViTConfig(
     ),
     transformer_options=TransformerBlockConfig(activation="gelu", norm_epsilon=1e-6, pool="avg"),
 )  # fmt: skip
+
+
+def _rmlp(
+    name: str, side: int = 256, layer_scale: float | None = None, **fields: Any
+) -> MaxViTConfig:
+    """timm's ``maxvit_rmlp_*``: `_RW_CONFIG` with RelPosMlp (512 hidden units, its dropout
+    0.125) as the relative bias, ``layer_scale`` and ``fields``, for ``side`` x ``side``."""
+    transformer = dataclasses.replace(
+        _RW_CONFIG.transformer_options, position_bias="mlp", position_bias_dim=512,
+        position_bias_dropout=0.125, layer_scale=layer_scale,
+    )  # fmt: skip
+    return dataclasses.replace(
+        _RW_CONFIG, zoo_name=name, name=name, input_shape=(side, side, 3),
+        transformer_options=transformer, **fields,
+    )  # fmt: skip
+
+
 _TIMM = [
     _tf("maxvit_tiny_tf_224", "maxvit_t"),
     _tf("maxvit_small_tf_224", "maxvit_s"),
@@ -461,12 +481,40 @@ _TIMM = [
         blocks=(2, 1, 2, 3, 1), input_shape=(256, 256, 3), base_size=(256, 256),
     ),
     dataclasses.replace(_RW_CONFIG, zoo_name="maxvit_tiny_rw_224", name="maxvit_tiny_rw_224"),
+    # The official weights' ports at 384 and 512 (windows 12 x 12, 16 x 16) and MaxViT-XL.
+    *(_tf(f"maxvit_{size}_tf_{side}", paper, side)
+      for size, paper in (("tiny", "maxvit_t"), ("small", "maxvit_s"), ("base", "maxvit_b"),
+                          ("large", "maxvit_l"))
+      for side in (384, 512)),
+    *(dataclasses.replace(_tf(f"maxvit_xlarge_tf_{side}", "maxvit_l", side),
+                          channels=(192, 192, 384, 768, 1536))
+      for side in (224, 384, 512)),
+    # timm's MaxViTs with an MLP of the offsets as the relative bias (RelPosMlp).
+    _rmlp("maxvit_rmlp_pico_rw_256", blocks=(2, 2, 2, 5, 2), channels=(32, 32, 64, 128, 256),
+          stem_channels=(24, 32)),
+    _rmlp("maxvit_rmlp_nano_rw_256", blocks=(2, 1, 2, 3, 1)),
+    _rmlp("maxvit_rmlp_tiny_rw_256"),
+    *(_rmlp(f"maxvit_rmlp_small_rw_{side}", side, channels=(64, 96, 192, 384, 768),
+            layer_scale=1e-6) for side in (224, 256)),
+    *(_rmlp(f"maxvit_rmlp_base_rw_{side}", side, blocks=(2, 2, 6, 14, 2),
+            channels=(64, 96, 192, 384, 768), pre_logits=True, head="pool_norm")
+      for side in (224, 384)),
 ]  # fmt: skip
 # timm's sum(p.numel() for p in model.parameters()) with 1000 classes (timm 1.0.31).
 TIMM_PARAMETERS = {
     "maxvit_tiny_tf_224": 30_916_528, "maxvit_small_tf_224": 68_927_956,
     "maxvit_base_tf_224": 119_467_708, "maxvit_large_tf_224": 211_785_560,
     "maxvit_nano_rw_256": 15_451_148, "maxvit_tiny_rw_224": 29_057_312,
+    "maxvit_tiny_tf_384": 30_977_008, "maxvit_tiny_tf_512": 31_049_584,
+    "maxvit_small_tf_384": 69_018_676, "maxvit_small_tf_512": 69_127_540,
+    "maxvit_base_tf_384": 119_653_468, "maxvit_base_tf_512": 119_876_380,
+    "maxvit_large_tf_384": 212_033_240, "maxvit_large_tf_512": 212_330_456,
+    "maxvit_xlarge_tf_224": 474_951_952, "maxvit_xlarge_tf_384": 475_323_472,
+    "maxvit_xlarge_tf_512": 475_769_296,
+    "maxvit_rmlp_pico_rw_256": 7_515_980, "maxvit_rmlp_nano_rw_256": 15_501_452,
+    "maxvit_rmlp_tiny_rw_256": 29_148_896, "maxvit_rmlp_small_rw_224": 64_895_044,
+    "maxvit_rmlp_small_rw_256": 64_895_044, "maxvit_rmlp_base_rw_224": 116_135_788,
+    "maxvit_rmlp_base_rw_384": 116_135_788,
 }  # fmt: skip
 
 #: Every registered MaxViT: zoo name -> :class:`MaxViTConfig`.

@@ -73,6 +73,11 @@ CASES = {
         lambda layer: _call(layer, _sequence(8)),
     ),
     "MBConv": (lambda **kw: layers.MBConv(8), lambda layer: _call(layer, _image(8))),
+    # Widening: the depthwise conv's two outputs per channel, the shortcut's projection.
+    "ConvNeXtBlock": (
+        lambda **kw: layers.ConvNeXtBlock(16, strides=2),
+        lambda layer: _call(layer, _image(8)),
+    ),
     "MUSEAttention": (
         lambda **kw: layers.MUSEAttention(2, 4, **kw),
         lambda layer: _call(layer, _sequence(8)),

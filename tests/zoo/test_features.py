@@ -25,8 +25,16 @@ STAGE_LAYERS = {
     "coatnet_0": ["stem_conv2", "stage1_block1", "stage2_block1", "stage3_block2",
                   "stage4_block1"],
     "maxvit_t": ["stem_conv2", *(f"stage{s}_block1_grid_attention" for s in range(1, 5))],
+    "maxxvit_rmlp_nano_rw_256": ["stem_conv2",
+                                 *(f"stage{s}_block1_grid_attention" for s in range(1, 5))],
+    "coatnext_nano_rw_224": ["stem_conv2", *(f"stage{s}_block1" for s in range(1, 5))],
 }  # fmt: skip
-TINY = {"coatnet_0": COATNET, "maxvit_t": MAXVIT}
+# MaxxViT and CoAtNeXt: ConvNeXt stages widen through their depthwise convolutions, so each
+# stage's width is a multiple of the last.
+MAXXVIT = {"blocks": (2, 1, 1, 1, 1), "channels": (8, 8, 16, 32, 64), "stem_channels": (8, 8),
+           "head_dim": 8}  # fmt: skip
+TINY = {"coatnet_0": COATNET, "maxvit_t": MAXVIT, "maxxvit_rmlp_nano_rw_256": MAXXVIT,
+        "coatnext_nano_rw_224": MAXXVIT}  # fmt: skip
 # Not square: 64 x 96 (MaxViT's windows are then 2 x 3 cells).
 SIZE = (64, 96)
 
@@ -39,7 +47,7 @@ def images(count=2, size=SIZE, seed=0):
     return np.random.default_rng(seed).standard_normal((count, *size, 3)).astype("float32")
 
 
-@pytest.mark.parametrize("name", ["coatnet_0", "maxvit_t"])
+@pytest.mark.parametrize("name", sorted(TINY))
 def test_levels_are_the_stages(name):
     model = zoo.create(name, input_shape=(*SIZE, 3), num_classes=3, **TINY[name])
     assert isinstance(model, FeaturePyramidModel) and model.output_shape == (None, 3)

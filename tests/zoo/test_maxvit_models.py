@@ -3,13 +3,17 @@ the block structure and errors. Numbers against timm: tests/test_convert_timm_ma
 
 from __future__ import annotations
 
+import json
+
 import keras
 import numpy as np
 import pytest
 from keras.src.backend.common import global_state  # see shape_only
+from repository import fixtures_path
 
 from keras_posenc import zoo
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
+from keras_posenc.zoo import maxvit
 from keras_posenc.zoo.maxvit import build_maxvit
 
 pytestmark = pytest.mark.contract
@@ -25,6 +29,15 @@ TIMM = {
     "maxvit_nano_rw_256": 15_451_148,
     "maxvit_tiny_rw_224": 29_057_312,
 }
+# The names added with timm's whole family (the rmlp models, the 384 / 512 ports, MaxViT-XL):
+# timm's counts as tests/fixtures/timm_maxxvit/full_size.py wrote them.
+TIMM.update(
+    (name, count)
+    for name, count in json.loads(fixtures_path("timm_maxxvit", "parameters.json").read_text())[
+        "parameters"
+    ].items()
+    if name in maxvit.TIMM_CONFIGS and name not in TIMM
+)
 # The paper's model of each timm port.
 PORTS = {"maxvit_t": "maxvit_tiny_tf_224", "maxvit_s": "maxvit_small_tf_224",
          "maxvit_b": "maxvit_base_tf_224", "maxvit_l": "maxvit_large_tf_224"}  # fmt: skip

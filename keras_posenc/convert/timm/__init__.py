@@ -5,7 +5,9 @@ timm's trained CoAtNets are its ``coatnet_*_rw_*``, ``coatnet_bn_*`` and
 :func:`~keras_posenc.zoo.coatnet.build_coatnet` describes as configuration (see
 :data:`~keras_posenc.zoo.coatnet.TIMM_CONFIGS`); its MaxViTs are the official weights'
 port (``maxvit_*_tf_*``) and its own ``maxvit_*_rw_*``
-(:func:`~keras_posenc.zoo.maxvit.build_maxvit`). The converters build the matching
+(:func:`~keras_posenc.zoo.maxvit.build_maxvit`); its MaxxViTs and CoAtNeXt, with
+ConvNeXt blocks, are :func:`~keras_posenc.zoo.maxxvit.build_maxxvit`'s. The converters
+build the matching
 model and copy every tensor in, checking that each key of the state dict is used
 exactly once and has the shape the architecture needs:
 
@@ -42,10 +44,15 @@ implies), ``configs`` (:func:`config_from_timm`, :func:`maxvit_config_from_timm`
 """
 
 from keras_posenc.convert.timm.checkpoint import load_timm_state_dict
-from keras_posenc.convert.timm.configs import config_from_timm, maxvit_config_from_timm
+from keras_posenc.convert.timm.configs import (
+    config_from_timm,
+    maxvit_config_from_timm,
+    maxxvit_config_from_timm,
+)
 from keras_posenc.convert.timm.conversion import (
     from_timm_coatnet,
     from_timm_maxvit,
+    from_timm_maxxvit,
     to_timm_state_dict,
 )
 
@@ -53,7 +60,9 @@ __all__ = [
     "config_from_timm",
     "from_timm_coatnet",
     "from_timm_maxvit",
+    "from_timm_maxxvit",
     "load_timm_state_dict",
     "maxvit_config_from_timm",
+    "maxxvit_config_from_timm",
     "to_timm_state_dict",
 ]

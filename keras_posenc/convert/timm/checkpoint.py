@@ -128,8 +128,13 @@ def _signature(config: Mapping[str, Any]) -> dict[str, Any]:
         if transformer.get("position_bias") == "mlp"
         else None,
         "norm": transformer.get("norm", "layer"),
-        # TensorFlow's padding (the builders' default) marks the official code's models.
-        "layout": "tf" if config.get("conv_options", {}).get("padding", "same") == "same" else "rw",
+        # The official code's models (the paper's and timm's _tf ports) have TensorFlow's
+        # padding (the MBConv builders' default) and a biased stem; the ConvNeXt models
+        # (no padding option, no stem bias) are timm's own.
+        "layout": "tf"
+        if config.get("conv_options", {}).get("padding", "same") == "same"
+        and config.get("stem_bias", True)
+        else "rw",
     }
 
 

@@ -1,6 +1,7 @@
-"""timm's ``MaxxVitCfg`` as build arguments of the zoo's CoAtNet and MaxViT:
-:func:`config_from_timm` and :func:`maxvit_config_from_timm`, and the options
-keras-posenc does not implement, named with their values.
+"""timm's ``MaxxVitCfg`` as build arguments of the zoo's CoAtNet, MaxViT and MaxxViT:
+:func:`config_from_timm`, :func:`maxvit_config_from_timm` and
+:func:`maxxvit_config_from_timm`, and the options keras-posenc does not implement, named
+with their values.
 """
 
 from __future__ import annotations
@@ -275,7 +276,8 @@ def maxvit_config_from_timm(
     # from the padding (TensorFlow's in the _tf ports).
     tf_layout = conv_options.get("padding") == "same"
     need(transformer, "head_first", (not tf_layout,), True)
-    need(transformer, "rel_pos_type", ("bias_tf",) if tf_layout else ("bias",), "bias")
+    # timm's maxvit_rmlp_* compute the bias with an MLP (RelPosMlp).
+    need(transformer, "rel_pos_type", ("bias_tf",) if tf_layout else ("bias", "mlp"), "bias")
     transformer_options = _transformer_options(
         transformer, need, unsupported, norm_key="norm_layer_cl"
     )
@@ -312,5 +314,126 @@ def maxvit_config_from_timm(
         "pre_logits": head_hidden is not None,
         "head": "pool_norm" if head_hidden is not None else "norm_pool",
         "head_norm_epsilon": float(transformer.get("norm_eps", 1e-6)),
+        "name": name,
+    }
+
+
+def _convnext_options(conv: dict, need: Callable, unsupported: list) -> tuple[str, dict]:
+    """``stride_on`` and the :class:`ConvNeXtBlock` options of timm's ``conv_cfg``
+    (``block_type="convnext"``)."""
+    need(conv, "block_type", ("convnext",), "mbconv")
+    need(conv, "norm_layer", ("layernorm2d", ""), "")
+    need(conv, "padding", ("",), "")
+    stride_mode = need(conv, "stride_mode", ("dw", "pool"), "dw")
+    activation = need(conv, "act_layer", _ACTIVATIONS, "gelu")
+    if stride_mode == "pool":  # timm's shortcut pools with avg2 whatever pool_type says
+        pool = conv.get("downsample_pool_type") or conv.get("pool_type", "avg2")
+        if pool != "avg2":
+            unsupported.append(f"conv_cfg.downsample_pool_type={pool!r} (supported: 'avg2')")
+    ratio = _whole(conv.get("expand_ratio", 4.0), "conv_cfg.expand_ratio", unsupported)
+    layer_scale = conv.get("init_values", 1e-6)
+    return "depthwise" if stride_mode == "dw" else "pool", {
+        # timm's ConvNeXtBlock is built with its own 7 x 7 kernel (conv_cfg.kernel_size
+        # is MBConv's).
+        "kernel_size": 7,
+        "expansion_rate": ratio,
+        "layer_scale": float(layer_scale) if layer_scale else None,
+        "norm_epsilon": float(conv.get("norm_eps") or 1e-6),
+        "activation": activation,
+        "pool": "avg",
+        "output_bias": bool(conv.get("output_bias", True)),
+    }
+
+
+def maxxvit_config_from_timm(
+    cfg: Mapping[str, Any], img_size: int | tuple[int, int] = 224, name: str = "maxxvit"
+) -> dict[str, Any]:
+    """:func:`~keras_posenc.zoo.maxxvit.build_maxxvit` arguments for a timm ``MaxxVitCfg``
+    with ConvNeXt blocks (its MaxxViT, MaxxViT v2 and CoAtNeXt configurations).
+
+    Args:
+        cfg: the ``MaxxVitCfg`` as a dict (``dataclasses.asdict``), with its
+            ``conv_cfg`` (``block_type="convnext"``) and ``transformer_cfg`` dicts.
+        img_size: the model's image size, an int or ``(height, width)``.
+        name: the Keras model's name.
+
+    Returns:
+        The keyword arguments of ``build_maxxvit`` (no ``num_classes``).
+
+    Raises:
+        ValueError: for a ``cfg`` without ``depths`` or ``embed_dim``, and for options
+            keras-posenc does not implement, each named with its value (MBConv blocks,
+            stages mixing block kinds, parallel partitions, NCHW attention, ...).
+
+    Examples:
+
+        >>> from keras_posenc.convert import maxxvit_config_from_timm
+        >>> cfg = {"embed_dim": [16, 16, 32, 32], "depths": [1, 1, 1, 1],
+        ...        "block_type": ["M", "M", "M", "M"], "stem_width": [8, 16],
+        ...        "conv_cfg": {"block_type": "convnext", "init_values": 1e-6},
+        ...        "transformer_cfg": {"dim_head": 8, "expand_first": False,
+        ...                            "no_block_attn": True, "rel_pos_type": "mlp"}}
+        >>> config = maxxvit_config_from_timm(cfg, img_size=64)
+        >>> config["layout"], config["partition_size"], config["conv_options"]["kernel_size"]
+        ('G-G-G-G', (2, 2), 7)
+    """
+    who = "maxxvit_config_from_timm"
+    conv, transformer, unsupported, need = _timm_sections(cfg, who)
+    depths = tuple(int(d) for d in cfg["depths"])
+    widths = tuple(int(w) for w in cfg["embed_dim"])
+    stem = cfg.get("stem_width", 64)
+    stem = (int(stem), int(stem)) if isinstance(stem, int) else tuple(int(w) for w in stem)
+    grid_only = bool(transformer.get("no_block_attn", False))
+    kinds = []
+    for kind in cfg.get("block_type", ("C", "C", "T", "T")):
+        kind = kind if isinstance(kind, str) else tuple(kind)
+        if kind not in ("C", "T", "M"):
+            unsupported.append(f"block_type {kind!r} (supported: 'C', 'T', 'M' per stage)")
+        kinds.append("G" if kind == "M" and grid_only else str(kind))
+    if len(kinds) != len(depths):
+        unsupported.append("block_type (supported: one kind per stage)")
+    head_hidden = cfg.get("head_hidden_size")
+    if head_hidden not in (None, widths[-1]):
+        unsupported.append(f"head_hidden_size={head_hidden!r} (supported: None, {widths[-1]})")
+    stride_on, conv_options = _convnext_options(conv, need, unsupported)
+    need(transformer, "use_nchw_attn", (False,), False)
+    need(transformer, "head_first", (True,), True)
+    need(transformer, "rel_pos_type", ("bias", "mlp"), "bias")
+    need(transformer, "norm_layer", ("layernorm2d",), "layernorm2d")
+    transformer_options = _transformer_options(
+        transformer, need, unsupported, norm_key="norm_layer_cl"
+    )
+    size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    window = transformer.get("window_size")
+    if window is not None:
+        window = tuple(int(v) for v in window)
+        grid = tuple(int(v) for v in transformer.get("grid_size") or window)
+        if grid != window:
+            unsupported.append(
+                f"transformer_cfg.grid_size={grid} (supported: the window_size, {window})"
+            )
+    else:
+        ratio = int(transformer.get("partition_ratio", 32))
+        window = (int(size[0]) // ratio, int(size[1]) // ratio)
+    if unsupported:
+        raise ValueError(
+            f"{who}: the timm configuration uses options keras-posenc does not "
+            f"implement: {'; '.join(unsupported)}."
+        )
+    return {
+        "blocks": (2, *depths),
+        "channels": (stem[-1], *widths),
+        "layout": "-".join(kinds),
+        "stem_channels": stem,
+        "stem_bias": bool(cfg.get("stem_bias", False)),
+        "input_shape": (int(size[0]), int(size[1]), 3),
+        "head_dim": int(transformer.get("dim_head", 32)),
+        "partition_size": window if any(kind in "MG" for kind in kinds) else None,
+        "stride_on": stride_on,
+        "conv_options": conv_options,
+        "transformer_options": transformer_options,
+        "pre_logits": head_hidden is not None,
+        "head": "pool_norm" if head_hidden is not None else "norm_pool",
+        "head_norm_epsilon": transformer_options["norm_epsilon"],
         "name": name,
     }

@@ -1,4 +1,5 @@
-"""The converters: :func:`from_timm_coatnet` and :func:`from_timm_maxvit` build the
+"""The converters: :func:`from_timm_coatnet`, :func:`from_timm_maxvit` and
+:func:`from_timm_maxxvit` build the
 model and load a checkpoint into it, each key used once and each shape checked;
 :func:`to_timm_state_dict` goes back.
 """
@@ -16,10 +17,11 @@ from keras import ops
 from keras_posenc.convert.timm.checkpoint import _OWNER, _infer_name, load_timm_state_dict
 from keras_posenc.convert.timm.mapping import _plan
 from keras_posenc.layers._checks import excerpt
-from keras_posenc.zoo import coatnet, maxvit
+from keras_posenc.zoo import coatnet, maxvit, maxxvit
 from keras_posenc.zoo.coatnet import build_coatnet
 from keras_posenc.zoo.config import ZooConfig
 from keras_posenc.zoo.maxvit import build_maxvit
+from keras_posenc.zoo.maxxvit import build_maxxvit
 
 # Keys of timm models the converter was not asked for or keras-posenc does not implement,
 # and what to tell the user.
@@ -30,8 +32,8 @@ _UNSUPPORTED_MARKERS = (
     ),
     (
         ".conv_dw.",
-        "The checkpoint has ConvNeXt blocks (timm's coatnext_* / maxxvit_* variants), "
-        "which keras-posenc does not implement.",
+        "The checkpoint has ConvNeXt blocks (timm's coatnext_* / maxxvit_* variants): "
+        "convert it with from_timm_maxxvit.",
     ),
 )
 
@@ -132,8 +134,60 @@ def from_timm_maxvit(
     )
 
 
+def from_timm_maxxvit(
+    source: str | os.PathLike | Mapping,
+    name: str | None = None,
+    *,
+    config: Mapping[str, Any] | ZooConfig | None = None,
+    input_shape: tuple[int, int, int] | None = None,
+) -> keras.Model:
+    """A timm MaxxViT or CoAtNeXt checkpoint (ConvNeXt blocks) as a keras-posenc model.
+
+    timm's ``maxxvit_rmlp_*``, ``maxxvitv2_*`` and ``coatnext_*`` models
+    (:func:`~keras_posenc.zoo.maxxvit.build_maxxvit`): the ConvNeXt blocks' depthwise
+    convs (``(out, 1, k, k)``, ``out / in`` outputs per input) become Keras' depthwise
+    kernels, their 1 x 1 conv MLPs dense layers; the attention is timm's own
+    (head-first qkv, ``RelPosBias`` tables or ``RelPosMlp``), as in its ``_rw`` MaxViTs.
+
+    Args:
+        source: the state dict, as a ``.safetensors`` or PyTorch file or a mapping
+            of names to tensors/arrays (see :func:`load_timm_state_dict`).
+        name: the timm variant, one of ``zoo.maxxvit.TIMM_CONFIGS``
+            (``"maxxvit_rmlp_nano_rw_256"``, ...); default: inferred from the stem,
+            stage depths and widths.
+        config: instead of ``name``, the :func:`~keras_posenc.zoo.maxxvit.build_maxxvit`
+            arguments of a custom configuration (:func:`maxxvit_config_from_timm`, or a
+            ``MaxxViTConfig``).
+        input_shape: ``(height, width, 3)`` to build the model for; default the
+            configuration's. The windows follow it (input / 32), and the relative
+            position tables are resized bilinearly when they differ, as timm does.
+
+    Returns:
+        The model with the checkpoint's weights, its class count taken from ``head.fc``.
+
+    Raises:
+        ValueError: an unknown variant, a state dict whose keys do not match the
+            architecture (the missing and unexpected keys listed), or a tensor of
+            another shape than timm's for this architecture.
+        ImportError: a PyTorch file and no PyTorch installed.
+
+    Examples:
+
+        >>> import numpy as np
+        >>> from keras_posenc.convert import from_timm_maxxvit
+        >>> from_timm_maxxvit({"stem.conv1.weight": np.zeros((8, 3, 3, 3))})
+        Traceback (most recent call last):
+        ...
+        ValueError: from_timm_maxxvit: the state dict (stem widths (8, None), ...
+    """
+    return _convert(
+        source, name, config, input_shape, "from_timm_maxxvit", _MAXXVIT_CONFIGS, build_maxxvit
+    )
+
+
 _COATNET_CONFIGS = coatnet.TIMM_CONFIGS
 _MAXVIT_CONFIGS = maxvit.TIMM_CONFIGS
+_MAXXVIT_CONFIGS = maxxvit.TIMM_CONFIGS
 
 
 def _convert(

@@ -15,7 +15,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
+from keras_posenc.layers.coatnet import ConvNeXtBlock, MBConv, RelativeTransformerBlock2D
 from keras_posenc.layers.position_biases import ContinuousPositionBias2D
 from keras_posenc.layers.relative_position_2d import RelativePositionBias2D
 
@@ -35,6 +35,13 @@ def _conv_back(kernel: np.ndarray) -> np.ndarray:
 def _depthwise(weight: np.ndarray) -> np.ndarray:
     """``(C, 1, kh, kw)`` <-> ``(kh, kw, C, 1)``: the same permutation both ways."""
     return weight.transpose(2, 3, 0, 1)
+
+
+def _grouped_back(kernel: np.ndarray) -> np.ndarray:
+    """A Keras depthwise kernel ``(kh, kw, C, m)`` (``m`` outputs per input) as PyTorch's
+    grouped conv weight ``(C * m, 1, kh, kw)``: PyTorch's output ``c * m + j`` is ``[c, j]``."""
+    height, width, channels, multiplier = kernel.shape
+    return kernel.transpose(2, 3, 0, 1).reshape(channels * multiplier, 1, height, width)
 
 
 def _dense(weight: np.ndarray) -> np.ndarray:
@@ -122,6 +129,25 @@ class _Plan:
             self.dense(block.squeeze_excite.squeeze, f"{prefix}.{se}.fc1")
             self.dense(block.squeeze_excite.excite, f"{prefix}.{se}.fc2")
         self.conv(block.project_conv, f"{prefix}.conv3_1x1")
+
+    def convnext(self, block: ConvNeXtBlock, prefix: str) -> None:
+        """timm's ``ConvNeXtBlock`` (``maxxvit.py``, its ``conv_mlp`` form: 1 x 1 convs)."""
+        if block.shortcut_projection is not None:
+            # A strided shortcut is timm's Downsample2d (pool, then `expand`), a stride-1
+            # one a plain 1 x 1 conv.
+            where = "shortcut.expand" if block.strides == 2 else "shortcut"
+            self.conv(block.shortcut_projection, f"{prefix}.{where}")
+        _, _, channels, multiplier = block.depthwise_conv.kernel.shape
+
+        def grouped(weight: np.ndarray) -> np.ndarray:
+            return weight.reshape(channels, multiplier, *weight.shape[2:]).transpose(2, 3, 0, 1)
+
+        self.conv(block.depthwise_conv, f"{prefix}.conv_dw", grouped, _grouped_back)
+        self.layer_norm(block.norm, f"{prefix}.norm")
+        self.dense(block.mlp_hidden, f"{prefix}.mlp.fc1")
+        self.dense(block.mlp_output, f"{prefix}.mlp.fc2")
+        if block.gamma is not None:
+            self.add(block.gamma, f"{prefix}.ls.gamma")
 
     def transformer(
         self, block: RelativeTransformerBlock2D, prefix: str, layout: str = "rw"
@@ -234,7 +260,12 @@ def _relative_table_tf(table: np.ndarray, layer: RelativePositionBias2D, where: 
         raise ValueError(f"{where}.relative_position_bias_table: {error}") from error
 
 
-_MAXVIT_PARTS = {"mbconv": "conv", "block_attention": "attn_block", "grid_attention": "attn_grid"}
+_MAXVIT_PARTS = {
+    "mbconv": "conv",
+    "convnext": "conv",
+    "block_attention": "attn_block",
+    "grid_attention": "attn_grid",
+}
 
 
 def _layout(model: keras.Model) -> str:
@@ -252,9 +283,10 @@ def _plan(model: keras.Model, stem_convs: int) -> _Plan:
     for index in range(1, stem_convs + 1):
         plan.conv(model.get_layer(f"stem_conv{index}"), f"stem.conv{index}")
         if index < stem_convs:
-            plan.batch_norm(model.get_layer(f"stem_norm{index}"), f"stem.norm{index}")
+            # BatchNorm, or LayerNorm in the ConvNeXt models' stems.
+            plan.norm(model.get_layer(f"stem_norm{index}"), f"stem.norm{index}")
     for layer in model.layers:
-        if isinstance(layer, MBConv | RelativeTransformerBlock2D):
+        if isinstance(layer, MBConv | ConvNeXtBlock | RelativeTransformerBlock2D):
             stage, rest = layer.name[len("stage") :].split("_block", 1)
             block, _, part = rest.partition("_")
             prefix = f"stages.{int(stage) - 1}.blocks.{int(block) - 1}"
@@ -262,6 +294,8 @@ def _plan(model: keras.Model, stem_convs: int) -> _Plan:
                 prefix = f"{prefix}.{_MAXVIT_PARTS[part]}"
             if isinstance(layer, MBConv):
                 plan.mbconv(layer, prefix)
+            elif isinstance(layer, ConvNeXtBlock):
+                plan.convnext(layer, prefix)
             else:
                 plan.transformer(layer, prefix, layout)
     names = {layer.name for layer in model.layers}

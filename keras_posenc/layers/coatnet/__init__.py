@@ -16,12 +16,14 @@ Feature maps are channels-last, ``(batch, height, width, channels)``.
 #   pools (``POOLS``), the ``Proj(Pool(x))`` shortcut and stochastic depth;
 # - ``mbconv``: `MBConv` and its `SqueezeExcite`, with PyTorch's padding
 #   (`symmetric_pad`);
+# - ``convnext``: `ConvNeXtBlock`, the ConvNeXt block of timm's MaxxViT and CoAtNeXt;
 # - ``partitions``: MaxViT's block and grid windows (`partition_windows`,
 #   `merge_windows`);
 # - ``shifted``: Swin's shifted windows: the cyclic shift (`roll_map`) and the mask
 #   between the regions it brings together (`shifted_window_mask`);
 # - ``transformer``: `RelativeTransformerBlock2D`.
 
+from keras_posenc.layers.coatnet.convnext import CONVNEXT_STRIDE_ON, ConvNeXtBlock
 from keras_posenc.layers.coatnet.mbconv import (
     EXPAND_FROM,
     PADDINGS,
@@ -47,6 +49,7 @@ from keras_posenc.layers.coatnet.transformer import (
 __all__ = [
     "SqueezeExcite",
     "MBConv",
+    "ConvNeXtBlock",
     "RelativeTransformerBlock2D",
     "make_pool",
     "symmetric_pad",
@@ -56,6 +59,7 @@ __all__ = [
     "shifted_window_mask",
     "drop_path",
     "ATTENTION_WIDTHS",
+    "CONVNEXT_STRIDE_ON",
     "EXPAND_FROM",
     "NORMS",
     "PADDINGS",
