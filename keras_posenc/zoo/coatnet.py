@@ -346,7 +346,10 @@ def build_coatnet(
     transformer_options = _block_options(
         transformer_options, "transformer_options", RelativeTransformerBlock2D
     )
-    transformer_arguments(transformer_options, _WHO)  # checked before building
+    # Checked before building: the translated options, and a shift as an odd block's.
+    shift = transformer_arguments(transformer_options, _WHO)[1]
+    size = transformer_options.get("partition_size")
+    block_shift(_WHO, shift, transformer_options.get("partition"), size, (None, None), 1)
     head_options = check_head(
         _WHO,
         include_top=include_top,
