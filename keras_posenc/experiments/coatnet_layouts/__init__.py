@@ -43,6 +43,25 @@ sets the initial weights, the training images and their order; the test
 images are the same for every run). The seeds of a layout share one compiled
 model, reset to the seed's fresh initial weights and a zeroed optimizer
 (`train_and_evaluate`): training from scratch without compiling 12 times.
+
+**The Transformer stages' positions** (`POSITIONS`, ``positions=``): the
+same model with another position encoding in every Transformer block
+(`POSITION_OPTIONS`, the builder's named ``transformer_options``):
+``"table"`` (the default, CoAtNet's learned relative bias), ``"rotary_axial"``
+and ``"rotary_mixed"`` (2D rotary alone, ``position_bias="none"``: axial
+with fixed frequencies, or RoPE-Mixed with learned ones), ``"rotary_mixed_table"``
+(RoPE-Mixed with the table) and ``"swin"`` (the table within 2 x 2 windows,
+Swin's shift on every second block of a stage; a stage's first block, which
+downsamples, attends over its whole map). A layout without a Transformer
+stage takes ``"table"`` only.
+
+The package has one module per job (docs/development.md, "Architecture"),
+each importing only those before it: ``settings`` (the layouts, positions,
+settings and columns), ``task`` (`texture_layout_data`, `layout_label`),
+``models`` (`build_model`), ``figure`` (`plot`), ``results`` (the table and
+the CSV: `markdown_table`, `write_results`, `read_results`, `merge_results`,
+`redraw`) and ``runs`` (`train_and_evaluate`, `layout_experiment`).
+Everything is importable from the package.
 """
 
 from keras_posenc.experiments.coatnet_layouts.figure import plot
@@ -70,28 +89,29 @@ from keras_posenc.experiments.coatnet_layouts.settings import (
 )
 from keras_posenc.experiments.coatnet_layouts.task import layout_label, texture_layout_data
 
+# The API page lists them in this order (docs/api/experiments.md).
 __all__ = [
-    "CLASSES",
-    "COLUMNS",
-    "CSV_NAME",
-    "FIGURE_NAME",
-    "FULL_SETTINGS",
+    "layout_experiment",
+    "texture_layout_data",
+    "layout_label",
+    "build_model",
+    "trainable_parameters",
+    "train_and_evaluate",
+    "markdown_table",
+    "write_results",
+    "read_results",
+    "merge_results",
+    "redraw",
+    "plot",
     "LAYOUTS",
-    "MODEL_SETTINGS",
     "POSITIONS",
     "POSITION_OPTIONS",
-    "QUICK_SETTINGS",
+    "CLASSES",
+    "COLUMNS",
+    "MODEL_SETTINGS",
     "TASK_SETTINGS",
-    "build_model",
-    "layout_experiment",
-    "layout_label",
-    "markdown_table",
-    "merge_results",
-    "plot",
-    "read_results",
-    "redraw",
-    "texture_layout_data",
-    "train_and_evaluate",
-    "trainable_parameters",
-    "write_results",
+    "FULL_SETTINGS",
+    "QUICK_SETTINGS",
+    "CSV_NAME",
+    "FIGURE_NAME",
 ]
