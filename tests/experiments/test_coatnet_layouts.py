@@ -204,7 +204,7 @@ def test_tiny_run_writes_its_outputs(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert [r["layout"] for r in rows] == layouts and all(set(r) == set(COLUMNS) for r in rows)
     for row in rows:
-        assert f"\n{row['layout']}: test accuracy " in "\n" + printed  # the summary line per layout
+        assert f"\n{row['layout']} table: test accuracy " in "\n" + printed  # a line per row
         assert 0 <= row["test_accuracy_min"] <= row["test_accuracy"] <= row["test_accuracy_max"]
         assert row["test_accuracy_max"] <= 1 and row["seeds"] == 2 and row["epochs"] == 1
     # Attention stages have more parameters than MBConv stages of the same width.

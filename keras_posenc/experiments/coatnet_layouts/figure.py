@@ -19,7 +19,7 @@ def plot(rows: Sequence[dict[str, Any]]) -> Any:
     and the mean training accuracy with one standard deviation; lines at
     chance (0.25) and at 0.50, the best a model that sees the layout but not
     the textures can do. Each row's label gives its layout, its position
-    encoding (but ``"table"``, the default) and its trainable parameters; the
+    encoding (where the rows differ in it) and its trainable parameters; the
     legend sits below the axes.
 
     Args:
@@ -82,7 +82,8 @@ def plot(rows: Sequence[dict[str, Any]]) -> Any:
         linewidth=1.2,
         label="best possible from layout without texture: 0.50",
     )
-    axis.set_xticks(x, [_label(row) for row in rows], fontsize=9 if len(rows) > 6 else None)
+    named = any(row.get("positions", "table") != "table" for row in rows)
+    axis.set_xticks(x, [_label(row, named) for row in rows], fontsize=9 if len(rows) > 6 else None)
     axis.set_xlim(-0.5, len(rows) - 0.5)
     axis.set_ylim(0, 1.05)
     axis.grid(True, axis="y", color="0.9")
@@ -100,8 +101,9 @@ def plot(rows: Sequence[dict[str, Any]]) -> Any:
     return figure
 
 
-def _label(row: dict[str, Any]) -> str:
-    """A row's tick label: its layout, its position encoding unless the table, its size."""
+def _label(row: dict[str, Any], named: bool) -> str:
+    """A row's tick label: its layout, its position encoding (``named``: rows differ in
+    it), its size."""
     positions = row.get("positions", "table")
-    encoding = "" if positions == "table" else f"\n{positions.replace('_', ' ')}"
+    encoding = f"\n{positions.replace('_', ' ')}" if named else ""
     return f"{row['layout']}{encoding}\n{row['params']:,} params"
