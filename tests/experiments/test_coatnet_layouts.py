@@ -216,7 +216,7 @@ def test_tiny_run_writes_its_outputs(tmp_path, capsys):
     assert float(written[1]["test_accuracy"]) == pytest.approx(rows[1]["test_accuracy"])
     markdown = open(os.path.join(tmp_path, "coatnet_layouts.md")).read()
     assert markdown == markdown_table(rows)
-    assert f"| C-T-T-T | {rows[1]['params']:,} | " in markdown
+    assert f"| C-T-T-T | table | {rows[1]['params']:,} | " in markdown
     png = open(os.path.join(tmp_path, "coatnet_layouts.png"), "rb").read()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     width, height = struct.unpack(">II", png[16:24])
