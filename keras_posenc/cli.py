@@ -346,7 +346,8 @@ def _experiment_transplant(args: argparse.Namespace) -> int:
 def _experiment_layouts(args: argparse.Namespace) -> int:
     from keras_posenc.experiments.coatnet_layouts import layout_experiment, markdown_table
 
-    return _run_study(layout_experiment, markdown_table, args, {"layouts": args.layouts})
+    choices = {name: getattr(args, name) for name in ("layouts", "positions", "merge")}
+    return _run_study(layout_experiment, markdown_table, args, choices)
 
 
 def _study_arguments(parser: argparse.ArgumentParser, tables: str) -> None:
@@ -663,6 +664,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _study_arguments(layouts, "table")
     layouts.add_argument("--layouts", nargs="+", help="a selection of layouts (default: all four)")
+    layouts.add_argument(
+        "--positions",
+        nargs="+",
+        help="the Transformer stages' position encodings: table (default), rotary_axial, "
+        "rotary_mixed, rotary_mixed_table, swin",
+    )
+    layouts.add_argument(
+        "--merge", action="store_true", help="merge the rows into the CSV already in --out"
+    )
     layouts.set_defaults(handler=_experiment_layouts)
 
     classify = commands.add_parser(

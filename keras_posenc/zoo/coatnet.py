@@ -43,7 +43,6 @@ The model card (zoo/coatnet/README.md in the repository) has the details.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -61,7 +60,15 @@ from keras_posenc.layers._checks import (
 )
 from keras_posenc.layers.activations import get_activation
 from keras_posenc.layers.coatnet import MBConv, RelativeTransformerBlock2D
-from keras_posenc.zoo.config import BlockOptions, ZooConfig, by_name
+from keras_posenc.zoo.coatnet_options import (  # noqa: F401 (re-exported: maxvit, tests)
+    _SET_BY_BUILDER,
+    ConvBlockConfig,
+    TransformerBlockConfig,
+    _block_options,
+    block_shift,
+    transformer_arguments,
+)
+from keras_posenc.zoo.config import ZooConfig, by_name
 from keras_posenc.zoo.features import stage_pyramid
 from keras_posenc.zoo.registry import register_model
 
@@ -71,14 +78,6 @@ LAYOUTS = ("C-C-C-C", "C-C-C-T", "C-C-T-T", "C-T-T-T")
 POOLINGS = ("avg", "max", None)
 HEADS = ("pool_norm", "norm_pool")
 HEAD_NORMS = ("layer", "batch")
-# Block arguments build_coatnet sets itself, or does not offer (not allowed in
-# conv/transformer_options): `shift` is Swin's (zoo.swin), CoAtNet and MaxViT shift no
-# window; `rotary`, the 2D rotary of RelativeTransformerBlock2D, is not in the named
-# configurations yet (its `position_bias=None` would clash with their "None = unset").
-_SET_BY_BUILDER = frozenset(
-    {"self", "kwargs", "filters", "strides", "drop_path_rate", "name", "stride_on",
-     "synchronized", "head_dim", "seed", "dtype", "bias_size", "shift", "rotary"}
-)  # fmt: skip
 REFERENCE = (
     "Dai et al. 2021, CoAtNet: Marrying Convolution and Attention for All Data Sizes "
     "(arXiv:2106.04803)"
@@ -171,30 +170,6 @@ def _stem_widths(value: Any, blocks: int, last: int, who: str = _WHO) -> tuple[i
             f"channels[0]={last}; received stem_channels={value!r}"
         )
     return widths
-
-
-def _block_options(
-    value: Any, argument: str, layer: type, who: str = _WHO, set_by_builder: frozenset = frozenset()
-) -> dict:
-    """``value`` as a dict of extra keyword arguments of ``layer``, checked by name.
-
-    ``set_by_builder``: more arguments the builder sets itself (MaxViT's partitions).
-    """
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise TypeError(
-            f"{who}: `{argument}` must be a dict of {layer.__name__} arguments; "
-            f"received {type(value).__name__}"
-        )
-    allowed = set(inspect.signature(layer.__init__).parameters) - _SET_BY_BUILDER - set_by_builder
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise ValueError(
-            f"{who}: `{argument}` has keys that are not {layer.__name__} options: "
-            f"{unknown}; expected some of {sorted(allowed)}"
-        )
-    return dict(value)
 
 
 # --------------------------------------------------------------------------- the model
@@ -310,7 +285,13 @@ def build_coatnet(
         transformer_options: more keyword arguments of every
             :class:`RelativeTransformerBlock2D` (e.g. ``pool``,
             ``attention_width``, ``shortcut_bias``, ``layer_scale``,
-            ``norm_epsilon``).
+            ``norm_epsilon``), a :class:`TransformerBlockConfig`. Also
+            ``rotary`` (2D rotary: ``"axial"``, ``"mixed"``, a
+            ``RotaryPositions2D`` or its config), ``position_bias="none"``
+            (rotary alone), and windows: ``partition="block"`` with
+            ``partition_size`` (the first block of a stage, which downsamples,
+            still attends over its whole map) and Swin's ``shift`` (``"half"``;
+            every second block of a stage, where the map is longer than a window).
         head: ``"pool_norm"`` (default: global pool, then LayerNorm, the
             official code's head) or ``"norm_pool"`` (LayerNorm at every
             position of the S4 map, then the global pool: timm's ``_rw`` models).
@@ -365,6 +346,10 @@ def build_coatnet(
     transformer_options = _block_options(
         transformer_options, "transformer_options", RelativeTransformerBlock2D
     )
+    # Checked before building: the translated options, and a shift as an odd block's.
+    shift = transformer_arguments(transformer_options, _WHO)[1]
+    size = transformer_options.get("partition_size")
+    block_shift(_WHO, shift, transformer_options.get("partition"), size, (None, None), 1)
     head_options = check_head(
         _WHO,
         include_top=include_top,
@@ -409,15 +394,10 @@ def build_coatnet(
                     **common,
                 )
             else:
-                # Unknown sizes: the table of the map at `base`, resized at each call.
-                stride = 2 ** (stage + 1)
-                layer = RelativeTransformerBlock2D(
-                    channels[stage],
-                    head_dim=head_dim,
-                    bias_size=None if base is None else (base[0] // stride, base[1] // stride),
-                    **transformer_options,
-                    **common,
-                )
+                layer = _transformer_block(
+                    channels[stage], head_dim, transformer_options, stage, block, shape, base,
+                    common,
+                )  # fmt: skip
             x = layer(x)
             index += 1
         outputs.append(x)
@@ -426,6 +406,39 @@ def build_coatnet(
     taps = [f"stem_conv{len(widths)}", *(f"stage{s}_block{blocks[s]}" for s in range(1, 5))]
     head = outputs if features else classifier_head(x, channels[-1], **head_options)
     return stage_pyramid(inputs, head, taps, channels, name)
+
+
+def _transformer_block(
+    filters: int,
+    head_dim: int,
+    options: Mapping,
+    stage: int,
+    block: int,
+    shape: tuple,
+    base: tuple | None,
+    common: dict,
+) -> RelativeTransformerBlock2D:
+    """Block ``block`` (from 0) of Transformer stage ``stage``, its options translated
+    (``coatnet_options.transformer_arguments``). With ``partition``, the stage's first
+    block, which downsamples, attends over its whole map (the layer's windows keep the
+    resolution); Swin's ``shift`` goes on every second block (``block_shift``)."""
+    arguments, shift = transformer_arguments(options, _WHO)
+    stride = 2 ** (stage + 1)
+    known = base or shape[:2]
+    grid = tuple(None if side is None else side // stride for side in known)
+    partition, size = arguments.get("partition"), arguments.get("partition_size")
+    shift = block_shift(_WHO, shift, partition, size, grid, block)
+    windowed = partition is not None and common["strides"] == 1
+    if not windowed:
+        arguments.pop("partition", None)
+        arguments.pop("partition_size", None)
+    if shift is not None:
+        arguments["shift"] = shift
+    sized = base is not None and not windowed and arguments.get("position_bias", "table")
+    # Unknown sizes: the table of the map at `base`, resized at each call.
+    return RelativeTransformerBlock2D(
+        filters, head_dim=head_dim, bias_size=grid if sized else None, **arguments, **common
+    )
 
 
 def check_head(
@@ -524,65 +537,6 @@ def classifier_head(
 
 
 # --------------------------------------------------------------------------- configurations
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ConvBlockConfig(BlockOptions):
-    """Options of every :class:`MBConv` of a CoAtNet or MaxViT (timm's ``MaxxVitConvCfg``).
-
-    Each field is the MBConv argument of that name; None leaves MBConv's default (in a
-    MaxViT, the official code's, ``zoo.maxvit.OFFICIAL_CONV``). The stem uses the same
-    activation, BatchNorm epsilon and momentum, and padding. As a mapping: the options set.
-    """
-
-    layer = MBConv
-
-    # The block's widths and kernel.
-    expansion_rate: int | None = None
-    se_ratio: float | None = None
-    kernel_size: int | None = None
-    # Activations, the squeeze-excitation and the shortcut's pool (timm's variants).
-    activation: str | None = None
-    pre_activation: bool | None = None
-    pool: str | None = None
-    stride_pool: str | None = None
-    expand_from: str | None = None
-    se_from: str | None = None
-    se_activation: str | None = None
-    se_position: str | None = None
-    output_bias: bool | None = None
-    # Padding and BatchNorm (PyTorch's: "symmetric", momentum 0.9).
-    padding: str | None = None
-    norm_epsilon: float | None = None
-    norm_momentum: float | None = None
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TransformerBlockConfig(BlockOptions):
-    """Options of every :class:`RelativeTransformerBlock2D` of a CoAtNet or MaxViT (timm's
-    ``MaxxVitTransformerCfg``); None leaves the block's default (in a MaxViT, the official
-    code's, ``zoo.maxvit.OFFICIAL_TRANSFORMER``). As a mapping: the options set.
-    """
-
-    layer = RelativeTransformerBlock2D
-
-    # The MLP, the norms and the shortcut.
-    expansion_rate: int | None = None
-    activation: str | None = None
-    norm: str | None = None
-    norm_epsilon: float | None = None
-    norm_momentum: float | None = None
-    pool: str | None = None
-    attention_width: str | None = None
-    shortcut_bias: bool | None = None
-    layer_scale: float | None = None
-    # The relative position bias: a table, or timm's RelPosMlp ("mlp").
-    position_bias: str | None = None
-    position_bias_dim: int | None = None
-    position_bias_dropout: float | None = None
-    # Window or grid attention (set by build_maxvit itself).
-    partition: str | None = None
-    partition_size: int | tuple[int, int] | None = None
 
 
 def check_stages(config: Any) -> None:

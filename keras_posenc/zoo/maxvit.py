@@ -60,10 +60,12 @@ from keras_posenc.zoo.coatnet import (
     _positive_ints,
     _stem_widths,
     base_image_size,
+    block_shift,
     check_head,
     check_stages,
     classifier_head,
     stem,
+    transformer_arguments,
 )
 from keras_posenc.zoo.config import ZooConfig, by_name
 from keras_posenc.zoo.features import stage_pyramid
@@ -239,7 +241,10 @@ def build_maxvit(
             BatchNorm epsilon/momentum and padding.
         transformer_options: keyword arguments of every attention layer, a
             :class:`RelativeTransformerBlock2D`, over :data:`OFFICIAL_TRANSFORMER`
-            (e.g. ``activation``, ``norm_epsilon``, ``position_bias="mlp"``).
+            (e.g. ``activation``, ``norm_epsilon``, ``position_bias="mlp"``), as
+            CoAtNet's: also ``rotary`` with ``position_bias="none"`` or a bias, and
+            Swin's ``shift`` (``"half"``) on the block attention of every second
+            block of a stage, where the map is longer than a window.
         head: ``"pool_norm"`` (default: pool, then LayerNorm) or ``"norm_pool"``
             (LayerNorm at every position, then the pool: timm's ``_rw`` models).
         head_norm_epsilon: the head LayerNorm's epsilon (default 1e-5).
@@ -299,6 +304,7 @@ def build_maxvit(
             set_by_builder=_PARTITIONING,
         ),
     }
+    _, shift = transformer_arguments(transformer_options, _WHO)
     head_options = check_head(
         _WHO,
         include_top=include_top,
@@ -346,7 +352,14 @@ def build_maxvit(
                 name=f"{prefix}_mbconv",
                 **conv_options,
             )(x)
+            # Swin's shift on the block attention of every second block (coatnet_options).
+            stride = 2 ** (stage + 1)
+            grid = tuple(None if side is None else side // stride for side in base or shape[:2])
+            shifts = {"block": block_shift(_WHO, shift, "block", window, grid, block)}
             for partition in ("block", "grid"):
+                arguments = transformer_arguments(transformer_options, _WHO)[0]
+                if shifts.get(partition) is not None:
+                    arguments["shift"] = shifts[partition]
                 x = RelativeTransformerBlock2D(
                     channels[stage],
                     head_dim=head_dim,
@@ -354,7 +367,7 @@ def build_maxvit(
                     partition_size=window,
                     drop_path_rate=rates[index],
                     name=f"{prefix}_{partition}_attention",
-                    **transformer_options,
+                    **arguments,
                 )(x)
             index += 1
         outputs.append(x)

@@ -46,6 +46,7 @@ from keras_posenc.zoo.coatnet import (
     _stem_widths,
     check_head,
     classifier_head,
+    transformer_arguments,
 )
 from keras_posenc.zoo.config import BlockOptions, ZooConfig, by_name
 from keras_posenc.zoo.features import stage_pyramid
@@ -159,7 +160,8 @@ def build_maxxvit(
         conv_options: keyword arguments of every :class:`ConvNeXtBlock` (its
             ``activation`` and ``norm_epsilon`` are the stem's too).
         transformer_options: keyword arguments of every
-            :class:`RelativeTransformerBlock2D`.
+            :class:`RelativeTransformerBlock2D` (``rotary`` and ``position_bias="none"`` as
+            in `build_coatnet`; no ``shift``).
         head: ``"norm_pool"`` (default: LayerNorm at every position, then the pool)
             or ``"pool_norm"``.
         head_norm_epsilon: the head LayerNorm's epsilon (default 1e-6).
@@ -204,6 +206,13 @@ def build_maxxvit(
         _WHO,
         set_by_builder=_PARTITIONING,
     )
+    # "rotary" and position_bias="none" as CoAtNet's and MaxViT's; Swin's shift is theirs only.
+    transformer_options, shift = transformer_arguments(transformer_options, _WHO)
+    if shift is not None:
+        raise ValueError(
+            f"{_WHO}: transformer_options `shift` (Swin's shifted windows) is CoAtNet's and "
+            f"MaxViT's option, not MaxxViT's; received shift={shift!r}"
+        )
     head_options = check_head(
         _WHO,
         include_top=include_top,

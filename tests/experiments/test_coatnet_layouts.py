@@ -14,9 +14,13 @@ from keras_posenc.experiments.coatnet_layouts import (
     CLASSES,
     COLUMNS,
     LAYOUTS,
+    POSITION_OPTIONS,
+    POSITIONS,
     layout_experiment,
     layout_label,
     markdown_table,
+    merge_results,
+    read_results,
     texture_layout_data,
     train_and_evaluate,
 )
@@ -134,11 +138,58 @@ def test_experiment_rejects_bad_selections():
         layout_experiment(seeds=(), verbose=0)
 
 
+def test_experiment_rejects_bad_positions():
+    with pytest.raises(ValueError, match=r"layout_experiment: `positions` must be some of"):
+        layout_experiment(positions=["rope"], verbose=0)
+    with pytest.raises(ValueError, match=r"positions='swin' .* layout 'C-C-C-C' has none"):
+        layout_experiment(layouts=["C-C-C-C", "C-C-T-T"], positions=["swin"], verbose=0)
+    with pytest.raises(ValueError, match=r"layout_experiment: `positions` must not be empty"):
+        layout_experiment(positions=(), verbose=0)
+
+
+def test_the_positions_and_their_options(capsys):
+    assert POSITIONS[0] == "table" and POSITION_OPTIONS["table"] == {}
+    assert set(POSITIONS) == {"table", "rotary_axial", "rotary_mixed", "rotary_mixed_table", "swin"}
+    assert POSITION_OPTIONS["rotary_mixed"] == {"rotary": "mixed", "position_bias": "none"}
+    # The command's help names every one.
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["experiment", "layouts", "--help"])
+    printed = capsys.readouterr().out
+    assert all(name in printed for name in POSITIONS)
+
+
+def row(layout, positions, accuracy):
+    return {
+        "layout": layout, "positions": positions, "params": 100, "test_accuracy": accuracy,
+        "test_accuracy_std": 0.0, "test_accuracy_min": accuracy, "test_accuracy_max": accuracy,
+        "train_accuracy": 1.0, "train_accuracy_std": 0.0, "seeds": 3, "train_images": 2048,
+        "epochs": 8, "seconds": 1.0,
+    }  # fmt: skip
+
+
+def test_merged_rows_replace_their_own_and_keep_the_others(tmp_path):
+    pytest.importorskip("matplotlib")
+    from keras_posenc.experiments.coatnet_layouts import write_results
+
+    write_results([row("C-C-C-C", "table", 0.9), row("C-C-T-T", "table", 0.8)], tmp_path)
+    merged = merge_results(tmp_path, [row("C-C-T-T", "swin", 0.7), row("C-C-T-T", "table", 0.5)])
+    assert [(r["layout"], r["positions"], r["test_accuracy"]) for r in merged] == [
+        ("C-C-C-C", "table", 0.9),
+        ("C-C-T-T", "table", 0.5),
+        ("C-C-T-T", "swin", 0.7),
+    ]
+    write_results(merged, tmp_path)
+    assert read_results(tmp_path) == merged
+    assert "| C-C-T-T | swin | 100 | 0.700 ± 0.000 |" in markdown_table(merged)
+
+
 def test_cli_reports_a_bad_selection(capsys):
     """The command is wired to the experiment; a bad choice fails before any training."""
     assert cli.main(["experiment", "layouts", "--quick", "--layouts", "CCTT"]) == 1
     error = capsys.readouterr().err
     assert "posenc experiment: error: layout_experiment: `layouts`" in error
+    assert cli.main(["experiment", "layouts", "--quick", "--positions", "rope"]) == 1
+    assert "layout_experiment: `positions` must be some of" in capsys.readouterr().err
 
 
 TINY_MODEL = {"blocks": (1, 1, 1, 1, 1), "channels": (8, 16, 16, 32, 32)}
@@ -153,7 +204,7 @@ def test_tiny_run_writes_its_outputs(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert [r["layout"] for r in rows] == layouts and all(set(r) == set(COLUMNS) for r in rows)
     for row in rows:
-        assert f"\n{row['layout']}: test accuracy " in "\n" + printed  # the summary line per layout
+        assert f"\n{row['layout']} table: test accuracy " in "\n" + printed  # a line per row
         assert 0 <= row["test_accuracy_min"] <= row["test_accuracy"] <= row["test_accuracy_max"]
         assert row["test_accuracy_max"] <= 1 and row["seeds"] == 2 and row["epochs"] == 1
     # Attention stages have more parameters than MBConv stages of the same width.
@@ -165,11 +216,24 @@ def test_tiny_run_writes_its_outputs(tmp_path, capsys):
     assert float(written[1]["test_accuracy"]) == pytest.approx(rows[1]["test_accuracy"])
     markdown = open(os.path.join(tmp_path, "coatnet_layouts.md")).read()
     assert markdown == markdown_table(rows)
-    assert f"| C-T-T-T | {rows[1]['params']:,} | " in markdown
+    assert f"| C-T-T-T | table | {rows[1]['params']:,} | " in markdown
     png = open(os.path.join(tmp_path, "coatnet_layouts.png"), "rb").read()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     width, height = struct.unpack(">II", png[16:24])
     assert (width, height) == (1000, 500)  # matplotlib, 10 x 5 inches at 100 dpi
+
+    # The positions axis, merged beside those rows: 2D rotary alone and Swin's windows.
+    more = layout_experiment(
+        quick=True, out=tmp_path, layouts=["C-T-T-T"], positions=["rotary_mixed", "swin"],
+        merge=True, **{**settings, "blocks": (1, 1, 1, 2, 1)},
+    )  # fmt: skip
+    assert [r["positions"] for r in more] == ["rotary_mixed", "swin"]
+    written = read_results(tmp_path)
+    assert [(r["layout"], r["positions"]) for r in written] == [
+        ("C-C-C-C", "table"), ("C-T-T-T", "table"), ("C-T-T-T", "rotary_mixed"),
+        ("C-T-T-T", "swin"),
+    ]  # fmt: skip
+    assert written[2]["params"] != written[1]["params"]  # mixed's frequencies, no table
 
 
 @pytest.mark.full

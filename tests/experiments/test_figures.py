@@ -64,6 +64,7 @@ def coatnet_rows():
     return [
         {
             "layout": layout,
+            "positions": "table",
             "params": 150000 + 1000 * i,
             "test_accuracy": accuracy,
             "test_accuracy_std": 0.02,
