@@ -37,6 +37,7 @@ from keras_posenc import backend
 from keras_posenc.layers import relative_index
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._memory import check_allocation
+from keras_posenc.layers._remat import DrawnSeeds
 
 # Logits of masked pairs. Finite, so a fully masked row never produces NaN
 # (softmax of a constant row is uniform; the row is then zeroed), and far below
@@ -486,23 +487,12 @@ class SeededDropout:
 
     def __init__(self, layer: keras.layers.Dropout, seed: Any) -> None:
         self.rate, self.dtype = layer.rate, layer.compute_dtype
-        self.seed = _DrawnSeed(seed)
+        self.seed = DrawnSeeds(seed)
 
     def __call__(self, x: Any, training: Any = None) -> Any:
         if not training or not self.rate:
             return x
         return keras.random.dropout(ops.cast(x, self.dtype), self.rate, seed=self.seed)
-
-
-class _DrawnSeed(keras.random.SeedGenerator):
-    """A seed generator that gives one seed drawn before (``keras.random`` functions take a
-    ``SeedGenerator``, whose ``next`` they call); it holds no state variable."""
-
-    def __init__(self, seed: Any) -> None:  # no super().__init__: no variable to create
-        self._seed, self._initial_seed = seed, None
-
-    def next(self, ordered: bool = True) -> Any:
-        return self._seed
 
 
 # --------------------------------------------------------------------------- query blocking
