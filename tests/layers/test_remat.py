@@ -62,7 +62,9 @@ def _gradients(layer, inputs, call):
             return total(output), output
 
         argnums = tuple(range(len(inputs) + 1))
-        (_, output), grads = jax.value_and_grad(loss, argnums, has_aux=True)(trainable, *inputs)
+        # Compiled: op by op, JAX's gradients of a recomputed block took a minute here.
+        gradients = jax.jit(jax.value_and_grad(loss, argnums, has_aux=True))
+        (_, output), grads = gradients(trainable, *inputs)
         grads = list(grads[1:]) + list(grads[0])
     else:
         import torch
