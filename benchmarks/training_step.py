@@ -100,7 +100,6 @@ def _training_step(layer):
             return jax.tree_util.tree_map(ops.convert_to_numpy, grads)
 
         return step
-    import torch
 
     def step(x):
         x = x.detach().requires_grad_(True)

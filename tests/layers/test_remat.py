@@ -176,7 +176,9 @@ def _reseed(layer):
 def test_dropout_is_replayed_in_the_recomputation(rng, monkeypatch):
     """With dropout the recomputed blocks draw the masks of the first pass, those the layer
     draws without recomputation: equal outputs, and the gradients of that output."""
-    layer = MultiHeadRelativeAttention(2, 4, relative="keys_values", query_block_size=4, dropout=0.5)
+    layer = MultiHeadRelativeAttention(
+        2, 4, relative="keys_values", query_block_size=4, dropout=0.5
+    )
     x = rng.standard_normal((2, 11, 8)).astype("float32")
     layer(x, x)
     reset = _reseed(layer)
@@ -238,3 +240,28 @@ def test_decoder_remat_gives_the_same_gradients(rng, remat_calls):
     got = _gradients(remat, (decoder, encoder), call)
     assert remat_calls
     _assert_same(got, _gradients(plain, (decoder, encoder), call))
+
+
+def test_zoo_model_remat_gives_the_same_gradients(rng, remat_calls):
+    """A zoo model's ``remat=True`` reaches its blocks and its config; equal gradients."""
+    from keras_posenc.zoo.relative_transformers import ShawTransformer
+
+    arguments = dict(hidden_dim=8, intermediate_dim=16, num_heads=2, num_layers=1, dropout=0.0)
+    remat = ShawTransformer(20, remat=True, **arguments)
+    plain = ShawTransformer(20, **arguments)
+    assert remat.get_config()["remat"] is True
+    assert all(block.remat for block in remat.encoder_blocks + remat.decoder_blocks)
+    ids = {
+        "encoder_token_ids": rng.integers(3, 20, (2, 5)).astype("int32"),
+        "decoder_token_ids": rng.integers(3, 20, (2, 4)).astype("int32"),
+    }
+    remat(ids)
+    plain(ids)
+    plain.set_weights(remat.get_weights())
+
+    def call(model):
+        return model(ids, training=True)
+
+    got = _gradients(remat, (), call)
+    assert len(remat_calls) >= 2  # the encoder's block and the decoder's
+    _assert_same(got, _gradients(plain, (), call))
