@@ -648,6 +648,8 @@ class _RelativeConfig(ZooConfig):
     # The position scheme where it is not the paper's (keras_posenc/zoo/transplant.py).
     position: Any = None
     rotary: Any = None
+    # Keras' remat of every block in training (less memory, more time).
+    remat: bool = False
     # The special ids and the model.
     pad_id: int = 0
     bos_id: int = 1
