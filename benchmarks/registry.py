@@ -85,6 +85,22 @@ BENCHMARKS = {
             split_default="DEFAULT_LENGTHS",
         ),
         Benchmark(
+            "training_step",
+            "training_step.py",
+            keys=_ATTENTION_KEYS,
+            columns=(
+                Column("impl", "implementation", "text"),
+                Column("L", "length", "text"),
+                Column("ms", "seconds", "ms"),
+                Column("x mha", "x_mha", "ratio"),
+                Column("extra MB", "extra_peak_bytes", "mb"),
+                Column("x S", "extra_S", "ratio"),
+            ),
+            compare=("x_mha", "extra_S"),
+            split="--lengths",
+            split_default="DEFAULT_LENGTHS",
+        ),
+        Benchmark(
             "decoder_cache",
             "decoder_attention.py",
             keys=("case",),

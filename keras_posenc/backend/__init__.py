@@ -58,8 +58,10 @@ __all__ = [
     "prefers_fused_attention",
     "prefers_toeplitz_attention",
     "query_block_bytes",
+    "recompute_block",
     "references_only",
     "relative_key_logits",
+    "replays_random_draws",
     "scratch",
     "take_columns",
     "toeplitz",
@@ -82,6 +84,8 @@ prefers_toeplitz_attention = kernel(common.prefers_toeplitz_attention)
 query_block_bytes = kernel(common.query_block_bytes)
 compiled_block = kernel(common.compiled_block)
 scratch = kernel(common.scratch)
+recompute_block = kernel(common.recompute_block)
+replays_random_draws = kernel(common.replays_random_draws)
 
 # Convolutions.
 depthwise_conv2d = kernel(common.depthwise_conv2d)

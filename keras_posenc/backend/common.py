@@ -131,6 +131,41 @@ def compiled_block(method: Callable[..., Any], logits: int, training: Any, dropo
     return method
 
 
+def recompute_block(function: Callable[..., Any], tensors: Sequence[Any], training: Any) -> Any:
+    """``function(*tensors)``, whose backward pass recomputes it (Keras' ``keras.remat``).
+
+    One block of queries of the attention (`keras_posenc.layers._attention.attend_in_blocks`):
+    without this, a training step keeps every block's probabilities and logits for the
+    backward pass (3-6 S in all, S = heads x L x L float32); with it, the block's inputs
+    only, and the block's probabilities are computed again, one block at a time, when its
+    gradients are. ``tensors`` are every tensor the gradients flow to (entries may be None);
+    what ``function`` reads besides them is the layer's variables (``keras.remat`` sees them
+    on every backend) and tensors without gradients (masks). Only where ``training`` is not
+    falsy: inference, an export and the decoding loops run ``function`` as it is.
+    """
+    if isinstance(training, bool | int | type(None)) and not training:
+        return function(*tensors)
+    present = [index for index, tensor in enumerate(tensors) if tensor is not None]
+
+    def packed(*given: Any) -> Any:
+        full = list(tensors)
+        for index, tensor in zip(present, given, strict=True):
+            full[index] = tensor
+        return function(*full)
+
+    return keras.remat(packed)(*(tensors[index] for index in present))
+
+
+def replays_random_draws() -> bool:
+    """Whether `recompute_block` draws the same random numbers again when it recomputes.
+
+    Not the reference: a Keras dropout layer draws a new seed on each call (TensorFlow), or
+    leaks its traced seed out of the recomputed function (JAX); the attention then draws
+    each block's dropout seed before the block (`keras_posenc.layers._attention.SeededDropout`).
+    """
+    return False
+
+
 def scratch() -> contextlib.AbstractContextManager:
     """A scope for one layer call within which kernels may reuse block-sized buffers.
 

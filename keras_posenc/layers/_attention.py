@@ -37,6 +37,7 @@ from keras_posenc import backend
 from keras_posenc.layers import relative_index
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._memory import check_allocation
+from keras_posenc.layers._remat import DrawnSeeds
 
 # Logits of masked pairs. Finite, so a fully masked row never produces NaN
 # (softmax of a constant row is uniform; the row is then zeroed), and far below
@@ -473,6 +474,27 @@ def scale_queries(q: Any, head_dim: int) -> Any:
     return q * ops.cast(1.0 / math.sqrt(head_dim), q.dtype)
 
 
+class SeededDropout:
+    """Dropout on the probabilities with a seed drawn before the call: what a block
+    recomputed in the backward pass needs (`attend_in_blocks`).
+
+    A Keras ``Dropout`` layer draws its seed from its generator when called, so calling it
+    again in the recomputation would draw another mask (TensorFlow) or leak a traced seed out
+    of the recomputed function (JAX). Here the seed is ``layer.seed_generator.next()`` drawn
+    once outside, the one the layer would have drawn: the same mask as the layer's, in
+    the layer's compute dtype, on the first call and on the recomputation.
+    """
+
+    def __init__(self, layer: keras.layers.Dropout, seed: Any) -> None:
+        self.rate, self.dtype = layer.rate, layer.compute_dtype
+        self.seed = DrawnSeeds(seed)
+
+    def __call__(self, x: Any, training: Any = None) -> Any:
+        if not training or not self.rate:
+            return x
+        return keras.random.dropout(ops.cast(x, self.dtype), self.rate, seed=self.seed)
+
+
 # --------------------------------------------------------------------------- query blocking
 
 
@@ -534,17 +556,45 @@ def query_rows(tensor: Any, first: int, last: int) -> Any:
 
 
 def attend_in_blocks(
-    attend_rows: Callable[[int, int], tuple], query_length: int, block: int, return_scores: bool
+    attend_rows: Callable[..., tuple],
+    query_length: int,
+    block: int,
+    return_scores: bool,
+    tensors: tuple = (),
+    training: Any = None,
+    draw_seed: Callable[[], Any] | None = None,
 ) -> tuple:
-    """Runs ``attend_rows(first, last)`` over blocks of queries and concatenates the results.
+    """Runs ``attend_rows(first, last, *tensors)`` over blocks of queries and concatenates
+    the results.
 
     Rows of queries are independent given the keys and values, so each block
     is the attention of its queries to every key (the caller shifts relative
     positions and causal masks by ``first``); only the small outputs are kept.
+
+    Training (``training`` not falsy, no scores returned), each block's backward pass
+    recomputes the block (`backend.recompute_block`: Keras' remat) from ``tensors``, every
+    tensor its gradients flow to (queries, keys, values, an attention bias; None allowed),
+    so a training step keeps the blocks' inputs and outputs instead of every block's
+    probabilities: its peak is that of one block, as the forward pass's is. ``draw_seed``:
+    None, or (dropout active) a function drawing one block's dropout seed, passed to
+    ``attend_rows`` after ``tensors`` where the block is recomputed (see `SeededDropout`).
     """
     outputs, scores = [], []
+    recompute = bool(tensors) and not return_scores
     for first in range(0, query_length, block):
-        output, probabilities = attend_rows(first, min(first + block, query_length))
+        last = min(first + block, query_length)
+        if recompute:
+
+            def rows(*given: Any, first: int = first, last: int = last) -> Any:
+                return attend_rows(first, last, *given)[0]
+
+            # The block's dropout seed, drawn here (as its dropout layer would), so that
+            # the recomputation draws the same mask (`backend.replays_random_draws`).
+            seed = (draw_seed(),) if draw_seed is not None else ()
+            output = backend.recompute_block(rows, tensors + seed, training)
+            probabilities = None
+        else:
+            output, probabilities = attend_rows(first, last, *tensors)
         outputs.append(output)
         scores.append(probabilities)
         del output, probabilities

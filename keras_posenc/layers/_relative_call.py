@@ -343,6 +343,7 @@ class RelativeCallSteps:
         training: Any,
         return_attention_scores: bool,
         keys: tuple | None = None,
+        dropout: Any = None,
     ) -> tuple:
         """Attention of one block of (scaled) queries ``q`` at ``offset`` to every key.
 
@@ -352,6 +353,8 @@ class RelativeCallSteps:
         (keys at positions ``0 ..``) or their layout ``(positions, written, runs)`` (a
         rolling cache, a window's keys): ``runs`` are ``(keys, offset)`` pairs, the
         relative terms' offset of each run of consecutive positions, for this block.
+        ``dropout``: None (the layer's ``dropout_layer``) or the block's
+        `_attention.SeededDropout` (a block recomputed in the backward pass).
         """
         query_length = ops.shape(q[0] if isinstance(q, tuple) else q)[1]
         key_length = ops.shape(k)[1]
@@ -367,7 +370,18 @@ class RelativeCallSteps:
             offset if keys is None else keys[2],
             training,
             return_attention_scores,
+            dropout,
         )
+
+    def _dropout_seeds(self, training: Any) -> Any:
+        """None, or where dropout is active in training and the backend's recomputation does
+        not replay random draws itself (`backend.replays_random_draws`), the function that
+        draws one block's dropout seed (`_attention.attend_in_blocks`)."""
+        if not self.dropout or (isinstance(training, bool | int | type(None)) and not training):
+            return None
+        if backend.replays_random_draws():
+            return None
+        return self.dropout_layer.seed_generator.next
 
     def _attend(
         self,
@@ -381,6 +395,7 @@ class RelativeCallSteps:
         offset: Any,
         training: Any,
         return_attention_scores: bool,
+        dropout: Any = None,
     ) -> tuple:
         """Attention of the (scaled) queries ``q`` at ``offset`` to every key (the core's).
 
@@ -427,7 +442,7 @@ class RelativeCallSteps:
             v,
             mask=mask,
             bias=bias,
-            dropout=self.dropout_layer,
+            dropout=self.dropout_layer if dropout is None else dropout,
             training=training,
             fused=fused,
             return_scores=return_attention_scores,

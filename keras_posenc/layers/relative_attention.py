@@ -549,7 +549,18 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
             ("batch", "num_heads", "q_len", "k_len"),
         )
 
-        def attend_rows(first: int, last: int | None) -> tuple:
+        def attend_rows(
+            first: int,
+            last: int | None,
+            q: Any,
+            q_relative: Any,
+            k: Any,
+            v: Any,
+            attention_bias: Any,
+            seed: Any = None,
+        ) -> tuple:
+            # The tensors are arguments, not read from the enclosing call: a block's
+            # backward pass recomputes it from them (`_attention.attend_in_blocks`).
             # Query blocking (see `_attention.query_block`): the block's queries
             # attend to every key, with their relative positions (and causal
             # mask) shifted by the block's first position.
@@ -572,6 +583,12 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
             window = None
             if keys is None and not return_attention_scores:
                 window = self._window_keys(first, last or query_length, offset, key_length)
+            # A recomputed block's dropout draws with the seed drawn for it (`attend_in_blocks`).
+            seeded = (
+                {}
+                if seed is None
+                else {"dropout": _attention.SeededDropout(self.dropout_layer, seed)}
+            )
             k_block, v_block = k, v
             if window is not None:
                 columns, block_keys = self._window_columns(
@@ -591,6 +608,7 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
                     training=training,
                     return_attention_scores=return_attention_scores,
                     keys=block_keys,
+                    **seeded,
                 )
             # One compiled program per block shape where that pays (eager TensorFlow on
             # CPU: `backend.compiled_block`); the offset is then a tensor, so every
@@ -610,6 +628,7 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
                 use_causal_mask=use_causal_mask,
                 training=training,
                 return_attention_scores=return_attention_scores,
+                **seeded,
             )
 
         output = self._toeplitz_attend(
@@ -632,11 +651,18 @@ class MultiHeadRelativeAttention(RelativeCallSteps, RelativeTerms, keras.layers.
         # kept per block.
         scope = contextlib.nullcontext() if return_attention_scores else backend.scratch()
         with scope:
+            tensors = (q, q_relative, k, v, attention_bias)
             if block is None:
-                output, probabilities = attend_rows(0, None)
+                output, probabilities = attend_rows(0, None, *tensors)
             else:
                 output, probabilities = _attention.attend_in_blocks(
-                    attend_rows, query_length, block, return_attention_scores
+                    attend_rows,
+                    query_length,
+                    block,
+                    return_attention_scores,
+                    tensors,
+                    training,
+                    self._dropout_seeds(training),
                 )
         return self._finish(
             self.output_dense(output), probabilities, cache, return_attention_scores

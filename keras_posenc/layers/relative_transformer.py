@@ -52,6 +52,7 @@ from keras_posenc.layers._relative_arguments import (
     check_relative_logits,
     check_rotary,
 )
+from keras_posenc.layers._remat import remat_call, training_now
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 
 __all__ = ["RelativeTransformerEncoder"]
@@ -111,10 +112,13 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
         output_bias: bool | None = None,
         query_scale_dim: int | None = None,
         layer_norm: str = "layer",
+        remat: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
+        self.remat = check_bool(caller, "remat", remat)
+        self._inside_remat = False
         if layer_norm not in ("layer", "rms"):
             raise ValueError(
                 f"{caller}: `layer_norm` must be 'layer' (LayerNormalization) or 'rms' "
@@ -288,9 +292,27 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             rotary=keras.saving.serialize_keras_object(self.rotary),
             query_block_size=self.query_block_size,
             relative_logits=self.relative_logits,
+            remat=self.remat,
             **self._decoder_options(),
         )
         return config
+
+    def _remats(self, training: Any) -> bool:
+        """Whether this call is recomputed in the backward pass (``remat=True``, training)."""
+        return self.remat and not self._inside_remat and training_now(training)
+
+    def _remat_call(self, call: Any, tensors: tuple, training: Any) -> Any:
+        """``call(*tensors)`` (the block's own ``call`` without remat) recomputed in the
+        backward pass: Keras' remat, its dropout replayed (keras_posenc/layers/_remat.py)."""
+
+        def body(*given: Any) -> Any:
+            previous, self._inside_remat = self._inside_remat, True
+            try:
+                return call(*given)
+            finally:
+                self._inside_remat = previous
+
+        return remat_call(self, body, tensors, training)
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -355,6 +377,10 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
             automatically when one example's logits exceed a size measured per
             backend (16 MiB on PyTorch, 32 MiB elsewhere); an int forces blocks of
             that many queries.
+        remat: recompute the block in the backward pass of training calls (Keras'
+            ``keras.remat``; dropout draws the same masks again) instead of keeping its
+            activations: less memory per block, about one more forward pass of time.
+            Default False. Calls with a cache or returning scores are not recomputed.
         relative_logits: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
             ``"skew"`` (Music Transformer's memory-efficient shift; `ClipPositions` tables
@@ -438,6 +464,14 @@ class RelativeTransformerEncoder(_RelativeTransformerBase):
         training: Any = None,
         return_attention_scores: bool = False,
     ) -> Any:
+        if self._remats(training) and not return_attention_scores:
+            if padding_mask is None:  # read here: the recomputed inputs carry no Keras mask
+                padding_mask = self._mask_reader(inputs)
+            return self._remat_call(
+                lambda x, bias: self.call(x, padding_mask, attention_mask, bias, training),
+                (inputs, attention_bias),
+                training,
+            )
         batch, length, _ = self._check_sequence("inputs", inputs)
         padding_mask = self._check_mask("padding_mask", padding_mask, 2, (batch, length))
         attention_mask = self._check_mask(

@@ -121,6 +121,10 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             automatically when one example's logits exceed a size measured per
             backend (16 MiB on PyTorch, 32 MiB elsewhere); an int forces blocks of
             that many queries.
+        remat: recompute the block in the backward pass of training calls (Keras'
+            ``keras.remat``; dropout draws the same masks again) instead of keeping its
+            activations: less memory per block, about one more forward pass of time.
+            Default False. Calls with a cache or returning scores are not recomputed.
         relative_logits: passed to the self-attention's
             ``MultiHeadRelativeAttention``: ``"auto"`` (default), ``"gather"`` or
             ``"skew"`` (Music Transformer's memory-efficient shift; `ClipPositions` tables
@@ -274,6 +278,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         output_bias: bool | None = None,
         query_scale_dim: int | None = None,
         layer_norm: str = "layer",
+        remat: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -301,6 +306,7 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
             output_bias=output_bias,
             query_scale_dim=query_scale_dim,
             layer_norm=layer_norm,
+            remat=remat,
             **kwargs,
         )
         self.cross_attention = None
@@ -458,6 +464,32 @@ class RelativeTransformerDecoder(_RelativeTransformerBase):
         attention_bias: Any = None,
         training: Any = None,
     ) -> Any:
+        if (
+            self._remats(training)
+            and self_attention_cache is None
+            and cross_attention_cache is None
+        ):
+            # The masks read here: the recomputed sequences carry no Keras mask.
+            if decoder_padding_mask is None:
+                decoder_padding_mask = self._mask_reader(decoder_sequence)
+            if encoder_padding_mask is None and encoder_sequence is not None:
+                encoder_padding_mask = self._mask_reader(encoder_sequence)
+
+            def body(decoder: Any, encoder: Any, bias: Any) -> Any:
+                return self.call(
+                    decoder,
+                    encoder,
+                    decoder_padding_mask,
+                    decoder_attention_mask,
+                    encoder_padding_mask,
+                    encoder_attention_mask,
+                    use_causal_mask=use_causal_mask,
+                    attention_bias=bias,
+                    training=training,
+                )
+
+            tensors = (decoder_sequence, encoder_sequence, attention_bias)
+            return self._remat_call(body, tensors, training)
         self._check_sequence("decoder_sequence", decoder_sequence)
         if encoder_sequence is not None:
             self._check_sequence("encoder_sequence", encoder_sequence)

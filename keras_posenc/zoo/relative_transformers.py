@@ -103,8 +103,11 @@ class _RelativeStack:
         relative: Any = "keys",
         position: Any = None,
         rotary: Any = None,
+        remat: Any = False,
     ) -> None:
         self.relative = relative
+        # Keras' remat of every block's call in training (RelativeTransformerEncoder).
+        self.remat = check_bool(owner, "remat", remat)
         # None: the papers' clipped distances (ClipPositions(max_distance)) where there is a
         # relative term; another scheme (ALiBi, T5's buckets, ...) replaces them
         # (keras_posenc/zoo/transplant.py). The blocks check every combination.
@@ -147,6 +150,7 @@ class _RelativeStack:
             relative=self.relative,
             position=self._scheme(),
             rotary=self.rotary,
+            remat=self.remat,
             dtype=policy,
         )
 
@@ -188,6 +192,7 @@ class _RelativeStack:
             "relative": self.relative,
             "position": keras.saving.serialize_keras_object(self.position),
             "rotary": keras.saving.serialize_keras_object(self.rotary),
+            "remat": self.remat,
         }
 
 
@@ -248,6 +253,8 @@ class ShawTransformer(_RelativeStack, Seq2SeqModel):
             ``"t5_decoder"``, ...) with ``relative="bias"`` is a transplant
             (`keras_posenc.zoo.transplant`).
         rotary: a `RotaryPositions` on every self-attention, or None (default).
+        remat: recompute every block in the backward pass of training (Keras' remat:
+            ``RelativeTransformerEncoder(remat=True)``): less memory, more time. Default False.
         **kwargs: ``name`` and other ``keras.Model`` arguments.
 
     Examples:
@@ -289,6 +296,7 @@ class ShawTransformer(_RelativeStack, Seq2SeqModel):
         relative: str | None = "keys_values",
         position: Any = None,
         rotary: Any = None,
+        remat: bool = False,
         **kwargs: Any,
     ) -> None:
         owner = type(self).__name__
@@ -324,6 +332,7 @@ class ShawTransformer(_RelativeStack, Seq2SeqModel):
             relative,
             position,
             rotary,
+            remat,
         )
         blocks = self._block_arguments(policy)
         self.encoder_blocks = [
@@ -489,6 +498,8 @@ class MusicTransformer(_RelativeStack, LanguageModel):
             ``"t5_decoder"``, ...) with ``relative="bias"`` is a transplant
             (`keras_posenc.zoo.transplant`).
         rotary: a `RotaryPositions` on every self-attention, or None (default).
+        remat: recompute every block in the backward pass of training (Keras' remat:
+            ``RelativeTransformerEncoder(remat=True)``): less memory, more time. Default False.
         **kwargs: ``name`` and other ``keras.Model`` arguments.
 
     Examples:
@@ -527,6 +538,7 @@ class MusicTransformer(_RelativeStack, LanguageModel):
         relative: str | None = "keys",
         position: Any = None,
         rotary: Any = None,
+        remat: bool = False,
         **kwargs: Any,
     ) -> None:
         owner = type(self).__name__
@@ -549,6 +561,7 @@ class MusicTransformer(_RelativeStack, LanguageModel):
             relative,
             position,
             rotary,
+            remat,
         )
         blocks = self._block_arguments(policy)
         if self.relative == "keys" and self.position is None:  # the paper's clipped keys
@@ -634,6 +647,8 @@ class _RelativeConfig(ZooConfig):
     # The position scheme where it is not the paper's (keras_posenc/zoo/transplant.py).
     position: Any = None
     rotary: Any = None
+    # Keras' remat of every block in training (less memory, more time).
+    remat: bool = False
     # The special ids and the model.
     pad_id: int = 0
     bos_id: int = 1

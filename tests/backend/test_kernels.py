@@ -59,6 +59,8 @@ ELSEWHERE = {
     "compile_function": "tests/backend/test_compile.py",
     "compiled_while_loop": "tests/backend/test_compile.py",
     "concrete_values": "tests/test_bad_calls.py",
+    "recompute_block": "tests/layers/test_remat.py",
+    "replays_random_draws": "tests/layers/test_remat.py",
     "check_synchronized_batch_norm": "tests/layers/test_coatnet.py",
 }
 
