@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -86,3 +89,19 @@ def torch_trace_after() -> int:
     except ImportError:
         from keras_posenc._compile import TORCH_TRACE_AFTER
     return TORCH_TRACE_AFTER
+
+
+def case_in_subprocess(script: str, implementation: str, length: int, repeats: int) -> dict:
+    """The row ``script --case IMPLEMENTATION LENGTH --repeats N`` prints last, run in a fresh
+    process (so its peak memory is the case's alone), or a row with the error's last lines.
+
+    The memory benchmarks' one way to run a case (relative_attention.py, training_step.py).
+    """
+    command = [sys.executable, os.path.abspath(script), "--case", implementation, str(length)]
+    command += ["--repeats", str(repeats)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+    if result.returncode != 0:
+        tail = result.stderr.strip().splitlines()[-3:]
+        return {"implementation": implementation, "length": length, "error": " | ".join(tail)}
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -36,11 +36,10 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 
-from _timing import finish  # benchmarks/_timing.py, next to this script
+from _timing import case_in_subprocess, finish  # benchmarks/_timing.py, next to this script
 
 HEADS, HEAD_DIM, MAX_DISTANCE = 8, 64, 16
 IMPLEMENTATIONS = ("keras_mha", "rel_bias", "rel_keys", "rel_keys_values")
@@ -160,24 +159,6 @@ def _seconds(step, inputs) -> float:
     return time.perf_counter() - start
 
 
-def _run_in_subprocess(implementation: str, length: int, repeats: int) -> dict:
-    command = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--case",
-        implementation,
-        str(length),
-        "--repeats",
-        str(repeats),
-    ]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
-    if result.returncode != 0:
-        tail = result.stderr.strip().splitlines()[-3:]
-        return {"implementation": implementation, "length": length, "error": " | ".join(tail)}
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", default=DEFAULT_LENGTHS)
@@ -206,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     for length in (int(n) for n in args.lengths.split(",")):
         score_bytes = HEADS * length * length * 4
         for implementation in implementations:
-            row = _run_in_subprocess(implementation, length, args.repeats)
+            row = case_in_subprocess(__file__, implementation, length, args.repeats)
             rows.append(row)
             if "error" in row:
                 print(f"{implementation:<16}{length:>6}  failed: {row['error']}")
