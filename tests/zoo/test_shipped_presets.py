@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -54,8 +55,10 @@ def _outputs(images: np.ndarray) -> dict[str, np.ndarray]:
     return {
         "digits_logits": keras.ops.convert_to_numpy(digits(to_inputs(images), training=False)),
         "reverse_logits": keras.ops.convert_to_numpy(reverse(inputs, training=False)),
+        # Greedy decoding of the 4 of the training lengths (13 steps: each step is a call,
+        # which PyTorch runs eagerly; the logits above cover the longer ones).
         "reverse_greedy": keras.ops.convert_to_numpy(
-            greedy_search(reverse, sources, max_length=sources.shape[1])
+            greedy_search(reverse, sources[:4, :13], max_length=13)
         ),
     }
 
@@ -83,7 +86,7 @@ def test_the_presets_load_by_name_and_predict_as_when_trained():
     np.testing.assert_array_equal(outputs["reverse_greedy"], fixture["reverse_greedy"])
     # The sources of the training lengths are reversed exactly (greedy decoding).
     _, _, targets = _reversal_sources()
-    for guess, truth in zip(outputs["reverse_greedy"][:4], targets[:4], strict=True):
+    for guess, truth in zip(outputs["reverse_greedy"], targets[:4], strict=True):
         end = int(np.flatnonzero(truth == 2)[0])
         np.testing.assert_array_equal(guess[: end + 1], truth[: end + 1])
 
@@ -101,8 +104,10 @@ def test_overrides_still_apply_over_the_presets_fields():
     fixture = np.load(fixtures_path(FIXTURE))
     probabilities = keras.ops.convert_to_numpy(model(to_inputs(fixture["digits_images"][:2])))
     np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, atol=1e-5)
-    # A field that changes the weights' shapes is Keras' to refuse.
-    with pytest.raises(ValueError):
+    # A field that changes the weights' shapes is Keras' to refuse (it warns first about
+    # the containers it skipped).
+    with pytest.raises(ValueError), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         zoo.create("coatnet_0", weights="digits", num_classes=11)
 
 
