@@ -69,7 +69,7 @@ def shipped_weights(name: str, tag: str) -> tuple[str, dict[str, Any]]:
 
     >>> path, overrides = shipped_weights("coatnet_0", "digits")
     >>> os.path.basename(path), overrides["input_shape"]
-    ('coatnet_0.digits.weights.h5', (64, 64, 1))
+    ('coatnet_0.digits.weights.h5', (32, 32, 1))
     """
     entry = _index().get(name, {}).get(tag)
     if entry is None:

@@ -119,7 +119,7 @@ def write_fixture() -> None:
     seed = zoo.shipped_presets()["coatnet_0/digits"]["seed"]
     order = np.random.default_rng(seed).permutation(len(labels))[:32]  # held out
     outputs = _outputs(images[order])
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", FIXTURE)
+    path = os.path.join(fixtures_path(), FIXTURE)
     np.savez_compressed(path, digits_images=images[order], digits_labels=labels[order], **outputs)
     print(f"wrote {os.path.normpath(path)} on {keras.backend.backend()}")
 
