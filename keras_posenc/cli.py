@@ -539,10 +539,10 @@ def build_parser() -> argparse.ArgumentParser:
         "shipped in the package (coatnet_0, weights 'digits'; needs scikit-learn, the "
         "'data' extra, for the digits), print its predictions and accuracy on held-out "
         "digits, save it, export it to ONNX, SavedModel and LiteRT from the active backend, "
-        "verify each artifact on those digits and show that each predicts the same classes "
-        f"({measured('demo')}). With NAME: create that zoo model (random weights), run it on "
-        "generated input (greedy generation for translation models), export and verify "
-        "it. " + NAMING,
+        "verify each artifact on those digits and show that each predicts the same classes, "
+        f"all named coatnet_0_digits ({measured('demo')}). With NAME: create that zoo "
+        "model (random weights), run it on generated input (greedy generation for "
+        "translation models), export and verify it. " + NAMING,
     )
     demo.add_argument(
         "model", nargs="?", help="a zoo model name (default: the shipped digits classifier)"

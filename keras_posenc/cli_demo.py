@@ -44,7 +44,7 @@ def run_preset_demo(
 
     start = time.perf_counter()
     entry = zoo.shipped_presets()[f"{PRESET_MODEL}/{PRESET_TAG}"]
-    _, _, images, labels = digits_split(entry["seed"], caller="posenc demo")
+    _, _, images, labels = digits_split(entry["seed"])
     model = zoo.create(PRESET_MODEL, weights=PRESET_TAG)
     print(
         f"1. loaded {PRESET_MODEL} with its shipped weights {PRESET_TAG!r} "

@@ -111,6 +111,17 @@ def test_overrides_still_apply_over_the_presets_fields():
         zoo.create("coatnet_0", weights="digits", num_classes=11)
 
 
+@pytest.mark.neutral
+def test_without_scikit_learn_the_digits_name_the_extra(monkeypatch):
+    from keras_posenc.experiments import digits_split
+
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # an import of it raises ImportError
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    with pytest.raises(ImportError, match=r"digits_split: the digits data set comes with "
+                       r"scikit-learn.*pip install \"keras-posenc\[data\]\""):  # fmt: skip
+        digits_split()
+
+
 def write_fixture() -> None:
     """Writes tests/fixtures/shipped_presets.npz from the shipped weights (scikit-learn)."""
     from keras_posenc.experiments import load_digits
