@@ -49,7 +49,7 @@ COMMANDS = {
     "help": ["--help"],
     "info": ["info"],
     "demo": ["demo", "--out", "demo"],
-    "export": ["export", "demo/convs2s_small.keras", "--format", "onnx", "--out", "exported"],
+    "export": ["export", "demo/coatnet_0_digits.keras", "--format", "onnx", "--out", "exported"],
     "probe padding --quick": ["probe", "padding", "--quick"],
     "experiment length --quick": ["experiment", "length", "--quick"],
     "experiment layouts --quick": ["experiment", "layouts", "--quick"],

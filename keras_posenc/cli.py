@@ -104,7 +104,7 @@ def _output_folder(path: str) -> None:
 # benchmarks/cli_quick.py from it; tests/test_first_contact.py checks that the two agree.
 # cli_timings measured
 MEASURED = {
-    "demo": (24.8, 25.0, 0.45),
+    "demo": (15.8, 16.0, 1.37),
     "probe padding --quick": (66.1, 75.5, 0.7),
     "experiment length --quick": (85.2, 150.1, 0.91),
     "experiment layouts --quick": (55.7, 56.4, 2.7),
@@ -227,10 +227,8 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-# `posenc demo` without a name: the ConvS2S training-example model with 1k vocabularies
-# (474k parameters); its measured times are in docs/data/cli_timings.csv.
-DEMO_MODEL = "convs2s_small"
-DEMO_OVERRIDES = {"src_vocab_size": 1000, "tgt_vocab_size": 1000}
+# `posenc demo` without a name: the digits classifier shipped in the package
+# (keras_posenc/cli_demo.py); its measured times are in docs/data/cli_timings.csv.
 
 
 def _demo_inputs(model: Any, rng: Any) -> Any:
@@ -246,10 +244,22 @@ def _demo_inputs(model: Any, rng: Any) -> Any:
     return arrays[0] if len(arrays) == 1 else arrays
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _check_demo(args: argparse.Namespace) -> None:
+    """``posenc demo``'s argument check, before Keras is imported (cli.main's ``precheck``)."""
+    if args.model is None and args.set:
+        raise ValueError(
+            "--set changes a zoo model's configuration: name the model (posenc demo NAME "
+            "--set KEY=VALUE); without a name the demo loads the shipped digits classifier."
+        )
 
+
+def _demo(args: argparse.Namespace) -> int:
     _output_folder(args.out)
-    name = args.model or DEMO_MODEL
+    if args.model is None:
+        from keras_posenc.cli_demo import run_preset_demo
+
+        return run_preset_demo(args, _export_formats, output_path)
+    name = args.model
     saved = output_path(args.out, name, "keras")
     if os.path.exists(saved) and not args.overwrite:  # before minutes of work, as export does
         raise FileExistsError(f"{saved!r} already exists; pass --overwrite to replace it.")
@@ -262,7 +272,7 @@ def _demo(args: argparse.Namespace) -> int:
     from keras_posenc.zoo.seq2seq import Seq2SeqModel
 
     start = time.perf_counter()
-    overrides = {**(DEMO_OVERRIDES if args.model is None else {}), **parse_overrides(args.set)}
+    overrides = parse_overrides(args.set)
     keras.utils.set_random_seed(0)
     model = zoo.create(name, **overrides)
     print(
@@ -547,13 +557,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="create a zoo model, run it, export it to ONNX, SavedModel and LiteRT and verify each",
-        description="The main job end to end: create a zoo model (random weights), run it "
-        "on generated input (greedy generation for translation models), export it to ONNX "
-        "and SavedModel from the active backend and verify each artifact against Keras. "
-        f"Without NAME: {DEMO_MODEL} with 1k vocabularies ({measured('demo')}). " + NAMING,
+        help="run a trained model on real data, export it to ONNX, SavedModel and LiteRT and "
+        "verify each",
+        description="The main job end to end. Without NAME: load the digits classifier "
+        "shipped in the package (coatnet_0, weights 'digits'; needs scikit-learn, the "
+        "'data' extra, for the digits), print its predictions and accuracy on held-out "
+        "digits, save it, export it to ONNX, SavedModel and LiteRT from the active backend, "
+        "verify each artifact on those digits and show that each predicts the same classes, "
+        f"all named coatnet_0_digits ({measured('demo')}). With NAME: create that zoo "
+        "model (random weights), run it on generated input (greedy generation for "
+        "translation models), export and verify it. " + NAMING,
     )
-    demo.add_argument("model", nargs="?", help=f"a zoo model name (default: {DEMO_MODEL})")
+    demo.add_argument(
+        "model", nargs="?", help="a zoo model name (default: the shipped digits classifier)"
+    )
     demo.add_argument(
         "--set",
         action="append",
@@ -563,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--out", required=True, help="folder for the outputs (made if missing)")
     demo.add_argument("--overwrite", action="store_true", help="replace outputs already in --out")
-    demo.set_defaults(handler=_demo)
+    demo.set_defaults(handler=_demo, precheck=_check_demo)
 
     probe = commands.add_parser("probe", help="PosENet experiments")
     probe_commands = probe.add_subparsers(

@@ -529,6 +529,7 @@ def cli_runs(tmp_path_factory):
         "export-out-is-a-file": ["export", model, "--out", str(file)],
         "export-out-below-a-file": ["export", model, "--out", str(file / "sub")],
         "demo-out-is-a-file": ["demo", "--out", str(file)],
+        "demo-set-without-a-name": ["demo", "--set", "num_classes=3", "--out", str(folder)],
         "convert-empty-pt": ["convert", "fairseq", str(folder / "empty.pt"), "--out", "x.keras"],
     }
     processes = {
@@ -553,6 +554,8 @@ CLI_CASES = {
     "export-out-is-a-file": r"posenc export: error: --out must be a folder; .*file.txt' is a file",
     "export-out-below-a-file": r"posenc export: error: .*Not a directory: .*file.txt/sub'",
     "demo-out-is-a-file": r"posenc demo: error: --out must be a folder; .*file.txt' is a file",
+    "demo-set-without-a-name": r"posenc demo: error: --set changes a zoo model's configuration: "
+    r"name the model",
     "convert-empty-pt": r"posenc convert: error: .*'.*empty.pt' is not a PyTorch checkpoint",
 }
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 
 import keras
 import numpy as np
 import pytest
 
-from keras_posenc import export, layers
+from keras_posenc import export, layers, zoo
 from keras_posenc.export import export_model, export_names, memory, verification
 from keras_posenc.export import model as exporting
 
@@ -416,13 +417,10 @@ def test_native_torch_route_every_public_layer(tmp_path):
 def test_demo_command_creates_runs_exports_and_verifies(tmp_path, capsys):
     from keras_posenc.cli import main
 
-    # The default model (a translation model: generation and two graphs per format),
-    # with small vocabularies.
+    # A translation model: generation and two graphs per format, with small vocabularies.
     out = str(tmp_path / "demo")
-    assert (
-        main(["demo", "--set", "src_vocab_size=30", "--set", "tgt_vocab_size=30", "--out", out])
-        == 0
-    )
+    overrides = ["--set", "src_vocab_size=30", "--set", "tgt_vocab_size=30"]
+    assert main(["demo", "convs2s_small", *overrides, "--out", out]) == 0
     text = capsys.readouterr().out
     assert "created convs2s_small" in text and "greedy search" in text
     assert text.count("max |difference|") == 6  # encoder and decoder step, three formats
@@ -438,6 +436,26 @@ def test_demo_command_creates_runs_exports_and_verifies(tmp_path, capsys):
         "encoder.tflite",
     ]
     assert "saved it as " + os.path.join(out, "convs2s_small.keras") in text
+
+
+@pytest.mark.full
+def test_demo_without_a_name_shows_the_shipped_digits_classifier(tmp_path, capsys):
+    pytest.importorskip("sklearn")  # the digits
+    from keras_posenc.cli import main
+
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "loaded coatnet_0 with its shipped weights 'digits'" in text
+    accuracy = float(re.search(r"held-out accuracy ([\d.]+)% \(", text).group(1))
+    card = zoo.shipped_presets()["coatnet_0/digits"]["metrics"]["held_out_accuracy"]
+    assert accuracy >= round(card * 100, 1)  # the issue's acceptance: at or above the card
+    assert text.count("360 of 360 equal to Keras'") == 3
+    assert sorted(os.listdir(tmp_path)) == [
+        "coatnet_0_digits.keras",
+        "coatnet_0_digits.onnx",
+        "coatnet_0_digits.savedmodel",
+        "coatnet_0_digits.tflite",
+    ]
 
 
 @pytest.mark.full

@@ -51,3 +51,19 @@ def test_exact_match():
 def test_reverse_task_errors(arguments, message):
     with pytest.raises(ValueError, match=f"`{message}` must be an int"):
         reverse_task(**{"num_examples": 4, **arguments})
+
+
+@pytest.mark.neutral  # numpy only
+def test_reverse_task_with_distinct_words():
+    inputs, targets = reverse_task(200, 3, 12, vocab_size=40, seed=3, distinct=True)
+    for source, target in zip(inputs["encoder_token_ids"], targets, strict=True):
+        length = int(np.flatnonzero(source == 2)[0])
+        words = source[:length]
+        assert len(set(words.tolist())) == length and words.min() >= 3  # none twice
+        np.testing.assert_array_equal(target[:length], words[::-1])
+    # Every word once: the longest sequence the words allow.
+    inputs, _ = reverse_task(1, 37, 37, vocab_size=40, distinct=True)
+    assert sorted(inputs["encoder_token_ids"][0, :37].tolist()) == list(range(3, 40))
+    with pytest.raises(ValueError, match=r"distinct=True, `max_length` must be at most "
+                       r"vocab_size - 3 = 17 \(the words\); got 18"):  # fmt: skip
+        reverse_task(4, 3, 18, vocab_size=20, distinct=True)

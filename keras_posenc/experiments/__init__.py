@@ -28,6 +28,7 @@ train on are exported here too, from :mod:`~keras_posenc.experiments.seq2seq_tas
 :func:`periodic_task` with :func:`train_periodic` (language models).
 """
 
+from keras_posenc.experiments.digits import digits_split, load_digits
 from keras_posenc.experiments.length_evaluation import LengthEvaluation, evaluate_lengths
 from keras_posenc.experiments.length_generalization import length_generalization_experiment
 from keras_posenc.experiments.padding import padding_experiment, probe_padding_mode
@@ -41,9 +42,11 @@ from keras_posenc.experiments.seq2seq_tasks import (
 
 __all__ = [
     "LengthEvaluation",
+    "digits_split",
     "evaluate_lengths",
     "exact_match",
     "length_generalization_experiment",
+    "load_digits",
     "padding_experiment",
     "periodic_task",
     "probe_padding_mode",

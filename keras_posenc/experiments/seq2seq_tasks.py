@@ -41,6 +41,7 @@ def reverse_task(
     max_length: int = 12,
     vocab_size: int = 20,
     seed: int = 0,
+    distinct: bool = False,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Examples of the reversal task, ready for ``model.fit``.
 
@@ -51,6 +52,10 @@ def reverse_task(
         vocab_size: ids ``0 .. vocab_size - 1``; the words are ``3 ..``.
         seed: seed of the generator (different seeds give disjoint-looking
             samples; use one for training and another for evaluation).
+        distinct: no word twice in a sequence (drawn without replacement; then
+            ``max_length`` is at most ``vocab_size - 3``). Each word then names its
+            place, so the word before the last one written is the next to write, a rule
+            that holds at any length (the shipped ``reverse`` preset's task).
 
     Returns:
         ``(inputs, targets)``: ``inputs`` is ``{"encoder_token_ids",
@@ -68,6 +73,11 @@ def reverse_task(
     checks.update(max_length=(max_length, min_length), vocab_size=(vocab_size, FIRST_WORD + 1))
     for name, (value, minimum) in checks.items():
         check_int("reverse_task", name, value, minimum)
+    if distinct and max_length > vocab_size - FIRST_WORD:
+        raise ValueError(
+            f"reverse_task: with distinct=True, `max_length` must be at most vocab_size - "
+            f"{FIRST_WORD} = {vocab_size - FIRST_WORD} (the words); got {max_length}."
+        )
     rng = np.random.default_rng(seed)
     width = max_length + 1
     source = np.full((num_examples, width), PAD_ID, "int32")
@@ -75,7 +85,10 @@ def reverse_task(
     decoder_in = np.full((num_examples, width), PAD_ID, "int32")
     lengths = rng.integers(min_length, max_length + 1, num_examples)
     for row, length in enumerate(lengths):
-        words = rng.integers(FIRST_WORD, vocab_size, length)
+        if distinct:
+            words = rng.permutation(np.arange(FIRST_WORD, vocab_size))[:length]
+        else:
+            words = rng.integers(FIRST_WORD, vocab_size, length)
         source[row, :length] = words
         source[row, length] = EOS_ID
         target[row, :length] = words[::-1]

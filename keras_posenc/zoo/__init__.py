@@ -58,6 +58,7 @@ from keras_posenc.zoo.registry import (
     unregister_model,
 )
 from keras_posenc.zoo.seq2seq import Seq2SeqModel
+from keras_posenc.zoo.shipped import shipped_presets
 
 __all__ = [
     "ModelSpec",
@@ -74,6 +75,7 @@ __all__ = [
     "register_model",
     "save_preset",
     "Seq2SeqModel",
+    "shipped_presets",
     "unregister_model",
     "ZooFunctional",
     "ZooModel",

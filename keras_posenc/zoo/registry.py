@@ -43,6 +43,7 @@ import h5py
 import keras
 
 from keras_posenc.layers._checks import excerpt, innermost_error
+from keras_posenc.zoo import shipped
 from keras_posenc.zoo.config import ZooConfig
 
 # Dots only between other characters, for release names such as "t5_1.1_small".
@@ -241,7 +242,10 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
 
     Args:
         name: a name from :func:`list_models`.
-        weights: None for fresh initialisation (nothing is downloaded); the path of a
+        weights: None for fresh initialisation (nothing is downloaded); the tag of
+            weights shipped in the package for ``name`` (:func:`shipped_presets`:
+            ``zoo.create("coatnet_0", weights="digits")``, a digits classifier, read
+            offline, with the configuration fields the preset changes); the path of a
             ``.weights.h5`` file (``model.save_weights``) or a ``.keras`` file
             (``model.save``) saved from the same configuration; or a preset source
             (:func:`~keras_posenc.hub.preset_path`): a preset folder, or
@@ -257,7 +261,8 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
 
     Raises:
         ValueError: for an unknown name, an override that is no field of the
-            configuration (both list close matches), a value the configuration
+            configuration (both list close matches), a tag of no shipped weights (the
+            message lists those shipped), a value the configuration
             refuses (``TypeError`` for a wrong type), a weights file of another kind, a
             ``.keras`` file that is not a valid one (e.g. truncated), or
             weights saved from another configuration: variables the model does
@@ -287,6 +292,9 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
         >>> zoo.unregister_model("doc_mlp")
     """
     spec = get_spec(name)
+    if shipped.is_tag(weights):  # a preset shipped in the package, with its fields
+        weights, changed = shipped.shipped_weights(name, weights)
+        overrides = {**changed, **overrides}
     arguments = _configure(spec, overrides)
     if weights is not None:  # before building: a bad file fails fast
         weights, classes = _preset_weights(weights)
