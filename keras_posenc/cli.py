@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from keras_posenc import cli_studies as studies
 from keras_posenc import cli_text
 from keras_posenc._registration import quiet_runtime
 from keras_posenc._sources import offline_failure
@@ -305,84 +306,6 @@ def _shapes(inputs: Any) -> str:
     return ", ".join(str(a.shape) for a in arrays)
 
 
-def _probe_padding(args: argparse.Namespace) -> int:
-    from keras_posenc.experiments.padding import padding_experiment, summary_markdown
-
-    rows = padding_experiment(
-        quick=args.quick,
-        out=args.out,
-        seeds=args.seeds or None,
-        studies=args.studies,
-        verbose=True,
-    )
-    # A short summary: the padding table on noise input (the study's headline). Every
-    # table, the CSV and the figures go to --out (summary.md, padding.csv, *.png).
-    headline = [r for r in rows if r["table"] == "padding" and r["input"] == "noise"]
-    print()
-    print(summary_markdown(headline or rows))
-    print(  # what the numbers mean, where they are printed (as docs/index.md says)
-        "\nSPC: Spearman's rank correlation of the drawn and the true map (1 perfect, 0 none); "
-        "MAE: their mean absolute error. Targets: horizontal (H) and vertical (V) ramps, a "
-        "Gaussian (G), horizontal and vertical stripes (HS, VS)."
-    )
-    if args.out:
-        print(f"wrote every table (summary.md), padding.csv and the figures to {args.out}")
-    else:
-        print(
-            f"{len(rows)} rows; the other tables (grey and white inputs, the paper's Tables "
-            "2-4), the CSV and the figures are written with --out DIR."
-        )
-    return 0
-
-
-def _experiment_length(args: argparse.Namespace) -> int:
-    from keras_posenc.experiments.length_generalization import (
-        length_generalization_experiment,
-        markdown_table,
-    )
-
-    choices = {"encodings": args.encodings, "tasks": args.tasks, "workers": args.workers}
-    return _run_study(length_generalization_experiment, markdown_table, args, choices)
-
-
-def _experiment_transplant(args: argparse.Namespace) -> int:
-    from keras_posenc.experiments.transplant_study import markdown_table, transplant_study
-
-    names = ("transplants", "tasks", "model", "text", "training_length")
-    choices = {name: getattr(args, name) for name in names}
-    return _run_study(transplant_study, markdown_table, args, choices)
-
-
-def _experiment_layouts(args: argparse.Namespace) -> int:
-    from keras_posenc.experiments.coatnet_layouts import layout_experiment, markdown_table
-
-    choices = {name: getattr(args, name) for name in ("layouts", "positions", "merge")}
-    return _run_study(layout_experiment, markdown_table, args, choices)
-
-
-def _study_arguments(parser: argparse.ArgumentParser, tables: str) -> None:
-    """``--quick``, ``--out`` and ``--seeds``, which every ``posenc experiment`` takes."""
-    parser.add_argument("--quick", action="store_true", help="a short smoke run (one seed)")
-    parser.add_argument("--out", help=f"folder for the CSV, the markdown {tables} and the PNG plot")
-    parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the mode's own)")
-
-
-def _run_study(study: Any, table: Any, args: argparse.Namespace, choices: dict) -> int:
-    """Runs an experiment with the CLI's common arguments and prints its markdown table."""
-    rows = study(
-        quick=args.quick,
-        out=args.out,
-        seeds=args.seeds or None,
-        verbose=2 if args.verbose else 1,  # 1: a line per model; 2: and Keras' per training
-        **{key: value for key, value in choices.items() if value},
-    )
-    print()
-    print(table(rows))
-    if args.out:
-        print(f"wrote the table (CSV, markdown) and the plot (PNG) to {args.out}")
-    return 0
-
-
 def _convert_fairseq(args: argparse.Namespace) -> int:
     from keras_posenc.convert import from_fairseq_fconv
 
@@ -612,7 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="parts to run (default: all): padding, trained_readout, trained_backbone, "
         "applications, readout_alone, readout_shape, stages",
     )
-    padding.set_defaults(handler=_probe_padding)
+    padding.set_defaults(handler=studies.probe_padding)
 
     experiment = commands.add_parser("experiment", help="reproducible studies")
     experiments = experiment.add_subparsers(
@@ -627,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"short training ({measured('experiment length --quick')}); the full run: "
         f"{FULL_RUNS['experiment length']} (docs/experiments/length-generalization.md).",
     )
-    _study_arguments(length, "tables")
+    studies.study_arguments(length, "tables")
     length.add_argument("--encodings", nargs="+", help="a selection of encodings (default: all)")
     length.add_argument(
         "--tasks", nargs="+", help="a selection of copy_back, copy_position, copy_recent"
@@ -639,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="trainings run at once, each in its own process (default: 2, or 1 on one core); "
         "the numbers do not depend on it",
     )
-    length.set_defaults(handler=_experiment_length)
+    length.set_defaults(handler=studies.experiment_length)
     transplanted = experiments.add_parser(
         "transplant",
         help="a RoPE model's position encoding rescaled or replaced, tested at 1x-16x its "
@@ -652,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"length 32 ({measured('experiment transplant --quick')}); the full run: "
         f"{FULL_RUNS['experiment transplant']} (docs/experiments/transplant.md).",
     )
-    _study_arguments(transplanted, "tables")
+    studies.study_arguments(transplanted, "tables")
     transplanted.add_argument("--transplants", nargs="+", help="a selection (default: all)")
     transplanted.add_argument("--tasks", nargs="+", help="a selection of copy_back, copy_recent")
     transplanted.add_argument(
@@ -669,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="with --model: the length it was trained at (the test lengths are 1x-16x it)",
     )
-    transplanted.set_defaults(handler=_experiment_transplant)
+    transplanted.set_defaults(handler=studies.experiment_transplant)
     layouts = experiments.add_parser(
         "layouts",
         help="CoAtNet's layouts C-C-C-C, C-C-C-T, C-C-T-T, C-T-T-T on a texture-and-layout task",
@@ -679,7 +602,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"seed, a short training ({measured('experiment layouts --quick')}); the full run: "
         f"{FULL_RUNS['experiment layouts']} (docs/experiments/coatnet-layouts.md).",
     )
-    _study_arguments(layouts, "table")
+    studies.study_arguments(layouts, "table")
     layouts.add_argument("--layouts", nargs="+", help="a selection of layouts (default: all four)")
     layouts.add_argument(
         "--positions",
@@ -690,7 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
     layouts.add_argument(
         "--merge", action="store_true", help="merge the rows into the CSV already in --out"
     )
-    layouts.set_defaults(handler=_experiment_layouts)
+    layouts.set_defaults(handler=studies.experiment_layouts)
 
     classify = commands.add_parser(
         "classify",

@@ -15,7 +15,7 @@ import keras
 import pytest
 from repository import docs_path
 
-from keras_posenc import cli, layers, zoo
+from keras_posenc import cli, cli_studies, layers, zoo
 
 pytestmark = pytest.mark.contract
 
@@ -231,7 +231,7 @@ def test_quick_runs_print_no_progress_bar_estimates(capsys):
         return []
 
     args = cli.build_parser().parse_args(["experiment", "length", "--quick"])
-    cli._run_study(fake_study, lambda rows: "", args, {})
+    cli_studies.run_study(fake_study, lambda rows: "", args, {})
     args = cli.build_parser().parse_args(["experiment", "length", "--quick", "--verbose"])
-    cli._run_study(fake_study, lambda rows: "", args, {})
+    cli_studies.run_study(fake_study, lambda rows: "", args, {})
     assert [c["verbose"] for c in calls] == [1, 2]
