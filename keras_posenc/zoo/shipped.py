@@ -6,11 +6,13 @@ and tag the fields of the named configuration the preset changes (a narrower CoA
 20-id vocabulary), the recipe that trained it, its seed and its held-out metrics (the
 model cards in the repository's ``zoo/<family>/README.md`` quote the same numbers).
 
->>> from keras_posenc import zoo
->>> sorted(zoo.shipped_presets())
-['coatnet_0/digits', 'shaw_transformer_base/reverse']
->>> zoo.shipped_presets()["coatnet_0/digits"]["overrides"]["num_classes"]
-10
+Examples:
+
+    >>> from keras_posenc import zoo
+    >>> sorted(zoo.shipped_presets())
+    ['coatnet_0/digits', 'shaw_transformer_base/reverse']
+    >>> zoo.shipped_presets()["coatnet_0/digits"]["overrides"]["num_classes"]
+    10
 """
 
 from __future__ import annotations
