@@ -105,9 +105,9 @@ def _output_folder(path: str) -> None:
 # benchmarks/cli_quick.py from it; tests/test_first_contact.py checks that the two agree.
 # cli_timings measured
 MEASURED = {
-    "demo": (15.8, 16.0, 1.37),
+    "demo": (15.7, 16.0, 1.37),
     "probe padding --quick": (66.1, 75.5, 0.7),
-    "experiment length --quick": (85.2, 150.1, 0.91),
+    "experiment length --quick": (80.6, 139.8, 1.26),
     "experiment layouts --quick": (55.7, 56.4, 2.7),
     "experiment transplant --quick": (53.2, 56.4, 1.32),
     "generate": (6.6, 6.8, 1.56),
