@@ -109,6 +109,10 @@ def _workspace(*tensors: Any) -> Workspace | None:
 
 
 _MALLOC_TRIM: list = []  # glibc's malloc_trim, found on first use
+# The shortest query length whose blocks give freed memory back (benchmarks/training_step.py,
+# idle, against the commit before recomputation: at L = 1024 a step took 1.8-2.1x its time
+# with the trims, 1.35-1.49x without them).
+_TRIM_FROM = 2048
 
 
 def _give_back_freed_memory() -> None:
@@ -136,6 +140,11 @@ def _give_back_freed_memory() -> None:
 def recompute_block(function: Callable[..., Any], tensors: Sequence[Any], training: Any) -> Any:
     if not torch.is_grad_enabled():
         return REFERENCE
+    # The queries' length (tensors[0]: (batch, length, heads, size)): below _TRIM_FROM the
+    # trims cost 15-20 % of a step's time for little memory (measured at L = 1024).
+    first = next((tensor for tensor in tensors if tensor is not None), None)
+    if first is None or first.ndim < 2 or first.shape[1] < _TRIM_FROM:
+        return common.recompute_block(function, tensors, training)
     _give_back_freed_memory()
     output = common.recompute_block(function, tensors, training)
     if isinstance(output, torch.Tensor) and output.requires_grad:
