@@ -46,7 +46,13 @@ from keras_posenc import _quiet
 # models, the probe's PosENet, the hub's ImagePreprocessor): what ``import keras_posenc``
 # imported eagerly before. The hub also hands the zoo its preset functions
 # (keras_posenc/hub/__init__.py), so ``zoo.create(name, weights="hf://...")`` reaches it.
-REGISTERING = ("keras_posenc.layers", "keras_posenc.zoo", "keras_posenc.probe", "keras_posenc.hub")
+REGISTERING = (
+    "keras_posenc.layers",
+    "keras_posenc.zoo",
+    "keras_posenc.probe",
+    "keras_posenc.hub",
+    "keras_posenc.models",
+)
 
 
 def register_all() -> None:

@@ -1,0 +1,148 @@
+"""The zoo's networks as keras-hub ``Backbone``\\ s: one base class for every family.
+
+keras-hub meets a model through its ``Backbone`` (the network up to its last hidden
+states or feature map), a ``Task`` around it (``ImageClassifier``, ``Seq2SeqLM``,
+``CausalLM``, ...) and the task's preprocessor, saved and loaded by ``save_to_preset``
+and ``from_preset`` (keras_hub/src/utils/preset_utils.py: ``config.json`` names the
+backbone's registered class, ``task.json`` the task's). A family of the zoo becomes a
+keras-hub family by a :class:`ZooBackbone` subclass that says which builder of the zoo
+makes its network and which builder arguments belong to the task's head
+(:attr:`ZooBackbone.head_arguments`): the backbone's configuration is the named
+configuration's fields without them, so ``zoo.create(name)`` and
+``Backbone.from_zoo(name)`` build the same layers from the same code.
+
+Examples:
+
+    >>> from keras_posenc import models
+    >>> issubclass(models.ZooBackbone, __import__("keras_hub").models.Backbone)
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import keras
+import keras_hub
+
+from keras_posenc.zoo.config import _jsonable
+from keras_posenc.zoo.registry import _configure, get_spec
+
+__all__ = ["ZooBackbone"]
+
+
+class ZooBackbone(keras_hub.models.Backbone):
+    """A zoo family's network as a keras-hub ``Backbone``.
+
+    A subclass sets :attr:`family` (the zoo family, ``"coatnet"``), :attr:`builder`
+    (the zoo's function or class that builds the family's network from its
+    configuration's fields), :attr:`head_arguments` (the fields that belong to the task,
+    left out of the backbone's configuration) and :attr:`network_arguments` (what the
+    builder is called with besides, to build the network without its head, e.g.
+    ``{"include_top": False, "pooling": None}``). It is registered with
+    ``keras.saving.register_keras_serializable(package="keras_posenc")``, so that
+    keras-hub's ``Backbone.from_preset`` finds it by its ``config.json``.
+
+    The backbone is a functional model over the built network's inputs and outputs: the
+    same layers, weights and names as ``zoo.create`` builds. Its configuration
+    (``get_config``) is keras-hub's (``name``, ``trainable``, ``dtype``) and the
+    network's fields, JSON-ready.
+
+    Args:
+        **arguments: fields of the family's configuration (those of a named one:
+            :meth:`from_zoo`), and ``name``, ``trainable``, ``dtype``.
+
+    Raises:
+        ValueError: a head argument given to the backbone (it belongs to the task), or
+            what the family's builder refuses.
+    """
+
+    family: ClassVar[str] = ""
+    # A subclass sets it as ``staticmethod(build_...)`` (or the model class).
+    builder: ClassVar[Callable[..., keras.Model] | None] = None
+    head_arguments: ClassVar[tuple[str, ...]] = ()
+    network_arguments: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self, *, dtype: Any = None, name: str | None = None, **arguments: Any) -> None:
+        who = type(self).__name__
+        given = sorted(set(arguments) & {*self.head_arguments, *self.network_arguments})
+        if given:
+            raise ValueError(
+                f"{who}: {', '.join(map(repr, given))} belong to the task (its head), not "
+                f"to the backbone; give them to the task, e.g. the family's ImageClassifier."
+            )
+        trainable = arguments.pop("trainable", True)
+        network = self.build_network(dtype=dtype, name=name, **arguments)
+        super().__init__(
+            inputs=network.input,  # the network's structure (a dict of inputs stays one)
+            outputs=network.output,
+            name=name or network.name,
+            trainable=trainable,
+            dtype=dtype,
+        )
+        # JSON-ready (tuples as lists, block options as dicts): what config.json holds.
+        self.network_config = _jsonable(arguments)
+        self.network = network
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "network":
+            # The built model, for what a family reads of it (its pyramid levels, its
+            # generation steps); kept out of Keras' tracking, whose layers the
+            # functional graph already holds (their weights save once, under the graph).
+            object.__setattr__(self, name, value)
+            return
+        super().__setattr__(name, value)
+
+    @classmethod
+    def build_network(
+        cls, *, dtype: Any = None, name: str | None = None, **arguments: Any
+    ) -> keras.Model:
+        """The family's network without its head: ``builder(**arguments,
+        **network_arguments)``, with ``name`` and ``dtype`` when given."""
+        if cls.builder is None:
+            raise TypeError(f"{cls.__name__}: a ZooBackbone subclass sets `builder`.")
+        extra: dict[str, Any] = {"name": name} if name is not None else {}
+        if dtype is not None:
+            extra["dtype"] = dtype
+        return cls.builder(**arguments, **cls.network_arguments, **extra)
+
+    @classmethod
+    def zoo_arguments(cls, name: str, **overrides: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The named configuration ``name`` (with ``overrides``) split into the backbone's
+        arguments and the head's (:attr:`head_arguments`).
+
+        Raises:
+            ValueError: an unknown name, a name of another family, or an override that is
+                no field of the configuration (close matches named).
+        """
+        spec = get_spec(name)
+        if spec.family != cls.family:
+            raise ValueError(
+                f"{cls.__name__}.from_zoo: {name!r} is a {spec.family!r} model; this "
+                f"backbone builds the {cls.family!r} family's."
+            )
+        arguments = _configure(spec, overrides)
+        head = {k: v for k, v in arguments.items() if k in cls.head_arguments}
+        backbone = {
+            k: v
+            for k, v in arguments.items()
+            if k not in cls.head_arguments and k not in cls.network_arguments
+        }
+        return backbone, head
+
+    @classmethod
+    def from_zoo(cls, name: str, **overrides: Any) -> ZooBackbone:
+        """The backbone of the zoo's named configuration ``name`` (``zoo.list_models``),
+        with fresh weights; ``overrides`` replace fields as in ``zoo.create``.
+
+        Raises:
+            ValueError: see :meth:`zoo_arguments`.
+        """
+        backbone, _ = cls.zoo_arguments(name, **overrides)
+        return cls(**backbone)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(self.network_config)
+        return config
