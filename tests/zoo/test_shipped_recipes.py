@@ -1,8 +1,9 @@
 """Each shipped preset's recipe, run as its card says (one command), reaches the card's
 held-out metric within the card's tolerance (keras_posenc/zoo/weights/presets.json).
 
-Training on a shared 2-core machine takes minutes each, so these are in the full tier; the
-shipped weights themselves are checked on every backend by tests/zoo/test_shipped_presets.py.
+Each recipe trains for about a minute on two idle cores, so these are in the large tier (on
+its one backend, the recipe's own); the shipped weights themselves are checked on every
+backend by tests/zoo/test_shipped_presets.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from repository import repository_path
 
 from keras_posenc import zoo
 
-pytestmark = pytest.mark.full
+pytestmark = pytest.mark.large
 
 PRESETS = sorted(zoo.shipped_presets())
 COMPILE_SETTINGS = ("JAX_DISABLE_MOST_OPTIMIZATIONS", "XLA_FLAGS")
