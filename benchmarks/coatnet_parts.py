@@ -19,8 +19,9 @@ minimal reproductions of the profile's findings
 
     op: depthwise 3x3, Keras layer     keras.layers.DepthwiseConv2D
     op: depthwise 3x3, as MBConv runs it   (MBConv's own path on the backend)
-    op: 1x1 conv, Keras layer           the block's project convolution as a layer
-    op: 1x1 conv, as MBConv runs it     `layers.coatnet.pointwise`
+    op: 1x1 conv                        the block's project convolution (MBConv runs the
+                                        Keras layer: JAX's 1 x 1 convolutions as products were
+                                        deleted, docs/benchmark-notes.md)
 
 Parts are timed round-robin (``--repeats`` rounds, every part once per round),
 each on the output of the part before it; medians. ``share`` is a part's time
@@ -73,8 +74,6 @@ def _operations(model, batch: int) -> list[tuple[str, object, object]]:
     import keras
     import numpy as np
 
-    from keras_posenc.layers.coatnet import pointwise
-
     block = next(layer for layer in model.layers if layer.name == "stage1_block2")
 
     class Apply(keras.layers.Layer):
@@ -94,8 +93,7 @@ def _operations(model, batch: int) -> list[tuple[str, object, object]]:
     cases = [
         ("op: depthwise 3x3, Keras layer", lambda _, x: depthwise(x)),
         ("op: depthwise 3x3, as MBConv runs it", lambda b, x: b._depthwise(x)),
-        ("op: 1x1 conv, Keras layer", lambda b, x: b.project_conv(x)),
-        ("op: 1x1 conv, as MBConv runs it", lambda b, x: pointwise(b.project_conv, x)),
+        ("op: 1x1 conv", lambda b, x: b.project_conv(x)),
     ]
     operations = []
     for name, function in cases:
