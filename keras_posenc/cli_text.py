@@ -124,8 +124,7 @@ def add_commands(commands: Any, measured: str | None = None) -> None:
         "--length-penalty",
         metavar="A",
         type=float,
-        default=1.0,
-        help="beam search's length penalty (default: 1.0)",
+        help="beam search's length penalty (default: 1.0); not with --sample",
     )
     generate.add_argument(
         "--sample",
@@ -204,8 +203,11 @@ def generation_options(args: argparse.Namespace) -> dict:
         if given or args.seed is not None:
             extra = given + (["--seed"] if args.seed is not None else [])
             raise ValueError(f"{', '.join(extra)}: for sampling only; add --sample.")
+        penalty = 1.0 if args.length_penalty is None else args.length_penalty
         return {"beam_size": beam, "return_n_best": args.n_best, "sampler": None,
-                "length_penalty": args.length_penalty}  # fmt: skip
+                "length_penalty": penalty}  # fmt: skip
+    if args.length_penalty is not None:
+        raise ValueError("--length-penalty applies to beam search, not --sample.")
     if beam > 1:
         raise ValueError("--sample cannot be combined with --beam or --n-best (beam search does "
                          "not sample).")  # fmt: skip
