@@ -9,7 +9,8 @@ keras-hub's own for the family: its ``DebertaV3TextClassifier`` and
 ``backbone_cls``; a user finds the same layers (``pooled_dense``, ``logits``) and the same
 arguments. The preprocessors and tokenizers are keras-hub's too (SentencePiece for
 DeBERTa v3, WordPiece for RoFormer v2), bound to our backbones so that keras-hub's
-``from_preset`` picks them for a preset ours saved.
+``from_preset`` picks them for a preset ours saved. The families' masked language models
+are in keras_posenc/models/encoder_lms.py.
 
 ``Task.from_zoo(name, num_classes=..., weights=...)`` builds the named configuration and
 loads the weights ``zoo.create(name, weights=...)`` would (:func:`copy_zoo_weights`);
@@ -82,6 +83,56 @@ def copy_zoo_weights(source: keras.Model, target: keras.Model, who: str) -> None
         mine.assign(variable)
 
 
+@keras.saving.register_keras_serializable(package="keras_posenc")
+class _TiedEmbedding(keras.layers.Layer):
+    """The zoo encoder's ``keras.layers.Embedding`` seen as keras-hub's masked-LM heads
+    need it: ``layer(x, reverse=True)`` projects states onto the vocabulary with the
+    embedding's own matrix (tied, as keras-hub's ``ReversibleEmbedding``); no weights of
+    its own. ``reverse_dtype`` as keras-hub's ``ReversibleEmbedding``'s."""
+
+    def __init__(self, embedding: keras.layers.Embedding, reverse_dtype: Any = None, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = embedding
+        self.reverse_dtype = reverse_dtype
+
+    @property
+    def input_dim(self) -> int:
+        return self.embedding.input_dim
+
+    @property
+    def output_dim(self) -> int:
+        return self.embedding.output_dim
+
+    def build(self, input_shape: Any = None) -> None:
+        self.built = True  # the embedding is the backbone's, built there
+
+    def call(self, inputs: Any, reverse: bool = False) -> Any:
+        if not reverse:
+            return self.embedding(inputs)
+        kernel = keras.ops.transpose(keras.ops.convert_to_tensor(self.embedding.embeddings))
+        dtype = self.reverse_dtype or self.compute_dtype
+        return keras.ops.matmul(keras.ops.cast(inputs, dtype), keras.ops.cast(kernel, dtype))
+
+    def compute_output_spec(self, inputs: Any, reverse: bool = False) -> Any:
+        if not reverse:
+            return self.embedding.compute_output_spec(inputs)
+        shape = (*inputs.shape[:-1], self.input_dim)
+        return keras.KerasTensor(shape, dtype=self.reverse_dtype or self.compute_dtype)
+
+    def get_config(self) -> dict:
+        return {
+            **super().get_config(),
+            "embedding": keras.layers.serialize(self.embedding),
+            "reverse_dtype": self.reverse_dtype,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict) -> _TiedEmbedding:
+        config = dict(config)
+        config["embedding"] = keras.layers.deserialize(config["embedding"])
+        return cls(**config)
+
+
 class _TextBackbone(ZooBackbone):
     """What keras-hub's text tasks read of a backbone: ``hidden_dim``, ``dropout``,
     ``vocabulary_size``, ``start_token_index`` and ``token_embedding``."""
@@ -93,7 +144,21 @@ class _TextBackbone(ZooBackbone):
             setattr(self, key, self.network_config.get(key, defaults[key].default))
         # keras-hub's classifiers pool the first token's state ([CLS]).
         self.start_token_index = 0
-        self.token_embedding = self.get_layer("token_embedding")
+
+    @property
+    def token_embedding(self) -> _TiedEmbedding:
+        """The token embedding as keras-hub's masked-LM heads read it (``reverse=True``:
+        the states' logits over the vocabulary, with the same matrix). One view per
+        backbone, kept out of the backbone's tracking: its weights are the embedding's."""
+        view = self.__dict__.get("_token_embedding_view")
+        if view is None:
+            view = _TiedEmbedding(
+                self.get_layer("token_embedding"),
+                dtype=self.dtype_policy,
+                name="token_embedding_view",
+            )
+            object.__setattr__(self, "_token_embedding_view", view)
+        return view
 
     @classmethod
     def from_zoo(cls, name: str, weights: Any = None, **overrides: Any) -> ZooBackbone:

@@ -127,3 +127,67 @@ def test_bad_arguments_are_refused_with_the_class_named():
         )
     with pytest.raises(ValueError, match="unknown override .include_top."):
         models.RoformerV2Backbone.from_zoo("roformer_v2_small", include_top=False)
+
+
+def keras_hub_masked_lm(name, vocabulary_size):
+    """keras-hub's own masked LM of the family (random weights, the head's too), its backbone
+    converted to the zoo's model by `keras_posenc.convert`."""
+    from keras_posenc.convert import from_keras_hub_deberta_v3, from_keras_hub_roformer_v2
+
+    rng = np.random.default_rng(3)
+    if name.startswith("deberta"):
+        theirs = keras_hub.models.DebertaV3MaskedLM(
+            keras_hub.models.DebertaV3Backbone(
+                vocabulary_size=vocabulary_size, bucket_size=4, max_sequence_length=16, **TINY
+            )
+        )
+        convert = from_keras_hub_deberta_v3
+    else:
+        theirs = keras_hub.models.RoformerV2MaskedLM(
+            keras_hub.models.RoformerV2Backbone(
+                vocabulary_size=vocabulary_size, head_size=4, **TINY
+            )
+        )
+        convert = from_keras_hub_roformer_v2
+    for variable in theirs.weights:
+        variable.assign(rng.normal(0, 0.5, variable.shape))
+    return theirs, convert(theirs.backbone)
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_masked_lm_equals_keras_hubs_and_round_trips_a_preset(name, tmp_path):
+    task_cls, make_tokenizer, options = FAMILIES[name]
+    masked_lm_cls = getattr(models, task_cls.__name__.replace("TextClassifier", "MaskedLM"))
+    tokenizer = make_tokenizer()
+    theirs, converted = keras_hub_masked_lm(name, tokenizer.vocabulary_size())
+    converted.save_weights(tmp_path / "zoo.weights.h5")
+    preprocessor = masked_lm_cls.preprocessor_cls(
+        tokenizer, sequence_length=12, mask_selection_rate=0.3, mask_selection_length=3
+    )
+    ours = masked_lm_cls.from_zoo(
+        name,
+        weights=str(tmp_path / "zoo.weights.h5"),
+        preprocessor=preprocessor,
+        vocabulary_size=tokenizer.vocabulary_size(),
+        **TINY,
+        **options,
+    )
+    # keras-hub's head weights (DeBERTa's dense, norm and bias; RoFormer's has none), by path.
+    # The tied token embedding is the backbone's: from the zoo's weights, not copied here.
+    head = {v.path: v for v in ours.masked_lm_head.weights if v.path.startswith("mlm_head/")}
+    for variable in theirs.masked_lm_head.weights:
+        if variable.path.startswith("mlm_head/"):
+            head.pop(variable.path).assign(variable)
+    assert not head
+    x = {key: numpy(value) for key, value in preprocessor(TEXTS)[0].items()}
+    if name.startswith("roformer"):
+        x["token_ids"] = np.where(x["token_ids"] == 0, 9, x["token_ids"])  # no padding (module)
+    logits = numpy(ours(x))
+    assert logits.shape == (2, 3, tokenizer.vocabulary_size())
+    np.testing.assert_allclose(logits, numpy(theirs(x)), rtol=1e-4, atol=1e-4)
+
+    ours.save_to_preset(str(tmp_path / "preset"))
+    loaded = keras_hub.models.MaskedLM.from_preset(str(tmp_path / "preset"))
+    assert type(loaded) is masked_lm_cls and type(loaded.preprocessor) is type(preprocessor)
+    np.testing.assert_allclose(numpy(loaded(x)), logits, rtol=1e-5, atol=1e-5)
