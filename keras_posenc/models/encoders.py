@@ -39,6 +39,7 @@ import keras_hub
 
 from keras_posenc.models._backbone import ZooBackbone
 from keras_posenc.zoo.deberta import build_deberta_v3
+from keras_posenc.zoo.registry import create
 from keras_posenc.zoo.roformer import build_roformer_v2
 
 __all__ = [
@@ -171,9 +172,7 @@ class _TextBackbone(ZooBackbone):
         """
         backbone = super().from_zoo(name, **overrides)
         if weights is not None:
-            from keras_posenc import zoo  # the zoo registers its families on import
-
-            source = zoo.create(name, weights=weights, **overrides)
+            source = create(name, weights=weights, **overrides)
             copy_zoo_weights(source, backbone, f"{cls.__name__}.from_zoo({name!r})")
         return backbone
 
