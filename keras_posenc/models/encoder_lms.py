@@ -24,6 +24,7 @@ from keras_posenc.models.encoders import (
     DebertaV3Tokenizer,
     RoformerV2Backbone,
     RoformerV2Tokenizer,
+    check_padding_id,
 )
 
 __all__ = [
@@ -123,6 +124,10 @@ class RoformerV2MaskedLM(keras_hub.models.RoformerV2MaskedLM):
 
     backbone_cls = RoformerV2Backbone
     preprocessor_cls = RoformerV2MaskedLMPreprocessor
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        check_padding_id(self)
 
     @classmethod
     def from_zoo(

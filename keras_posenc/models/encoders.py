@@ -51,6 +51,7 @@ __all__ = [
     "RoformerV2TextClassifier",
     "RoformerV2TextClassifierPreprocessor",
     "RoformerV2Tokenizer",
+    "check_padding_id",
     "copy_zoo_weights",
 ]
 
@@ -82,6 +83,28 @@ def copy_zoo_weights(source: keras.Model, target: keras.Model, who: str) -> None
                 f"{source.name!r}, {tuple(mine.shape)} in {target.name!r}."
             )
         mine.assign(variable)
+
+
+def check_padding_id(task: Any) -> None:
+    """Refuses a RoFormer v2 task whose tokenizer pads with another id than the one its
+    backbone masks (``token_ids == pad_id``: padded keys would be attended to silently).
+
+    A tokenizer without its vocabulary yet (keras-hub's ``from_preset`` loads it after
+    building the task) is not checked.
+
+    Raises:
+        ValueError: the two ids differ (both named, with the task's class).
+    """
+    tokenizer = getattr(getattr(task, "preprocessor", None), "tokenizer", None)
+    padding = getattr(tokenizer, "pad_token_id", None)
+    expected = task.backbone.network_config.get("pad_id", 0)
+    if padding is not None and int(padding) != expected:
+        raise ValueError(
+            f"{type(task).__name__}: the tokenizer pads with id {int(padding)} "
+            f"({tokenizer.pad_token!r}), the backbone masks token_ids == pad_id={expected}; "
+            f"put {tokenizer.pad_token!r} at id {expected} of the vocabulary, or build the "
+            f"backbone with pad_id={int(padding)}."
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
@@ -326,7 +349,8 @@ class RoformerV2Backbone(_TextBackbone):
     Inputs ``token_ids`` and ``segment_ids``, output the last block's states ``(batch,
     length, hidden_dim)``, as keras-hub's ``RoformerV2Backbone``; padding is ``token_ids
     == pad_id`` (0: WordPiece's ``[PAD]`` in BERT-style vocabularies). The arguments are
-    ``build_roformer_v2``'s.
+    ``build_roformer_v2``'s. Its tasks refuse a tokenizer that pads with another id
+    (:func:`check_padding_id`).
 
     Examples:
 
@@ -400,6 +424,10 @@ class RoformerV2TextClassifier(keras_hub.models.RoformerV2TextClassifier):
 
     backbone_cls = RoformerV2Backbone
     preprocessor_cls = RoformerV2TextClassifierPreprocessor
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        check_padding_id(self)
 
     @classmethod
     def from_zoo(

@@ -129,6 +129,22 @@ def test_bad_arguments_are_refused_with_the_class_named():
         models.RoformerV2Backbone.from_zoo("roformer_v2_small", include_top=False)
 
 
+def test_roformer_tasks_refuse_a_tokenizer_that_pads_with_another_id():
+    words = sorted({word for line in LINES for word in line.split()})
+    tokenizer = models.RoformerV2Tokenizer(["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", *words])
+    backbone = models.RoformerV2Backbone(vocabulary_size=tokenizer.vocabulary_size(), **TINY)
+    classifier_preprocessor = models.RoformerV2TextClassifierPreprocessor(tokenizer)
+    with pytest.raises(ValueError, match=r"RoformerV2TextClassifier: .* pads with id 3 .*pad_id=0"):
+        models.RoformerV2TextClassifier(backbone, 2, preprocessor=classifier_preprocessor)
+    with pytest.raises(ValueError, match=r"RoformerV2MaskedLM: .* pads with id 3"):
+        models.RoformerV2MaskedLM(backbone, models.RoformerV2MaskedLMPreprocessor(tokenizer))
+    # A backbone that masks id 3 takes it.
+    backbone = models.RoformerV2Backbone(
+        vocabulary_size=tokenizer.vocabulary_size(), pad_id=3, **TINY
+    )
+    models.RoformerV2TextClassifier(backbone, 2, preprocessor=classifier_preprocessor)
+
+
 def keras_hub_masked_lm(name, vocabulary_size):
     """keras-hub's own masked LM of the family (random weights, the head's too), its backbone
     converted to the zoo's model by `keras_posenc.convert`."""
