@@ -1,13 +1,15 @@
 """The text encoders through keras-hub's API (keras_posenc/models/encoders.py): DeBERTa v3
 and RoFormer v2 as keras-hub backbones and text classifiers.
 
-For one tiny model per family: ``Task.from_zoo(name, weights=...)`` gives the backbone the
+For one tiny model per family (default tier): ``Task.from_zoo(name, weights=...)`` gives the backbone the
 weights ``zoo.create(name, weights=...)`` loads (equal sequence outputs) and
 ``backbone.to_zoo()`` returns them; ``save_to_preset`` then keras-hub's own
 ``TextClassifier.from_preset`` and ``Backbone.from_preset`` rebuild our classes with equal
 outputs; ``predict`` on a list of strings runs through the preprocessor (keras-hub's
 SentencePiece / WordPiece tokenizers, built here on a few lines) and gives the loaded
-task's numbers. Bad arguments are refused with the class and argument named.
+task's numbers. Bad arguments are refused with the class and argument named. The masked
+language models (large tier, TensorFlow) equal keras-hub's own on the same weights, round
+trip a preset and a ``.keras`` file, and keras-hub's own presets still load as its classes.
 """
 
 from __future__ import annotations
@@ -209,6 +211,10 @@ def test_masked_lm_equals_keras_hubs_and_round_trips_a_preset(name, tmp_path):
     loaded = keras_hub.models.MaskedLM.from_preset(str(tmp_path / "preset"))
     assert type(loaded) is masked_lm_cls and type(loaded.preprocessor) is type(preprocessor)
     np.testing.assert_allclose(numpy(loaded(x)), logits, rtol=1e-5, atol=1e-5)
+    # keras-hub's own presets still load as keras-hub's classes (ours bind our backbones).
+    theirs.save_to_preset(str(tmp_path / "theirs"))
+    again = keras_hub.models.MaskedLM.from_preset(str(tmp_path / "theirs"))
+    assert type(again) is type(theirs) and type(again.backbone) is type(theirs.backbone)
     ours.save(tmp_path / "masked_lm.keras")  # the tied embedding's view serialises too
     reloaded = keras.saving.load_model(tmp_path / "masked_lm.keras")
     np.testing.assert_allclose(numpy(reloaded(x)), logits, rtol=1e-5, atol=1e-5)
