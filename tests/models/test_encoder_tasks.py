@@ -1,9 +1,10 @@
-"""The text encoders through keras-hub's API (keras_posenc/models/encoders.py): DeBERTa v3
-and RoFormer v2 as keras-hub backbones and text classifiers.
+"""The text encoders through keras-hub's API (keras_posenc/models/encoders.py,
+encoder_lms.py): DeBERTa v3 and RoFormer v2 as keras-hub backbones, text classifiers and
+masked language models.
 
-For one tiny model per family (default tier): ``Task.from_zoo(name, weights=...)`` gives the backbone the
-weights ``zoo.create(name, weights=...)`` loads (equal sequence outputs) and
-``backbone.to_zoo()`` returns them; ``save_to_preset`` then keras-hub's own
+For one tiny model per family (default tier): ``Task.from_zoo(name, weights=...)`` gives
+the backbone the weights ``zoo.create(name, weights=...)`` loads (equal sequence outputs)
+and ``backbone.to_zoo()`` returns them; ``save_to_preset`` then keras-hub's own
 ``TextClassifier.from_preset`` and ``Backbone.from_preset`` rebuild our classes with equal
 outputs; ``predict`` on a list of strings runs through the preprocessor (keras-hub's
 SentencePiece / WordPiece tokenizers, built here on a few lines) and gives the loaded
