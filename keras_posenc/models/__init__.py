@@ -17,4 +17,37 @@ Examples:
 
 from keras_posenc.models._backbone import ZooBackbone
 
-__all__ = ["ZooBackbone"]
+# Text encoders: DeBERTa v3, RoFormer v2 (keras_posenc/models/encoders.py, encoder_lms.py).
+from keras_posenc.models.encoder_lms import (
+    DebertaV3MaskedLM,
+    DebertaV3MaskedLMPreprocessor,
+    RoformerV2MaskedLM,
+    RoformerV2MaskedLMPreprocessor,
+)
+from keras_posenc.models.encoders import (
+    DebertaV3Backbone,
+    DebertaV3TextClassifier,
+    DebertaV3TextClassifierPreprocessor,
+    DebertaV3Tokenizer,
+    RoformerV2Backbone,
+    RoformerV2TextClassifier,
+    RoformerV2TextClassifierPreprocessor,
+    RoformerV2Tokenizer,
+)
+
+__all__ = [
+    "ZooBackbone",
+    # Text encoders: DeBERTa v3, RoFormer v2.
+    "DebertaV3Backbone",
+    "DebertaV3MaskedLM",
+    "DebertaV3MaskedLMPreprocessor",
+    "DebertaV3TextClassifier",
+    "DebertaV3TextClassifierPreprocessor",
+    "DebertaV3Tokenizer",
+    "RoformerV2Backbone",
+    "RoformerV2MaskedLM",
+    "RoformerV2MaskedLMPreprocessor",
+    "RoformerV2TextClassifier",
+    "RoformerV2TextClassifierPreprocessor",
+    "RoformerV2Tokenizer",
+]

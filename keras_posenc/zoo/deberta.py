@@ -343,6 +343,7 @@ def build_deberta_v3(
     bucket_size: int = 256,
     layer_norm_epsilon: float = 1e-7,
     name: str = "deberta_v3",
+    dtype: Any = None,
 ) -> keras.Model:
     """A DeBERTa v3 encoder (the layout in this module's docstring) as a functional model.
 
@@ -363,6 +364,7 @@ def build_deberta_v3(
         bucket_size: DeBERTa's ``position_buckets`` (256): exact distances up to half of it.
         layer_norm_epsilon: the layer norms' epsilon.
         name: the model's name.
+        dtype: the layers' dtype policy (``"mixed_bfloat16"``); None: Keras' global one.
 
     Returns:
         The ``keras.Model``.
@@ -389,17 +391,20 @@ def build_deberta_v3(
     check_allocation(owner, "token embedding", [(vocabulary_size, hidden_dim)])
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     padding_input = keras.Input((None,), dtype="int32", name="padding_mask")
-    padding_mask = _PaddingMask(name="padding_mask_check")(token_ids, padding_input)
+    padding_mask = _PaddingMask(dtype=dtype, name="padding_mask_check")(token_ids, padding_input)
     x = keras.layers.Embedding(
         vocabulary_size,
         hidden_dim,
         embeddings_initializer=_initializer(),
+        dtype=dtype,
         name="token_embedding",
     )(token_ids)
-    x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="embeddings_norm")(x)
-    x = keras.layers.Dropout(dropout, name="embeddings_dropout")(x)
+    x = keras.layers.LayerNormalization(
+        epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_norm"
+    )(x)
+    x = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")(x)
     table = DebertaRelativeEmbedding(
-        hidden_dim, bucket_size, layer_norm_epsilon, name="relative_embedding"
+        hidden_dim, bucket_size, layer_norm_epsilon, dtype=dtype, name="relative_embedding"
     )(x)
     for index in range(num_layers):
         x = DebertaEncoderBlock(
@@ -409,12 +414,13 @@ def build_deberta_v3(
             max_sequence_length=max_sequence_length,
             dropout=dropout,
             layer_norm_epsilon=layer_norm_epsilon,
+            dtype=dtype,
             name=f"encoder_block_{index}",
         )(x, table, padding_mask=padding_mask)
     # One output name whatever the depth (the export's, docs/guides/export.md).
-    x = keras.layers.Identity(name="sequence_output")(x)
+    x = keras.layers.Identity(dtype=dtype, name="sequence_output")(x)
     inputs = {"token_ids": token_ids, "padding_mask": padding_input}
-    return DebertaV3(inputs, x, name=name)
+    return DebertaV3(inputs, x, name=name, dtype=dtype)
 
 
 # --------------------------------------------------------------------------- configurations

@@ -85,6 +85,7 @@ def build_roformer_v2(
     layer_norm_epsilon: float = 1e-7,
     pad_id: int = 0,
     name: str = "roformer_v2",
+    dtype: Any = None,
 ) -> keras.Model:
     """A RoFormer v2 encoder (the layout in this module's docstring) as a functional model.
 
@@ -107,6 +108,7 @@ def build_roformer_v2(
         layer_norm_epsilon: the RMS norms' epsilon (Keras' ``epsilon()``, 1e-7).
         pad_id: the padding id (its keys are masked).
         name: the model's name.
+        dtype: the layers' dtype policy (``"mixed_bfloat16"``); None: Keras' global one.
 
     Returns:
         The ``keras.Model``.
@@ -138,16 +140,26 @@ def build_roformer_v2(
     check_allocation(owner, "token embedding", [(vocabulary_size, hidden_dim)])
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
-    padding_mask = _PaddingFromIds(pad_id, name="padding_mask")(token_ids)
+    padding_mask = _PaddingFromIds(pad_id, dtype=dtype, name="padding_mask")(token_ids)
     tokens = keras.layers.Embedding(
-        vocabulary_size, hidden_dim, embeddings_initializer=_initializer(), name="token_embedding"
+        vocabulary_size,
+        hidden_dim,
+        embeddings_initializer=_initializer(),
+        dtype=dtype,
+        name="token_embedding",
     )(token_ids)
     segments = keras.layers.Embedding(
-        num_segments, hidden_dim, embeddings_initializer=_initializer(), name="segment_embedding"
+        num_segments,
+        hidden_dim,
+        embeddings_initializer=_initializer(),
+        dtype=dtype,
+        name="segment_embedding",
     )(segment_ids)
-    x = keras.layers.Add(name="embeddings_add")([tokens, segments])
-    x = keras.layers.RMSNormalization(epsilon=layer_norm_epsilon, name="embeddings_norm")(x)
-    x = keras.layers.Dropout(dropout, name="embeddings_dropout")(x)
+    x = keras.layers.Add(dtype=dtype, name="embeddings_add")([tokens, segments])
+    x = keras.layers.RMSNormalization(
+        epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_norm"
+    )(x)
+    x = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")(x)
     rotary = RotaryPositions(max_wavelength=max_wavelength, interleaved=True)
     for index in range(num_layers):
         x = RelativeTransformerEncoder(
@@ -162,11 +174,13 @@ def build_roformer_v2(
             use_bias=use_bias,
             relative=None,
             rotary=rotary,
+            dtype=dtype,
             name=f"encoder_block_{index}",
         )(x, padding_mask=padding_mask)
     # One output name whatever the depth (the export's, docs/guides/export.md).
-    x = keras.layers.Identity(name="sequence_output")(x)
-    return ZooFunctional({"token_ids": token_ids, "segment_ids": segment_ids}, x, name=name)
+    x = keras.layers.Identity(dtype=dtype, name="sequence_output")(x)
+    inputs = {"token_ids": token_ids, "segment_ids": segment_ids}
+    return ZooFunctional(inputs, x, name=name, dtype=dtype)
 
 
 # --------------------------------------------------------------------------- configurations
