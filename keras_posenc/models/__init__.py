@@ -18,3 +18,41 @@ Examples:
 from keras_posenc.models._backbone import ZooBackbone
 
 __all__ = ["ZooBackbone"]
+
+# The generating text families: keras-hub Seq2SeqLM and CausalLM (models/generating.py).
+from keras_posenc.models._generating_tasks import (  # noqa: E402
+    ZooCausalLM,
+    ZooCausalLMPreprocessor,
+    ZooSeq2SeqLM,
+    ZooSeq2SeqLMPreprocessor,
+)
+from keras_posenc.models._text_tokenizers import ZooByteTokenizer, ZooWordTokenizer  # noqa: E402
+from keras_posenc.models.generating import (  # noqa: E402
+    REVERSE_VOCABULARY,
+    DecoderLMBackbone,
+    DecoderLMCausalLM,
+    DecoderLMCausalLMPreprocessor,
+    DecoderLMTokenizer,
+    ShawTransformerBackbone,
+    ShawTransformerSeq2SeqLM,
+    ShawTransformerSeq2SeqLMPreprocessor,
+    ShawTransformerTokenizer,
+)
+
+__all__ += [
+    "ZooSeq2SeqLM",
+    "ZooSeq2SeqLMPreprocessor",
+    "ZooCausalLM",
+    "ZooCausalLMPreprocessor",
+    "ZooByteTokenizer",
+    "ZooWordTokenizer",
+    "REVERSE_VOCABULARY",
+    "ShawTransformerBackbone",
+    "ShawTransformerTokenizer",
+    "ShawTransformerSeq2SeqLMPreprocessor",
+    "ShawTransformerSeq2SeqLM",
+    "DecoderLMBackbone",
+    "DecoderLMTokenizer",
+    "DecoderLMCausalLMPreprocessor",
+    "DecoderLMCausalLM",
+]
