@@ -179,10 +179,12 @@ class _ZooGenerating:
         from keras_posenc import zoo
         from keras_posenc.zoo import shipped
 
-        model = zoo.create(name, weights=weights, **overrides)
+        changed = overrides
         if weights is not None and shipped.is_tag(weights):
-            overrides = {**shipped.shipped_weights(name, weights)[1], **overrides}
-        arguments, _ = cls.backbone_cls.zoo_arguments(name, **overrides)
+            changed = {**shipped.shipped_weights(name, weights)[1], **overrides}
+        # First: a name of another family fails before its model is built.
+        arguments, _ = cls.backbone_cls.zoo_arguments(name, **changed)
+        model = zoo.create(name, weights=weights, **overrides)
         backbone = cls.backbone_cls(**arguments)
         copy_weights(model, backbone, f"{cls.__name__}.from_zoo({name!r})")
         if isinstance(tokenizer, str) and tokenizer == "auto":
