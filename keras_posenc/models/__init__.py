@@ -19,40 +19,29 @@ from keras_posenc.models._backbone import ZooBackbone
 
 __all__ = ["ZooBackbone"]
 
-# The generating text families: keras-hub Seq2SeqLM and CausalLM (models/generating.py).
+# The generating text families: keras-hub Seq2SeqLM and CausalLM (models/seq2seq_lms.py,
+# models/causal_lms.py).
 from keras_posenc.models._generating_tasks import (  # noqa: E402
+    TextBackbone,
     ZooCausalLM,
     ZooCausalLMPreprocessor,
     ZooSeq2SeqLM,
     ZooSeq2SeqLMPreprocessor,
 )
 from keras_posenc.models._text_tokenizers import ZooByteTokenizer, ZooWordTokenizer  # noqa: E402
-from keras_posenc.models.generating import (  # noqa: E402
-    REVERSE_VOCABULARY,
-    DecoderLMBackbone,
-    DecoderLMCausalLM,
-    DecoderLMCausalLMPreprocessor,
-    DecoderLMTokenizer,
-    ShawTransformerBackbone,
-    ShawTransformerSeq2SeqLM,
-    ShawTransformerSeq2SeqLMPreprocessor,
-    ShawTransformerTokenizer,
-)
+from keras_posenc.models.causal_lms import *  # noqa: E402, F403
+from keras_posenc.models.causal_lms import __all__ as _causal_lms
+from keras_posenc.models.seq2seq_lms import *  # noqa: E402, F403
+from keras_posenc.models.seq2seq_lms import __all__ as _seq2seq_lms
 
 __all__ += [
+    "TextBackbone",
     "ZooSeq2SeqLM",
     "ZooSeq2SeqLMPreprocessor",
     "ZooCausalLM",
     "ZooCausalLMPreprocessor",
     "ZooByteTokenizer",
     "ZooWordTokenizer",
-    "REVERSE_VOCABULARY",
-    "ShawTransformerBackbone",
-    "ShawTransformerTokenizer",
-    "ShawTransformerSeq2SeqLMPreprocessor",
-    "ShawTransformerSeq2SeqLM",
-    "DecoderLMBackbone",
-    "DecoderLMTokenizer",
-    "DecoderLMCausalLMPreprocessor",
-    "DecoderLMCausalLM",
+    *_seq2seq_lms,
+    *_causal_lms,
 ]

@@ -29,9 +29,12 @@ import keras_hub
 import numpy as np
 
 from keras_posenc import tokenizers
+from keras_posenc.models._backbone import ZooBackbone
+from keras_posenc.zoo.registry import get_spec
 from keras_posenc.zoo.text import TextModel
 
 __all__ = [
+    "TextBackbone",
     "ZooCausalLM",
     "ZooCausalLMPreprocessor",
     "ZooSeq2SeqLM",
@@ -72,6 +75,26 @@ def copy_weights(source: keras.Model, target: keras.Model, who: str) -> None:
             )
     for to, fro in zip(mine, theirs, strict=True):
         to.assign(fro.value)
+
+
+class TextBackbone(ZooBackbone):
+    """A generating family's backbone: :class:`~keras_posenc.models.ZooBackbone`, and the
+    zoo builders whose names it builds (:attr:`zoo_builders`: a family of the zoo may hold
+    several models, ConvS2S's encoder-decoders and its language model)."""
+
+    #: The zoo builders of the names ``from_zoo`` accepts (empty: every name of the family).
+    zoo_builders: tuple = ()
+
+    @classmethod
+    def zoo_arguments(cls, name: str, **overrides: Any) -> tuple[dict, dict]:
+        spec = get_spec(name)
+        if spec.family == cls.family and cls.zoo_builders and spec.builder not in cls.zoo_builders:
+            raise ValueError(
+                f"{cls.__name__}.from_zoo: {name!r} is a {spec.family!r} model of another "
+                f"kind ({getattr(spec.builder, '__name__', spec.builder)}); this backbone "
+                f"builds {[getattr(b, '__name__', b) for b in cls.zoo_builders]}'s."
+            )
+        return super().zoo_arguments(name, **overrides)
 
 
 def _as_numpy(x: Any) -> np.ndarray:
