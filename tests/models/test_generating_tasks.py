@@ -89,3 +89,118 @@ def test_word_tokenizer():
         models.ShawTransformerTokenizer(["<pad>", "<s>", "a"])
     with pytest.raises(ValueError, match="distinct words without whitespace"):
         models.ShawTransformerTokenizer(["<pad>", "<s>", "</s>", "a b"])
+
+
+def _words(size):
+    return ["<pad>", "<s>", "</s>", *[f"w{i}" for i in range(3, size)]]
+
+
+# One tiny configuration per other family: (task class, zoo name, overrides).
+TINY = {
+    "convs2s": (
+        models.ConvS2SSeq2SeqLM,
+        "convs2s_small",
+        dict(src_vocab_size=20, tgt_vocab_size=20, embed_dim=8, encoder_layers=[(8, 3)],
+             decoder_layers=[(8, 3)], decoder_out_embed_dim=8),
+    ),
+    "muse": (
+        models.MUSESeq2SeqLM,
+        "muse_tiny",
+        dict(src_vocab_size=20, tgt_vocab_size=20, hidden_dim=8, intermediate_dim=16,
+             num_heads=2, num_encoder_layers=1, num_decoder_layers=1),
+    ),
+    "music_transformer": (
+        models.MusicTransformerCausalLM,
+        "music_transformer_base",
+        dict(num_events=17, hidden_dim=8, intermediate_dim=16, num_heads=2, num_layers=1,
+             max_distance=8),
+    ),
+    "convs2s_lm": (
+        models.ConvS2SLanguageModelCausalLM,
+        "convs2s_lm",
+        dict(vocab_size=20, embed_dim=8, decoder_layers=[(8, 3)], decoder_out_embed_dim=8),
+    ),
+}  # fmt: skip
+
+
+def _expected_texts(model, tokenizer, texts, max_length):
+    """The zoo model's greedy text from token ids packed by hand (sources: tokens and the
+    end id; prompts: the start id and the tokens), cut at the end id, specials removed."""
+    seq2seq = not getattr(model, "is_decoder_only", False)
+    rows = [[int(i) for i in tokenizer(text)] for text in texts]
+    rows = [row + [2] for row in rows] if seq2seq else [[1, *row] for row in rows]
+    ids = np.zeros((len(rows), max(map(len, rows))), "int32")
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+    out = model.generate(ids, max_length=max_length - 1 if seq2seq else max_length)
+    texts = []
+    for row in out:
+        ends = np.flatnonzero(row[ids.shape[1] if not seq2seq else 0 :] == 2)
+        stop = (ends[0] + (0 if seq2seq else ids.shape[1])) if ends.size else len(row)
+        texts.append(tokenizer.detokenize([int(i) for i in row[:stop] if i > 2]))
+    return texts
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("family", sorted(TINY))
+def test_other_families_through_keras_hub(family, tmp_path):
+    cls, name, overrides = TINY[family]
+    model = zoo.create(name, **overrides)
+    model.save_weights(str(tmp_path / "zoo.weights.h5"))
+    network_vocab = getattr(model, "vocab_size", None) or model.target_vocab_size
+    tokenizer = cls.preprocessor_cls.tokenizer_cls(_words(network_vocab))
+    task = cls.from_zoo(
+        name, weights=str(tmp_path / "zoo.weights.h5"), tokenizer=tokenizer, **overrides
+    )
+    if cls.__mro__[1] is models.ZooSeq2SeqLM:
+        x, base = SHAW_X, keras_hub.models.Seq2SeqLM
+        x = {k: np.minimum(v, 19) for k, v in x.items()}
+    else:
+        x, base = np.array([[1, 5, 6, 7], [1, 9, 0, 0]], "int32"), keras_hub.models.CausalLM
+    reference = _numpy(model(x))
+    np.testing.assert_array_equal(_numpy(task(x)), reference)
+    task.save_to_preset(str(tmp_path / "preset"))
+    loaded = base.from_preset(str(tmp_path / "preset"))
+    assert type(loaded) is cls
+    np.testing.assert_array_equal(_numpy(loaded(x)), reference)
+    assert type(keras_hub.tokenizers.Tokenizer.from_preset(str(tmp_path / "preset"))) is type(
+        tokenizer
+    )
+    texts = ["w5 w6 w7", "w9"]
+    expected = _expected_texts(model, tokenizer, texts, 8)
+    assert loaded.generate(texts, max_length=8) == expected
+
+
+@pytest.mark.large
+def test_t5_through_keras_hub(tmp_path):
+    from test_decoder_text import sentencepiece_proto
+
+    proto = sentencepiece_proto({"pad": (0, "<pad>"), "eos": (1, "</s>"), "unk": (2, "<unk>")})
+    tokenizer = models.ZooT5Tokenizer(proto=proto)
+    overrides = dict(vocabulary_size=tokenizer.vocabulary_size(), hidden_dim=8,
+                     intermediate_dim=16, num_heads=2, num_layers=1, key_value_dim=4)  # fmt: skip
+    model = zoo.create("t5_small", tokenizer=tokenizer, **overrides)
+    model.save_weights(str(tmp_path / "zoo.weights.h5"))
+    task = models.ZooT5Seq2SeqLM.from_zoo(
+        "t5_small", weights=str(tmp_path / "zoo.weights.h5"), tokenizer=tokenizer, **overrides
+    )
+    x = {
+        "encoder_token_ids": np.array([[5, 6, 7, 1]], "int32"),
+        "decoder_token_ids": np.array([[0, 7, 6]], "int32"),
+    }
+    x.update({name.replace("token_ids", "padding_mask"): np.ones_like(v) for name, v in x.items()})
+    reference = _numpy(model(x))
+    np.testing.assert_array_equal(_numpy(task(x)), reference)
+    task.save_to_preset(str(tmp_path / "preset"))
+    loaded = keras_hub.models.Seq2SeqLM.from_preset(str(tmp_path / "preset"))
+    assert type(loaded) is models.ZooT5Seq2SeqLM
+    assert type(loaded.preprocessor.tokenizer) is models.ZooT5Tokenizer
+    np.testing.assert_array_equal(_numpy(loaded(x)), reference)
+    texts = ["the cat", "a dog sat"]
+    # keras-hub's max_length counts the decoder's start token; the zoo's the tokens after it.
+    assert loaded.generate(texts, max_length=6) == model.generate(texts, max_length=5)
+
+
+def test_backbones_refuse_another_kind_of_the_family():
+    with pytest.raises(ValueError, match="'convs2s_lm' is a 'convs2s' model of another kind"):
+        models.ConvS2SBackbone.from_zoo("convs2s_lm", vocab_size=20)
