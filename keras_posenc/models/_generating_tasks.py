@@ -97,6 +97,13 @@ class TextBackbone(ZooBackbone):
         return super().zoo_arguments(name, **overrides)
 
 
+def _is_text(x: Any) -> bool:
+    """Whether ``x`` is text for a preprocessor: strings, or a dict of them."""
+    if isinstance(x, dict):
+        return any(tokenizers.as_texts(v) is not None for v in x.values())
+    return tokenizers.as_texts(x) is not None
+
+
 def _as_numpy(x: Any) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(x))
 
@@ -113,6 +120,25 @@ class _ZooGenerating:
         self.preprocessor = preprocessor
         inputs = backbone.input
         return dict(inputs=inputs, outputs=backbone(inputs), **kwargs)
+
+    def fit(self, x: Any = None, y: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """keras-hub's ``fit``; texts (a Seq2SeqLM's ``{"encoder_text", "decoder_text"}``, a
+        CausalLM's strings) are packed by the preprocessor first, eagerly, in Python (it
+        cannot run inside keras-hub's ``tf.data`` pipeline); token ids train as they are."""
+        if self.preprocessor is not None and _is_text(x):
+            x, y, weights = self.preprocessor(x)
+            kwargs["sample_weight"] = weights
+        return super().fit(x, y, *args, **kwargs)
+
+    def preprocess_samples(self, x: Any, y: Any = None, sample_weight: Any = None) -> Any:
+        # Texts were packed by `fit`: what reaches keras-hub's pipeline is token ids. The
+        # backbone's inputs only (a dict with more keys would be matched by position).
+        names = self.backbone.input
+        if isinstance(x, dict) and isinstance(names, dict):
+            x = {name: x[name] for name in names if name in x}
+        elif isinstance(x, dict) and names.name in x:  # a CausalLM's token_ids
+            x = x[names.name]
+        return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
 
     def compile(
         self,

@@ -45,6 +45,21 @@ def test_shaw_reverse_preset_through_keras_hub(tmp_path):
     assert loaded.generate(["k e r a s", "x y z . 7"]) == ["s a r e k", "7 . z y x"]
 
 
+@pytest.mark.large
+def test_fit_on_text():
+    # The preprocessors pack the texts; the shipped model knows the reversal (a small loss
+    # only if the packed ids reach the backbone's inputs by name).
+    task = models.ShawTransformerSeq2SeqLM.from_zoo("shaw_transformer_base", weights="reverse")
+    task.compile(optimizer=keras.optimizers.SGD(0.0))
+    pairs = {"encoder_text": ["a b c", "d e"], "decoder_text": ["c b a", "e d"]}
+    history = task.fit(pairs, batch_size=2, verbose=0).history
+    assert history["loss"][0] < 0.05 and history["sparse_categorical_accuracy"][0] == 1.0
+    causal = models.DecoderLMCausalLM.from_zoo("decoder_lm_tiny", num_layers=1)
+    causal.compile(optimizer=keras.optimizers.Adam(1e-2))
+    losses = causal.fit(["abab abab", "abab"] * 4, batch_size=8, epochs=5, verbose=0)
+    assert losses.history["loss"][-1] < losses.history["loss"][0]
+
+
 def test_decoder_lm_through_keras_hub(tmp_path):
     task = models.DecoderLMCausalLM.from_zoo("decoder_lm_tiny")
     model = zoo.create("decoder_lm_tiny")
