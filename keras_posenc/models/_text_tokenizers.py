@@ -3,7 +3,7 @@
 keras-hub's ``Tokenizer.from_preset`` and the tasks' preprocessors need a tokenizer that is
 a ``keras_hub.tokenizers.Tokenizer`` (its ``tokenizer.json`` names the registered class, its
 ``backbone_cls`` ties it to a family). Two bases serve the zoo's text families, each
-subclassed per family in keras_posenc/models/generating.py:
+subclassed per family in keras_posenc/models/seq2seq_lms.py and causal_lms.py:
 
 - :class:`ZooByteTokenizer`: the byte-level vocabulary of `keras_posenc.tokenizers.ByteTokenizer`
   (``<pad>``, ``<s>``, ``</s>``, then the 256 bytes), whose tokenizing it calls: the
