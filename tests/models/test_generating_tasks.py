@@ -93,6 +93,18 @@ def test_generating_tasks_refuse_bad_calls():
         models.DecoderLMCausalLM.from_zoo("shaw_transformer_base")
 
 
+def test_seq2seq_preprocessor_packs_as_the_zoo_and_refuses_bad_input():
+    tokenizer = models.ShawTransformerTokenizer(list(models.REVERSE_VOCABULARY))
+    preprocessor = models.ShawTransformerSeq2SeqLMPreprocessor(tokenizer, decoder_sequence_length=4)
+    packed = preprocessor.generate_preprocess(["a b c", "d"])
+    assert packed["encoder_token_ids"].tolist() == [[3, 4, 5, 2], [6, 2, 0, 0]]
+    assert packed["decoder_token_ids"].tolist() == [[1, 0, 0, 0]] * 2
+    with pytest.raises(ValueError, match="decoder prompts are not supported"):
+        preprocessor.generate_preprocess({"encoder_text": ["a"], "decoder_text": ["b"]})
+    with pytest.raises(TypeError, match="`x` must be a string or a list of strings, got int"):
+        preprocessor.generate_preprocess(3)
+
+
 def test_word_tokenizer():
     tokenizer = models.ShawTransformerTokenizer(list(models.REVERSE_VOCABULARY))
     assert tokenizer(["a b", "9"])[0].tolist() == [3, 4]
