@@ -17,6 +17,19 @@ Examples:
 
 from keras_posenc.models._backbone import ZooBackbone
 
+# The generating text families: keras-hub Seq2SeqLM and CausalLM (models/seq2seq_lms.py,
+# models/causal_lms.py).
+from keras_posenc.models._generating_tasks import (
+    TextBackbone,
+    ZooCausalLM,
+    ZooCausalLMPreprocessor,
+    ZooSeq2SeqLM,
+    ZooSeq2SeqLMPreprocessor,
+)
+from keras_posenc.models._text_tokenizers import ZooByteTokenizer, ZooWordTokenizer
+from keras_posenc.models.causal_lms import *  # noqa: F403
+from keras_posenc.models.causal_lms import __all__ as _causal_lms
+
 # Text encoders: DeBERTa v3, RoFormer v2 (keras_posenc/models/encoders.py, encoder_lms.py).
 from keras_posenc.models.encoder_lms import (
     DebertaV3MaskedLM,
@@ -35,6 +48,10 @@ from keras_posenc.models.encoders import (
     RoformerV2Tokenizer,
 )
 
+# The encoder-decoders' Seq2SeqLMs (with the generating families above).
+from keras_posenc.models.seq2seq_lms import *  # noqa: F403
+from keras_posenc.models.seq2seq_lms import __all__ as _seq2seq_lms
+
 __all__ = [
     "ZooBackbone",
     # Text encoders: DeBERTa v3, RoFormer v2.
@@ -50,4 +67,14 @@ __all__ = [
     "RoformerV2TextClassifier",
     "RoformerV2TextClassifierPreprocessor",
     "RoformerV2Tokenizer",
+    # The generating text families.
+    "TextBackbone",
+    "ZooSeq2SeqLM",
+    "ZooSeq2SeqLMPreprocessor",
+    "ZooCausalLM",
+    "ZooCausalLMPreprocessor",
+    "ZooByteTokenizer",
+    "ZooWordTokenizer",
+    *_seq2seq_lms,
+    *_causal_lms,
 ]
