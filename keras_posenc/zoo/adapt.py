@@ -1,7 +1,7 @@
 """Adapting zoo models: LoRA, and the variables weight decay leaves alone.
 
 Every zoo model derives from :class:`ZooModel`: the encoder-decoders and language
-models through ``seq2seq.FunctionalModel``, PosENet directly, and the image and
+models through ``FunctionalModel`` (below), PosENet directly, and the image and
 encoder models (CoAtNet, MaxViT, MUSE's encoders) as :class:`ZooFunctional`, a
 functional ``keras.Model`` with nothing else added. So one implementation serves
 every family:
@@ -281,3 +281,36 @@ class ZooFunctional(ZooModel, keras.Model):
 
     def call(self, inputs: Any, training: Any = None, mask: Any = None, **kwargs: Any) -> Any:
         return super().call(self._structured(inputs), training=training, mask=mask, **kwargs)
+
+
+class FunctionalModel(ZooModel, keras.Model):
+    """A functional ``keras.Model`` subclass that creates its layers before ``__init__``.
+
+    Zoo models build their layers as attributes, wire them into a graph, then
+    call ``keras.Model.__init__(inputs, outputs)``. Until then attributes are
+    set as plain Python attributes (on PyTorch, Keras layers are
+    ``torch.nn.Module``s, which refuse sublayers before ``Module.__init__``);
+    the functional graph tracks every layer that holds state, so nothing is
+    lost. keras_hub's ``Backbone`` does the same.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # keras.Model's functional constructor ignores arguments it does not know: a
+        # misspelt one (`ShawTransformer(..., num_layer=2)`) built the default silently.
+        unknown = sorted(set(kwargs) - {"inputs", "outputs", "name", "trainable", "dtype"})
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}: unknown argument(s) {', '.join(map(repr, unknown))}; "
+                "besides its own, a zoo model takes keras.Model's name, trainable and dtype."
+            )
+        policy = keras.dtype_policies.get(kwargs.get("dtype") or keras.config.dtype_policy())
+        super().__init__(*args, **kwargs)
+        self._initialized = True
+        # A functional model's config holds no policy: ZooModel's get_config adds the layers'.
+        self.layers_dtype = policy.name
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not hasattr(self, "_initialized"):
+            object.__setattr__(self, name, value)
+            return
+        super().__setattr__(name, value)

@@ -55,35 +55,10 @@ from keras import ops
 
 from keras_posenc import backend, tokenizers
 from keras_posenc.layers._checks import check_int
-from keras_posenc.zoo.adapt import ZooModel
+from keras_posenc.zoo.adapt import FunctionalModel
 from keras_posenc.zoo.text import TextModel
 
 _INPUT_NAMES = ("encoder_token_ids", "decoder_token_ids")
-
-
-class FunctionalModel(ZooModel, keras.Model):
-    """A functional ``keras.Model`` subclass that creates its layers before ``__init__``.
-
-    Zoo models build their layers as attributes, wire them into a graph, then
-    call ``keras.Model.__init__(inputs, outputs)``. Until then attributes are
-    set as plain Python attributes (on PyTorch, Keras layers are
-    ``torch.nn.Module``s, which refuse sublayers before ``Module.__init__``);
-    the functional graph tracks every layer that holds state, so nothing is
-    lost. keras_hub's ``Backbone`` does the same.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        policy = keras.dtype_policies.get(kwargs.get("dtype") or keras.config.dtype_policy())
-        super().__init__(*args, **kwargs)
-        self._initialized = True
-        # A functional model's config holds no policy: ZooModel's get_config adds the layers'.
-        self.layers_dtype = policy.name
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if not hasattr(self, "_initialized"):
-            object.__setattr__(self, name, value)
-            return
-        super().__setattr__(name, value)
 
 
 class GeneratingModel(TextModel):

@@ -125,6 +125,16 @@ def test_unknown_override_of_a_model_class_is_refused():
     assert "dtype" in zoo.get_spec("muse_tiny").builder_arguments()
 
 
+def test_a_model_class_built_directly_refuses_an_unknown_argument():
+    from keras_posenc.zoo.relative_transformers import ShawTransformer
+
+    arguments = {"vocabulary_size": 20, "hidden_dim": 8, "intermediate_dim": 16, "num_heads": 2}
+    with pytest.raises(TypeError, match=r"ShawTransformer: unknown argument\(s\) 'num_layer';"):
+        ShawTransformer(**arguments, num_layer=1)
+    model = ShawTransformer(**arguments, num_layers=1, name="shaw", trainable=False)
+    assert model.name == "shaw" and not model.trainable
+
+
 def test_unregister_unknown_name():
     with pytest.raises(ValueError, match="unknown model"):
         zoo.unregister_model("never_registered")
