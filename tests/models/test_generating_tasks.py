@@ -168,7 +168,6 @@ def _expected_texts(model, tokenizer, texts, max_length):
     return texts
 
 
-@pytest.mark.large
 @pytest.mark.parametrize("family", sorted(TINY))
 def test_other_families_through_keras_hub(family, tmp_path):
     cls, name, overrides = TINY[family]
@@ -198,7 +197,6 @@ def test_other_families_through_keras_hub(family, tmp_path):
     assert loaded.generate(texts, max_length=8) == expected
 
 
-@pytest.mark.large
 def test_t5_through_keras_hub(tmp_path):
     from test_decoder_text import sentencepiece_proto
 
