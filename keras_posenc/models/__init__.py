@@ -15,6 +15,56 @@ Examples:
     True
 """
 
-from keras_posenc.models._backbone import ZooBackbone
+from keras_posenc.models._backbone import ZooBackbone, copy_weights
 
-__all__ = ["ZooBackbone"]
+# Images: CoAtNet, MaxViT, MaxxViT, Swin (backbones, classifiers, preprocessors, presets).
+from keras_posenc.models.image import (
+    CoAtNetBackbone,
+    CoAtNetImageClassifier,
+    CoAtNetImageClassifierPreprocessor,
+    CoAtNetImageConverter,
+    MaxViTBackbone,
+    MaxViTImageClassifier,
+    MaxViTImageClassifierPreprocessor,
+    MaxViTImageConverter,
+    MaxxViTBackbone,
+    MaxxViTImageClassifier,
+    MaxxViTImageClassifierPreprocessor,
+    MaxxViTImageConverter,
+    SwinBackbone,
+    SwinImageClassifier,
+    SwinImageClassifierPreprocessor,
+    SwinImageConverter,
+)
+from keras_posenc.models.image_base import (
+    ZooImageBackbone,
+    ZooImageClassifier,
+    ZooImageClassifierPreprocessor,
+    ZooImageConverter,
+)
+
+__all__ = [
+    "ZooBackbone",
+    "copy_weights",
+    # Images
+    "CoAtNetBackbone",
+    "CoAtNetImageClassifier",
+    "CoAtNetImageClassifierPreprocessor",
+    "CoAtNetImageConverter",
+    "MaxViTBackbone",
+    "MaxViTImageClassifier",
+    "MaxViTImageClassifierPreprocessor",
+    "MaxViTImageConverter",
+    "MaxxViTBackbone",
+    "MaxxViTImageClassifier",
+    "MaxxViTImageClassifierPreprocessor",
+    "MaxxViTImageConverter",
+    "SwinBackbone",
+    "SwinImageClassifier",
+    "SwinImageClassifierPreprocessor",
+    "SwinImageConverter",
+    "ZooImageBackbone",
+    "ZooImageClassifier",
+    "ZooImageClassifierPreprocessor",
+    "ZooImageConverter",
+]

@@ -292,6 +292,30 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
         >>> zoo.unregister_model("doc_mlp")
     """
     spec = get_spec(name)
+    arguments, weights = create_arguments(name, weights, **overrides)
+    model = spec.builder(**arguments)
+    if not isinstance(model, keras.Model):
+        raise TypeError(
+            f"zoo.create({name!r}): the builder returned {type(model).__name__}, "
+            "expected a keras.Model."
+        )
+    if weights is not None:
+        _load_weights(model, name, weights)
+    return model
+
+
+def create_arguments(
+    name: str, weights: str | os.PathLike | None = None, **overrides: Any
+) -> tuple[dict[str, Any], str | os.PathLike | None]:
+    """What :func:`create` builds and loads: the builder's arguments (with the fields a
+    shipped preset changes and a preset's class count) and the weights file to load (None
+    without ``weights``), checked to exist. keras_posenc.models' ``from_zoo`` builds its
+    backbone and head from the same arguments.
+
+    Raises:
+        ValueError, FileNotFoundError: see :func:`create`.
+    """
+    spec = get_spec(name)
     if shipped.is_tag(weights):  # a preset shipped in the package, with its fields
         weights, changed = shipped.shipped_weights(name, weights)
         overrides = {**changed, **overrides}
@@ -304,15 +328,7 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
         if classes is not None and not given and (accepted is None or "num_classes" in accepted):
             # A preset's head decides (timm's ImageNet-12k checkpoints have 11821 classes).
             arguments = _configure(spec, {**overrides, "num_classes": classes})
-    model = spec.builder(**arguments)
-    if not isinstance(model, keras.Model):
-        raise TypeError(
-            f"zoo.create({name!r}): the builder returned {type(model).__name__}, "
-            "expected a keras.Model."
-        )
-    if weights is not None:
-        _load_weights(model, name, weights)
-    return model
+    return arguments, weights
 
 
 def _configure(spec: ModelSpec, overrides: dict[str, Any]) -> dict[str, Any]:
