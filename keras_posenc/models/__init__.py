@@ -36,6 +36,7 @@ from keras_posenc.models.image import (
     SwinImageClassifierPreprocessor,
     SwinImageConverter,
 )
+from keras_posenc.models.image_presets import to_keras_hub_preset
 from keras_posenc.models.image_base import (
     ZooImageBackbone,
     ZooImageClassifier,
@@ -67,4 +68,5 @@ __all__ = [
     "ZooImageClassifier",
     "ZooImageClassifierPreprocessor",
     "ZooImageConverter",
+    "to_keras_hub_preset",
 ]
