@@ -93,9 +93,7 @@ class Preset:
         if isinstance(images, str | os.PathLike | np.ndarray):
             images = [images]
         mode = "grayscale" if self.model.input_shape[-1] == 1 else "rgb"  # the digits' one
-        batch = np.concatenate(
-            [_batch(self.preprocessor(_image_array(i, mode))) for i in images]
-        )
+        batch = np.concatenate([_batch(self.preprocessor(_image_array(i, mode))) for i in images])
         probabilities = _probabilities(np.asarray(self.model.predict(batch, verbose=0)))
         names = self.class_names or [f"class {i}" for i in range(classes)]
         order = np.argsort(-probabilities, axis=-1, kind="stable")[:, :top]

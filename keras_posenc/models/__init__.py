@@ -36,13 +36,13 @@ from keras_posenc.models.image import (
     SwinImageClassifierPreprocessor,
     SwinImageConverter,
 )
-from keras_posenc.models.image_presets import to_keras_hub_preset
 from keras_posenc.models.image_base import (
     ZooImageBackbone,
     ZooImageClassifier,
     ZooImageClassifierPreprocessor,
     ZooImageConverter,
 )
+from keras_posenc.models.image_presets import to_keras_hub_preset
 
 __all__ = [
     "ZooBackbone",

@@ -140,9 +140,7 @@ class ZooBackbone(keras_hub.models.Backbone):
         return cls.split_arguments(_configure(spec, overrides))
 
     @classmethod
-    def split_arguments(
-        cls, arguments: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def split_arguments(cls, arguments: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The builder's ``arguments`` split into the backbone's and the head's."""
         head = {k: v for k, v in arguments.items() if k in cls.head_arguments}
         backbone = {

@@ -133,7 +133,7 @@ class CoAtNetBackbone(ZooImageBackbone):
 
 @_register
 class CoAtNetImageConverter(ZooImageConverter):
-    """CoAtNet's image converter (see :class:`~keras_posenc.models.image_base.ZooImageConverter`)."""
+    """CoAtNet's image converter (:class:`~keras_posenc.models.ZooImageConverter`)."""
 
     backbone_cls = CoAtNetBackbone
 

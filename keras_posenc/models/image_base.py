@@ -8,11 +8,11 @@ converter go together (keras-hub's ``backbone_cls`` / ``preprocessor_cls`` /
 
 Examples:
 
-    >>> import numpy as np
+    >>> import keras, numpy as np
     >>> from keras_posenc.models.image_base import ZooImageConverter
     >>> converter = ZooImageConverter(image_size=(4, 4), scale=1 / 127.5, offset=-1.0)
-    >>> out = converter(np.full((8, 8, 3), 255, "uint8"))
-    >>> tuple(out.shape), float(np.max(out))
+    >>> out = keras.ops.convert_to_numpy(converter(np.full((8, 8, 3), 255, "uint8")))
+    >>> out.shape, float(out.max())
     ((4, 4, 3), 1.0)
 """
 
@@ -30,6 +30,7 @@ import numpy as np
 from keras_posenc.hub.preprocessing import ImagePreprocessor
 from keras_posenc.layers._checks import check_positive_number
 from keras_posenc.models._backbone import ZooBackbone, copy_weights
+from keras_posenc.zoo.registry import create, create_arguments, get_spec
 
 __all__ = [
     "ZooImageBackbone",
@@ -252,11 +253,14 @@ class ZooImageClassifier(keras_hub.models.ImageClassifier):
             ValueError: what ``zoo.create`` raises; a configuration without a classifier
                 (``include_top=False``, ``features=True``, no ``num_classes``).
         """
-        from keras_posenc.zoo import create
-        from keras_posenc.zoo.registry import create_arguments
-
-        arguments, _ = create_arguments(name, weights, **overrides)
         backbone_cls = cls.backbone_cls
+        family = get_spec(name).family
+        if family != backbone_cls.family:
+            raise ValueError(
+                f"{cls.__name__}.from_zoo: {name!r} is a {family!r} model; this classifier "
+                f"builds the {backbone_cls.family!r} family's."
+            )
+        arguments, _ = create_arguments(name, weights, **overrides)
         backbone_arguments, head = backbone_cls.split_arguments(arguments)
         cls.check_classifier(name, head)
         backbone = backbone_cls(**backbone_arguments)
