@@ -53,10 +53,12 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
     """A preset: its model, preprocessor, class names and metadata.
 
     Args:
-        source: a preset folder (:func:`save_preset`), ``hf://ORG/REPO``, a timm
-            CoAtNet or MaxViT repository on the Hugging Face hub, or a fairseq
-            translation archive's URL or file. **A hub source or URL is downloaded**
-            (once; see :func:`preset_path`). A translation preset's model gets its
+        source: a preset folder (:func:`save_preset`'s, or keras-hub's format written by
+            a ``keras_posenc.models`` task's ``save_to_preset``: its model is the zoo's,
+            ``task.to_zoo()``, its preprocessor the task's image converter),
+            ``hf://ORG/REPO``, a timm CoAtNet or MaxViT repository on the Hugging Face
+            hub, or a fairseq translation archive's URL or file. **A hub source or URL
+            is downloaded** (once; see :func:`preset_path`). A translation preset's model gets its
             preprocessor as ``model.preprocessor``, for ``model.translate``.
         progress: show download and conversion progress bars.
 

@@ -248,7 +248,8 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
             offline, with the configuration fields the preset changes); the path of a
             ``.weights.h5`` file (``model.save_weights``) or a ``.keras`` file
             (``model.save``) saved from the same configuration; or a preset source
-            (:func:`~keras_posenc.hub.preset_path`): a preset folder, or
+            (:func:`~keras_posenc.hub.preset_path`): a preset folder (ours, or a
+            keras-hub preset of a ``keras_posenc.models`` classifier), or
             ``hf://ORG/REPO``, a timm checkpoint on the Hugging Face hub
             (``zoo.create("coatnet_0_rw_224", weights="hf://timm/coatnet_0_rw_224.sw_in1k")``),
             which **is downloaded and converted on first use**, then read from the cache.
