@@ -55,6 +55,7 @@ def to_keras_hub_preset(
     *,
     name: str | None = None,
     overwrite: bool = False,
+    **overrides: Any,
 ) -> str:
     """Writes an image preset of ours in keras-hub's preset format.
 
@@ -65,6 +66,9 @@ def to_keras_hub_preset(
         name: the zoo name of the preset's model; default the preset's
             ``metadata.json`` ``architecture`` (converted timm repositories record it).
         overwrite: replace an existing ``folder`` (default: refuse).
+        **overrides: fields of the named configuration the preset's model was built
+            with, as ``zoo.create(name, weights=source, **overrides)`` takes them (a
+            preset saved from a narrowed configuration).
 
     Returns:
         The folder's path.
@@ -106,7 +110,7 @@ def to_keras_hub_preset(
             f"{who}: zoo model {name!r} is of the {family!r} family; the image families "
             f"with a keras-hub classifier: {sorted(CLASSIFIERS)}."
         )
-    task = classifier.from_zoo(name, weights=weights)
+    task = classifier.from_zoo(name, weights=weights, **overrides)
     if converter is not None:
         task.preprocessor = _preprocessor(classifier, converter)
     if os.path.exists(target):

@@ -155,6 +155,15 @@ def test_the_shipped_digits_preset_through_keras_hub(tmp_path, monkeypatch):
     model = zoo.create("coatnet_0", weights=folder, **shipped)
     np.testing.assert_array_equal(np.argmax(numpy(model, to_inputs(digits)), -1), expected)
 
+    # A preset folder of ours (hub.save_preset's) records no zoo name: name= says it.
+    ours = hub.save_preset(model, tmp_path / "ours", class_names=[str(d) for d in range(10)])
+    with pytest.raises(ValueError, match="to_keras_hub_preset: .* records no zoo name"):
+        models.to_keras_hub_preset(ours, tmp_path / "refused")
+    again = models.to_keras_hub_preset(ours, tmp_path / "again", name="coatnet_0", **shipped)
+    assert hub.load_preset(again).class_names == [str(d) for d in range(10)]
+    reloaded = keras_hub.models.ImageClassifier.from_preset(again)
+    np.testing.assert_allclose(numpy(reloaded, to_inputs(digits)), logits, atol=1e-5, rtol=0)
+
 
 @pytest.mark.large
 def test_a_converted_timm_preset_over_the_local_hub(tmp_path, monkeypatch):
