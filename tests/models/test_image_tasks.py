@@ -51,16 +51,7 @@ def batch(shape, seed=0):
     return np.random.default_rng(seed).standard_normal((2, *shape)).astype("float32")
 
 
-# CoAtNet and Swin on every backend; MaxViT and MaxxViT (CoAtNet's head and stages, other
-# blocks) on the matrix backend, on the others in the full tier (tests/tiers.py).
-@pytest.mark.parametrize(
-    "family",
-    [
-        "coatnet",
-        "swin",
-        *(pytest.param(f, marks=pytest.mark.matrix) for f in ("maxvit", "maxxvit")),
-    ],
-)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_save_to_preset_then_keras_hub_from_preset(family, tmp_path):
     name, tiny = FAMILIES[family]
     classifier_cls = models.image.CLASSIFIERS[family]
