@@ -20,8 +20,9 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import keras
@@ -114,13 +115,8 @@ class ZooBackbone(keras_hub.models.Backbone):
             return cls.builder(**arguments, **cls.network_arguments, **extra, dtype=dtype)
         # keras-hub's from_preset gives the backbone a dtype (its config's, or the caller's);
         # a builder without one builds its layers under the global policy, set meanwhile.
-        policy = keras.dtype_policies.get(dtype)
-        before = keras.config.dtype_policy()
-        keras.config.set_dtype_policy(policy)
-        try:
+        with dtype_policy(dtype):
             return cls.builder(**arguments, **cls.network_arguments, **extra)
-        finally:
-            keras.config.set_dtype_policy(before)
 
     @classmethod
     def zoo_arguments(cls, name: str, **overrides: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -165,6 +161,18 @@ class ZooBackbone(keras_hub.models.Backbone):
         config = super().get_config()
         config.update(self.network_config)
         return config
+
+
+@contextlib.contextmanager
+def dtype_policy(dtype: Any) -> Iterator[None]:
+    """Keras' global dtype policy set to ``dtype`` (a name, a ``DTypePolicy``) meanwhile:
+    the layers the zoo's builders and heads make, which take no ``dtype``, get it."""
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(keras.dtype_policies.get(dtype))
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(before)
 
 
 def copy_weights(source: keras.Model, target: keras.Model, who: str = "copy_weights") -> None:

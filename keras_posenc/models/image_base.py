@@ -29,7 +29,7 @@ import numpy as np
 
 from keras_posenc.hub.preprocessing import ImagePreprocessor
 from keras_posenc.layers._checks import check_positive_number
-from keras_posenc.models._backbone import ZooBackbone, copy_weights
+from keras_posenc.models._backbone import ZooBackbone, copy_weights, dtype_policy
 from keras_posenc.zoo.registry import create, create_arguments, get_spec
 
 __all__ = [
@@ -207,7 +207,8 @@ class ZooImageClassifier(keras_hub.models.ImageClassifier):
         self.backbone = backbone
         self.preprocessor = preprocessor
         inputs = backbone.input
-        outputs = self.head(backbone(inputs), backbone, head)
+        with dtype_policy(backbone.dtype_policy):  # keras-hub's head_dtype: the backbone's
+            outputs = self.head(backbone(inputs), backbone, head)
         keras_hub.models.Task.__init__(
             self, inputs=inputs, outputs=outputs, compile=False, **kwargs
         )

@@ -114,6 +114,17 @@ def test_image_classifier_predict_on_an_image_file(tmp_path):
     timm_order = ops.convert_to_numpy(preprocessor(image))
     assert np.abs(timm_order - resized / 127.5 + 1).mean() < 0.05
 
+    # A .keras file keeps the classifier, its converter's crop and its weights.
+    task.save(tmp_path / "task.keras")
+    reloaded = keras.saving.load_model(tmp_path / "task.keras", compile=False)
+    assert type(reloaded) is models.CoAtNetImageClassifier
+    assert reloaded.preprocessor.image_converter.crop_pct == 0.875
+    np.testing.assert_allclose(reloaded.predict(image[None], verbose=0), predicted, atol=1e-5)
+    # keras-hub's dtype reaches the backbone and, as keras-hub's heads do, the head.
+    task.save_to_preset(tmp_path / "preset")
+    half = keras_hub.models.ImageClassifier.from_preset(str(tmp_path / "preset"), dtype="float16")
+    assert {layer.dtype_policy.name for layer in half.layers} == {"float16"}
+
 
 @pytest.mark.large
 def test_the_shipped_digits_preset_through_keras_hub(tmp_path, monkeypatch):
