@@ -204,6 +204,12 @@ class ZooImageClassifier(keras_hub.models.ImageClassifier):
             if key in head:
                 head[key] = kwargs.pop(key)
         compile_now = kwargs.pop("compile", True)
+        unknown = sorted(set(kwargs) - {"name", "trainable", "dtype"})
+        if unknown:
+            raise ValueError(
+                f"{who}: unknown argument(s) {', '.join(map(repr, unknown))}; the head takes "
+                f"{sorted(head)}, and keras.Model's name, trainable and dtype."
+            )
         self.backbone = backbone
         self.preprocessor = preprocessor
         inputs = backbone.input

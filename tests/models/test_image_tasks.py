@@ -29,6 +29,8 @@ PIL = pytest.importorskip("PIL.Image", reason="images are decoded by Pillow")
 
 TINY_STAGES = {"blocks": (1, 1, 1, 1, 1), "channels": (8, 8, 16, 32, 32), "head_dim": 16,
                "input_shape": (32, 32, 3), "num_classes": 3}  # fmt: skip
+SMALL_SWIN = {"input_shape": (32, 32, 3), "embed_dim": 8, "depths": (2, 2), "num_heads": (1, 2),
+              "window_size": 4}  # fmt: skip
 # One registered name per family, made tiny (the structure kept: every stage, shifted windows).
 FAMILIES = {
     "coatnet": ("coatnet_0", TINY_STAGES),
@@ -37,9 +39,7 @@ FAMILIES = {
     "maxxvit": ("maxxvit_rmlp_nano_rw_256", {**TINY_STAGES, "stem_channels": (16,),
                                              "channels": (16, 16, 16, 32, 32),
                                              "partition_size": 1}),
-    "swin": ("swin_tiny_patch4_window7_224", {"input_shape": (32, 32, 3), "embed_dim": 8,
-                                              "depths": (2, 2), "num_heads": (1, 2),
-                                              "window_size": 4, "num_classes": 3}),
+    "swin": ("swin_tiny_patch4_window7_224", {**SMALL_SWIN, "num_classes": 3}),
 }  # fmt: skip
 
 
@@ -221,6 +221,9 @@ def test_a_converted_timm_preset_over_the_local_hub(tmp_path, monkeypatch):
 def test_bad_arguments_name_the_class():
     with pytest.raises(TypeError, match="CoAtNetImageClassifier: `backbone` must be a "):
         models.CoAtNetImageClassifier(keras.Sequential(), num_classes=2)
+    backbone = models.SwinBackbone.from_zoo("swin_tiny_patch4_window7_224", **SMALL_SWIN)
+    with pytest.raises(ValueError, match="SwinImageClassifier: unknown argument.*'pre_logits'"):
+        models.SwinImageClassifier(backbone, num_classes=2, pre_logits=True)
     with pytest.raises(ValueError, match="is a 'swin' model"):
         models.CoAtNetImageClassifier.from_zoo("swin_tiny_patch4_window7_224")
     with pytest.raises(ValueError, match="SwinImageClassifier.from_zoo.*num_classes"):
