@@ -36,6 +36,8 @@ WEIGHTS_FILE = "model.weights.h5"
 PREPROCESSOR_FILE = "preprocessor.json"
 METADATA_FILE = "metadata.json"
 CLASS_NAMES_FILE = os.path.join("assets", "class_names.json")
+# What makes a preset folder keras-hub's (a Task's ``save_to_preset``): its task's config.
+TASK_FILE = "task.json"
 # What makes a folder a preset; preprocessing and class names are optional.
 _REQUIRED = (CONFIG_FILE, WEIGHTS_FILE, METADATA_FILE)
 
@@ -90,7 +92,8 @@ class Preset:
             raise ValueError(f"{who}: `top` must be at most {classes} (the classes), got {top}.")
         if isinstance(images, str | os.PathLike | np.ndarray):
             images = [images]
-        batch = np.concatenate([np.asarray(self.preprocessor(_image_array(i))) for i in images])
+        mode = "grayscale" if self.model.input_shape[-1] == 1 else "rgb"  # the digits' one
+        batch = np.concatenate([_batch(self.preprocessor(_image_array(i, mode))) for i in images])
         probabilities = _probabilities(np.asarray(self.model.predict(batch, verbose=0)))
         names = self.class_names or [f"class {i}" for i in range(classes)]
         order = np.argsort(-probabilities, axis=-1, kind="stable")[:, :top]
@@ -125,10 +128,18 @@ class Preset:
         return translate(texts, preprocessor=self.preprocessor, **kwargs)
 
 
-def _image_array(image: Any) -> np.ndarray:
+def _image_array(image: Any, color_mode: str = "rgb") -> np.ndarray:
     if isinstance(image, str | os.PathLike):
-        return keras.utils.img_to_array(keras.utils.load_img(os.fspath(image), color_mode="rgb"))
+        loaded = keras.utils.load_img(os.fspath(image), color_mode=color_mode)
+        return keras.utils.img_to_array(loaded)
     return np.asarray(image)
+
+
+def _batch(preprocessed: Any) -> np.ndarray:
+    """A preprocessor's output as a batch: keras-hub's image converters keep a single
+    image unbatched (a keras-hub preset's, keras_posenc/models/image_presets.py)."""
+    array = np.asarray(keras.ops.convert_to_numpy(preprocessed))
+    return array[None] if array.ndim == 3 else array
 
 
 def _probabilities(outputs: np.ndarray) -> np.ndarray:

@@ -21,6 +21,8 @@ nothing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 
@@ -35,6 +37,7 @@ from keras_posenc.hub.folder import (
     CONFIG_FILE,
     METADATA_FILE,
     PREPROCESSOR_FILE,
+    TASK_FILE,
     WEIGHTS_FILE,
     Preset,
     _class_count,
@@ -50,10 +53,12 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
     """A preset: its model, preprocessor, class names and metadata.
 
     Args:
-        source: a preset folder (:func:`save_preset`), ``hf://ORG/REPO``, a timm
-            CoAtNet or MaxViT repository on the Hugging Face hub, or a fairseq
-            translation archive's URL or file. **A hub source or URL is downloaded**
-            (once; see :func:`preset_path`). A translation preset's model gets its
+        source: a preset folder (:func:`save_preset`'s, or keras-hub's format written by
+            a ``keras_posenc.models`` task's ``save_to_preset``: its model is the zoo's,
+            ``task.to_zoo()``, its preprocessor the task's image converter),
+            ``hf://ORG/REPO``, a timm CoAtNet or MaxViT repository on the Hugging Face
+            hub, or a fairseq translation archive's URL or file. **A hub source or URL
+            is downloaded** (once; see :func:`preset_path`). A translation preset's model gets its
             preprocessor as ``model.preprocessor``, for ``model.translate``.
         progress: show download and conversion progress bars.
 
@@ -74,6 +79,8 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
 
     who = "load_preset"
     folder = preset_path(source, progress=progress)
+    if os.path.isfile(os.path.join(folder, TASK_FILE)):
+        return _keras_hub_preset(folder, who)
     config = _read_json(os.path.join(folder, CONFIG_FILE), who)
     with configuration_errors(os.path.join(folder, CONFIG_FILE), who):
         model = keras.saving.deserialize_keras_object(config)
@@ -97,6 +104,30 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
         class_names = [str(n) for n in _read_json(os.path.join(folder, CLASS_NAMES_FILE), who)]
     metadata = _read_json(os.path.join(folder, METADATA_FILE), who)
     return Preset(model, preprocessor, class_names, metadata, folder)
+
+
+def _keras_hub_preset(folder: str, who: str) -> Preset:
+    """A keras-hub preset of keras_posenc.models' classes (a task's ``save_to_preset``):
+    its task loaded by keras-hub, then the zoo's model of it (``task.to_zoo()``) and the
+    task's image converter as the preprocessor."""
+    from keras_posenc.zoo.registry import configuration_errors
+
+    described = _read_json(os.path.join(folder, TASK_FILE), who)
+    registered = described.get("registered_name") if isinstance(described, dict) else None
+    task_cls = keras.saving.get_registered_object(registered) if registered else None
+    if task_cls is None or not hasattr(task_cls, "to_zoo"):
+        raise ValueError(
+            f"{who}: {folder!r} is a keras-hub preset of {registered or 'an unknown class'}, "
+            "not of keras_posenc.models' classes; load it with keras-hub's from_preset."
+        )
+    with configuration_errors(os.path.join(folder, TASK_FILE), who):
+        task = task_cls.from_preset(folder)
+    preprocessor = getattr(task.preprocessor, "image_converter", task.preprocessor)
+    class_names = None
+    if os.path.isfile(os.path.join(folder, CLASS_NAMES_FILE)):
+        class_names = [str(n) for n in _read_json(os.path.join(folder, CLASS_NAMES_FILE), who)]
+    metadata = _read_json(os.path.join(folder, METADATA_FILE), who)
+    return Preset(task.to_zoo(), preprocessor, class_names, metadata, folder)
 
 
 def from_preset(source: str | os.PathLike, *, progress: bool = True) -> keras.Model:
@@ -244,4 +275,30 @@ def preset_weights(source: str | os.PathLike) -> tuple[str, int | None]:
     ('model.weights.h5', 2)
     """
     folder = preset_path(source)
+    if os.path.isfile(os.path.join(folder, TASK_FILE)):
+        return _keras_hub_weights(folder)
     return os.path.join(folder, WEIGHTS_FILE), _class_count(folder)
+
+
+def _keras_hub_weights(folder: str) -> tuple[str, int | None]:
+    """The zoo model's weights of a keras-hub preset of ours (its task's, in the zoo model's
+    layout), saved once in the cache under a key of the folder's path and files."""
+    digest = hashlib.sha256(os.path.abspath(folder).encode())
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            status = os.stat(path)
+            digest.update(f"{name}:{status.st_size}:{status.st_mtime_ns}".encode())
+    target = os.path.join(cache_folder(), "keras_hub", digest.hexdigest()[:32])
+    weights = os.path.join(target, WEIGHTS_FILE)
+    classes_file = os.path.join(target, "num_classes.json")
+    if not os.path.isfile(classes_file):
+        model = load_preset(folder).model
+        os.makedirs(target, exist_ok=True)
+        staged = os.path.join(target, f"staged-{os.getpid()}.weights.h5")
+        model.save_weights(staged)
+        os.replace(staged, weights)
+        with open(classes_file, "w", encoding="utf-8") as handle:
+            json.dump(int(model.output_shape[-1]), handle)
+    with open(classes_file, encoding="utf-8") as handle:
+        return weights, int(json.load(handle))

@@ -15,7 +15,7 @@ Examples:
     True
 """
 
-from keras_posenc.models._backbone import ZooBackbone
+from keras_posenc.models._backbone import ZooBackbone, copy_weights
 
 # The generating text families: keras-hub Seq2SeqLM and CausalLM (models/seq2seq_lms.py,
 # models/causal_lms.py).
@@ -48,12 +48,62 @@ from keras_posenc.models.encoders import (
     RoformerV2Tokenizer,
 )
 
+# Images: CoAtNet, MaxViT, MaxxViT, Swin (backbones, classifiers, preprocessors, presets).
+from keras_posenc.models.image import (
+    CoAtNetBackbone,
+    CoAtNetImageClassifier,
+    CoAtNetImageClassifierPreprocessor,
+    CoAtNetImageConverter,
+    MaxViTBackbone,
+    MaxViTImageClassifier,
+    MaxViTImageClassifierPreprocessor,
+    MaxViTImageConverter,
+    MaxxViTBackbone,
+    MaxxViTImageClassifier,
+    MaxxViTImageClassifierPreprocessor,
+    MaxxViTImageConverter,
+    SwinBackbone,
+    SwinImageClassifier,
+    SwinImageClassifierPreprocessor,
+    SwinImageConverter,
+)
+from keras_posenc.models.image_base import (
+    ZooImageBackbone,
+    ZooImageClassifier,
+    ZooImageClassifierPreprocessor,
+    ZooImageConverter,
+)
+from keras_posenc.models.image_presets import to_keras_hub_preset
+
 # The encoder-decoders' Seq2SeqLMs (with the generating families above).
 from keras_posenc.models.seq2seq_lms import *  # noqa: F403
 from keras_posenc.models.seq2seq_lms import __all__ as _seq2seq_lms
 
 __all__ = [
     "ZooBackbone",
+    "copy_weights",
+    # Images
+    "CoAtNetBackbone",
+    "CoAtNetImageClassifier",
+    "CoAtNetImageClassifierPreprocessor",
+    "CoAtNetImageConverter",
+    "MaxViTBackbone",
+    "MaxViTImageClassifier",
+    "MaxViTImageClassifierPreprocessor",
+    "MaxViTImageConverter",
+    "MaxxViTBackbone",
+    "MaxxViTImageClassifier",
+    "MaxxViTImageClassifierPreprocessor",
+    "MaxxViTImageConverter",
+    "SwinBackbone",
+    "SwinImageClassifier",
+    "SwinImageClassifierPreprocessor",
+    "SwinImageConverter",
+    "ZooImageBackbone",
+    "ZooImageClassifier",
+    "ZooImageClassifierPreprocessor",
+    "ZooImageConverter",
+    "to_keras_hub_preset",
     # Text encoders: DeBERTa v3, RoFormer v2.
     "DebertaV3Backbone",
     "DebertaV3MaskedLM",

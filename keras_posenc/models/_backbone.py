@@ -20,7 +20,9 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import keras
@@ -29,7 +31,7 @@ import keras_hub
 from keras_posenc.zoo.config import _jsonable
 from keras_posenc.zoo.registry import _configure, get_spec
 
-__all__ = ["ZooBackbone"]
+__all__ = ["ZooBackbone", "copy_weights"]
 
 
 class ZooBackbone(keras_hub.models.Backbone):
@@ -103,9 +105,18 @@ class ZooBackbone(keras_hub.models.Backbone):
         if cls.builder is None:
             raise TypeError(f"{cls.__name__}: a ZooBackbone subclass sets `builder`.")
         extra: dict[str, Any] = {"name": name} if name is not None else {}
-        if dtype is not None:
-            extra["dtype"] = dtype
-        return cls.builder(**arguments, **cls.network_arguments, **extra)
+        if dtype is None:
+            return cls.builder(**arguments, **cls.network_arguments, **extra)
+        try:
+            accepts_dtype = "dtype" in inspect.signature(cls.builder).parameters
+        except (TypeError, ValueError):  # a builder without a signature
+            accepts_dtype = False
+        if accepts_dtype:
+            return cls.builder(**arguments, **cls.network_arguments, **extra, dtype=dtype)
+        # keras-hub's from_preset gives the backbone a dtype (its config's, or the caller's);
+        # a builder without one builds its layers under the global policy, set meanwhile.
+        with dtype_policy(dtype):
+            return cls.builder(**arguments, **cls.network_arguments, **extra)
 
     @classmethod
     def zoo_arguments(cls, name: str, **overrides: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -122,7 +133,11 @@ class ZooBackbone(keras_hub.models.Backbone):
                 f"{cls.__name__}.from_zoo: {name!r} is a {spec.family!r} model; this "
                 f"backbone builds the {cls.family!r} family's."
             )
-        arguments = _configure(spec, overrides)
+        return cls.split_arguments(_configure(spec, overrides))
+
+    @classmethod
+    def split_arguments(cls, arguments: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The builder's ``arguments`` split into the backbone's and the head's."""
         head = {k: v for k, v in arguments.items() if k in cls.head_arguments}
         backbone = {
             k: v
@@ -146,3 +161,62 @@ class ZooBackbone(keras_hub.models.Backbone):
         config = super().get_config()
         config.update(self.network_config)
         return config
+
+
+@contextlib.contextmanager
+def dtype_policy(dtype: Any) -> Iterator[None]:
+    """Keras' global dtype policy set to ``dtype`` (a name, a ``DTypePolicy``) meanwhile:
+    the layers the zoo's builders and heads make, which take no ``dtype``, get it."""
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(keras.dtype_policies.get(dtype))
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(before)
+
+
+def copy_weights(source: keras.Model, target: keras.Model, who: str = "copy_weights") -> None:
+    """Copies every weight of ``source`` into ``target``: by variable path (a layer's name and
+    the variable's, the same in ``zoo.create``'s model and in a task built from the same
+    configuration, whatever the nesting), or, where the paths are not one to one, by order.
+
+    The one weight copy between the zoo's models and the keras-hub classes
+    (``Task.from_zoo`` and ``task.to_zoo``).
+
+    Raises:
+        ValueError: the models differ in their weights' count, paths or shapes (the message
+            names the first that differ).
+
+    Examples:
+
+        >>> import keras, numpy as np
+        >>> def dense():
+        ...     inputs = keras.Input((2,))
+        ...     return keras.Model(inputs, keras.layers.Dense(3, name="out")(inputs))
+        >>> source, target = dense(), dense()
+        >>> copy_weights(source, target)
+        >>> all(np.array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+        ...     for a, b in zip(source.weights, target.weights))
+        True
+    """
+    mine, theirs = list(source.weights), list(target.weights)
+    if len(mine) != len(theirs):
+        raise ValueError(
+            f"{who}: the models do not match: {source.name!r} has {len(mine)} weights, "
+            f"{target.name!r} has {len(theirs)}."
+        )
+    paths = {variable.path: variable for variable in theirs}
+    by_path = len(paths) == len(theirs) and len({v.path for v in mine}) == len(mine)
+    if by_path and set(paths) == {variable.path for variable in mine}:
+        pairs = [(variable, paths[variable.path]) for variable in mine]
+    else:  # nested names that differ: the order of creation, which the same code keeps
+        pairs = list(zip(mine, theirs))
+    for origin, destination in pairs:
+        if tuple(origin.shape) != tuple(destination.shape):
+            raise ValueError(
+                f"{who}: the models do not match: weight {origin.path!r} of {source.name!r} "
+                f"has shape {tuple(origin.shape)}, {destination.path!r} of {target.name!r} "
+                f"{tuple(destination.shape)}."
+            )
+    for origin, destination in pairs:
+        destination.assign(keras.ops.convert_to_numpy(origin))

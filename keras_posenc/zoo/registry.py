@@ -248,7 +248,8 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
             offline, with the configuration fields the preset changes); the path of a
             ``.weights.h5`` file (``model.save_weights``) or a ``.keras`` file
             (``model.save``) saved from the same configuration; or a preset source
-            (:func:`~keras_posenc.hub.preset_path`): a preset folder, or
+            (:func:`~keras_posenc.hub.preset_path`): a preset folder (ours, or a
+            keras-hub preset of a ``keras_posenc.models`` classifier), or
             ``hf://ORG/REPO``, a timm checkpoint on the Hugging Face hub
             (``zoo.create("coatnet_0_rw_224", weights="hf://timm/coatnet_0_rw_224.sw_in1k")``),
             which **is downloaded and converted on first use**, then read from the cache.
@@ -292,6 +293,30 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
         >>> zoo.unregister_model("doc_mlp")
     """
     spec = get_spec(name)
+    arguments, weights = create_arguments(name, weights, **overrides)
+    model = spec.builder(**arguments)
+    if not isinstance(model, keras.Model):
+        raise TypeError(
+            f"zoo.create({name!r}): the builder returned {type(model).__name__}, "
+            "expected a keras.Model."
+        )
+    if weights is not None:
+        _load_weights(model, name, weights)
+    return model
+
+
+def create_arguments(
+    name: str, weights: str | os.PathLike | None = None, **overrides: Any
+) -> tuple[dict[str, Any], str | os.PathLike | None]:
+    """What :func:`create` builds and loads: the builder's arguments (with the fields a
+    shipped preset changes and a preset's class count) and the weights file to load (None
+    without ``weights``), checked to exist. keras_posenc.models' ``from_zoo`` builds its
+    backbone and head from the same arguments.
+
+    Raises:
+        ValueError, FileNotFoundError: see :func:`create`.
+    """
+    spec = get_spec(name)
     if shipped.is_tag(weights):  # a preset shipped in the package, with its fields
         weights, changed = shipped.shipped_weights(name, weights)
         overrides = {**changed, **overrides}
@@ -304,15 +329,7 @@ def create(name: str, weights: str | os.PathLike | None = None, **overrides: Any
         if classes is not None and not given and (accepted is None or "num_classes" in accepted):
             # A preset's head decides (timm's ImageNet-12k checkpoints have 11821 classes).
             arguments = _configure(spec, {**overrides, "num_classes": classes})
-    model = spec.builder(**arguments)
-    if not isinstance(model, keras.Model):
-        raise TypeError(
-            f"zoo.create({name!r}): the builder returned {type(model).__name__}, "
-            "expected a keras.Model."
-        )
-    if weights is not None:
-        _load_weights(model, name, weights)
-    return model
+    return arguments, weights
 
 
 def _configure(spec: ModelSpec, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.config import ZooConfig, by_name
 from keras_posenc.zoo.registry import register_model
 
-__all__ = ["CONFIGS", "PatchMerging", "SwinConfig", "build_swin"]
+__all__ = ["CONFIGS", "PatchMerging", "SwinConfig", "build_swin", "swin_head"]
 
 REFERENCE = (
     "Liu, Lin, Cao, Hu, Wei, Zhang, Lin, Guo 2021, Swin Transformer: Hierarchical Vision "
@@ -211,11 +211,20 @@ def build_swin(
             height, width = height // 2, width // 2
     x = keras.layers.LayerNormalization(epsilon=1e-5, name="norm")(x)
     x = keras.layers.Reshape((-1, embed_dim * 2 ** (len(depths) - 1)), name="sequence_output")(x)
-    if num_classes is not None:  # keras-hub's SwinTransformerImageClassifier's head
-        x = keras.layers.GlobalAveragePooling1D(name="pool")(x)
-        x = keras.layers.Dropout(head_dropout, name="head_dropout")(x)
-        x = keras.layers.Dense(num_classes, name="predictions")(x)
+    if num_classes is not None:
+        x = swin_head(x, num_classes, head_dropout)
     return ZooFunctional(images, x, name=name)
+
+
+def swin_head(x: Any, num_classes: int, head_dropout: float = 0.0) -> Any:
+    """The classifier on the last map's cells ``(batch, tokens, channels)``: their mean,
+    dropout, ``Dense(num_classes)`` named ``predictions`` (keras-hub's
+    ``SwinTransformerImageClassifier``'s head; ``models.SwinImageClassifier``'s too)."""
+    num_classes = check_int("swin_head", "num_classes", num_classes, 1)
+    head_dropout = check_rate("swin_head", "head_dropout", head_dropout)
+    x = keras.layers.GlobalAveragePooling1D(name="pool")(x)
+    x = keras.layers.Dropout(head_dropout, name="head_dropout")(x)
+    return keras.layers.Dense(num_classes, name="predictions")(x)
 
 
 # --------------------------------------------------------------------------- configurations
