@@ -72,7 +72,7 @@ class ZooBackbone(keras_hub.models.Backbone):
         if given:
             raise ValueError(
                 f"{who}: {', '.join(map(repr, given))} belong to the task (its head), not "
-                f"to the backbone; give them to the task, e.g. the family's ImageClassifier."
+                f"to the backbone; give them to the family's task (its from_zoo takes them)."
             )
         trainable = arguments.pop("trainable", True)
         network = self.build_network(dtype=dtype, name=name, **arguments)

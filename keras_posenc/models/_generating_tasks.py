@@ -29,7 +29,7 @@ import keras_hub
 import numpy as np
 
 from keras_posenc import tokenizers
-from keras_posenc.models._backbone import ZooBackbone
+from keras_posenc.models._backbone import ZooBackbone, copy_weights
 from keras_posenc.zoo.registry import get_spec
 from keras_posenc.zoo.text import TextModel
 
@@ -39,7 +39,6 @@ __all__ = [
     "ZooCausalLMPreprocessor",
     "ZooSeq2SeqLM",
     "ZooSeq2SeqLMPreprocessor",
-    "copy_weights",
 ]
 
 _SEARCH_OPTIONS = (
@@ -49,32 +48,6 @@ _SEARCH_OPTIONS = (
     "min_length",
     "no_repeat_ngram_size",
 )
-
-
-def copy_weights(source: keras.Model, target: keras.Model, who: str) -> None:
-    """Assigns ``source``'s weights to ``target``'s, in order, after checking that both
-    have the same variables (paths and shapes).
-
-    A private copy for the text tasks until the image helper's shared one lands in
-    keras_posenc/models/_backbone.py.
-
-    Raises:
-        ValueError: naming ``who`` and the first variable that differs.
-    """
-    mine, theirs = target.weights, source.weights
-    if len(mine) != len(theirs):
-        raise ValueError(
-            f"{who}: the zoo model has {len(theirs)} weights, the task {len(mine)}: not the "
-            "same configuration."
-        )
-    for to, fro in zip(mine, theirs, strict=True):
-        if to.path != fro.path or tuple(to.shape) != tuple(fro.shape):
-            raise ValueError(
-                f"{who}: the zoo model's weight {fro.path} {tuple(fro.shape)} does not match "
-                f"the task's {to.path} {tuple(to.shape)}."
-            )
-    for to, fro in zip(mine, theirs, strict=True):
-        to.assign(fro.value)
 
 
 class TextBackbone(ZooBackbone):

@@ -13,7 +13,8 @@ DeBERTa v3, WordPiece for RoFormer v2), bound to our backbones so that keras-hub
 are in keras_posenc/models/encoder_lms.py.
 
 ``Task.from_zoo(name, num_classes=..., weights=...)`` builds the named configuration and
-loads the weights ``zoo.create(name, weights=...)`` would (:func:`copy_zoo_weights`);
+loads the weights ``zoo.create(name, weights=...)`` would
+(:func:`~keras_posenc.models.copy_weights`);
 ``backbone.to_zoo()`` returns the zoo's model with the backbone's weights.
 
 Examples:
@@ -37,7 +38,7 @@ from typing import Any, ClassVar
 import keras
 import keras_hub
 
-from keras_posenc.models._backbone import ZooBackbone
+from keras_posenc.models._backbone import ZooBackbone, copy_weights
 from keras_posenc.zoo.deberta import build_deberta_v3
 from keras_posenc.zoo.registry import create
 from keras_posenc.zoo.roformer import build_roformer_v2
@@ -52,37 +53,7 @@ __all__ = [
     "RoformerV2TextClassifierPreprocessor",
     "RoformerV2Tokenizer",
     "check_padding_id",
-    "copy_zoo_weights",
 ]
-
-
-def copy_zoo_weights(source: keras.Model, target: keras.Model, who: str) -> None:
-    """Copies every weight of ``source`` into the weight of ``target`` at the same path.
-
-    The two models are built by the same zoo builder (a zoo model and a backbone, or the
-    other way), so their weights have the same paths (``encoder_block_0/attention/...``);
-    extra weights of ``target`` (a task's head) are left alone.
-
-    Raises:
-        ValueError: a weight of ``source`` that ``target`` lacks, or one whose shape differs
-            (both named, with ``who``).
-    """
-    targets = {variable.path: variable for variable in target.weights}
-    missing = [variable.path for variable in source.weights if variable.path not in targets]
-    if missing:
-        raise ValueError(
-            f"{who}: the weights {missing[:4]} (of {len(missing)} missing) of "
-            f"{source.name!r} have no counterpart in {target.name!r}: were they built "
-            "from the same configuration?"
-        )
-    for variable in source.weights:
-        mine = targets[variable.path]
-        if tuple(mine.shape) != tuple(variable.shape):
-            raise ValueError(
-                f"{who}: {variable.path} has shape {tuple(variable.shape)} in "
-                f"{source.name!r}, {tuple(mine.shape)} in {target.name!r}."
-            )
-        mine.assign(variable)
 
 
 def check_padding_id(task: Any) -> None:
@@ -196,14 +167,14 @@ class _TextBackbone(ZooBackbone):
         backbone = super().from_zoo(name, **overrides)
         if weights is not None:
             source = create(name, weights=weights, **overrides)
-            copy_zoo_weights(source, backbone, f"{cls.__name__}.from_zoo({name!r})")
+            copy_weights(source, backbone, f"{cls.__name__}.from_zoo({name!r})")
         return backbone
 
     def to_zoo(self) -> keras.Model:
         """The zoo's model (what ``zoo.create`` returns for this configuration) with this
         backbone's weights: its sequence output equals the backbone's."""
         model = self.build_network(dtype=self.dtype_policy, name=self.name, **self.network_config)
-        copy_zoo_weights(self, model, f"{type(self).__name__}.to_zoo")
+        copy_weights(self, model, f"{type(self).__name__}.to_zoo")
         return model
 
 
