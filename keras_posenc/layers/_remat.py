@@ -8,8 +8,9 @@ after the call the generators are advanced by the draws made. The first pass and
 recomputation draw the same seeds, which are the seeds the layer draws without
 recomputation: outputs do not change.
 
-Used by the attention core's query blocks (keras_posenc/layers/_attention.py) and by the
-Transformer blocks' ``remat=True`` (keras_posenc/layers/relative_transformer.py).
+Used by the attention core's query blocks (keras_posenc/layers/_attention.py) and, through
+`Remat`, by every Transformer block's ``remat=True`` (the relative blocks, `DecoderBlock`,
+MUSE's, `RelativeTransformerBlock2D`, and the zoo's T5 and DeBERTa blocks).
 Private: layers use it, users do not.
 """
 
@@ -23,6 +24,7 @@ import numpy as np
 from keras import ops
 
 from keras_posenc import backend
+from keras_posenc.layers._checks import check_bool
 
 
 def training_now(training: Any) -> bool:
@@ -89,3 +91,44 @@ def remat_call(
             step = ops.convert_to_tensor(np.array([0, count]), dtype=generator.state.dtype)
             generator.state.assign(ops.add(generator.state.value, step))
     return output
+
+
+class Remat:
+    """A block's ``remat`` option: its call recomputed in the backward pass of training.
+
+    A mixin of the blocks (one implementation): ``__init__`` calls ``_set_remat(caller,
+    remat)``, ``get_config`` adds ``remat=self.remat``, and ``call`` starts with::
+
+        if self._remats(training):
+            return self._remat_call(lambda x, bias: self.call(x, ..., bias, ...), (x, bias),
+                                    training)
+
+    where the lambda is the same call with the tensors the gradients flow to as its
+    arguments (masks and other tensors without gradients read from the enclosing call; a
+    Keras mask read before: the recomputed tensors carry none). Within the recomputation
+    ``_remats`` is False, so the call runs as without remat.
+    """
+
+    remat = False
+    _inside_remat = False
+
+    def _set_remat(self, caller: str, remat: Any) -> None:
+        self.remat = check_bool(caller, "remat", remat)
+        self._inside_remat = False
+
+    def _remats(self, training: Any) -> bool:
+        """Whether this call is recomputed in the backward pass (``remat=True``, training)."""
+        return self.remat and not self._inside_remat and training_now(training)
+
+    def _remat_call(self, call: Callable[..., Any], tensors: Sequence[Any], training: Any) -> Any:
+        """``call(*tensors)`` (the block's own ``call``, without remat) recomputed in the
+        backward pass: Keras' remat, its dropout replayed (`remat_call`)."""
+
+        def body(*given: Any) -> Any:
+            previous, self._inside_remat = self._inside_remat, True
+            try:
+                return call(*given)
+            finally:
+                self._inside_remat = previous
+
+        return remat_call(self, body, tuple(tensors), training)

@@ -22,6 +22,7 @@ from keras_posenc.layers._checks import (
 from keras_posenc.layers._decoder_arguments import check_decoder_arguments
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._relative_arguments import check_relative_arguments, check_rotary
+from keras_posenc.layers._remat import Remat
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 
 __all__ = ["DecoderBlock"]
@@ -42,7 +43,7 @@ ATTENTION_ARGUMENTS = (
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class DecoderBlock(keras.layers.Layer):
+class DecoderBlock(Remat, keras.layers.Layer):
     """A causal decoder block as released decoders use it: RMS norms, attention, a gated MLP.
 
     ``h = x + post_attention_norm(attention(norm(x)))`` and
@@ -81,6 +82,10 @@ class DecoderBlock(keras.layers.Layer):
             ``output_bias=False``). The MLP has none.
         dropout: dropout on the attention probabilities and on both branches' outputs.
         kernel_initializer: initializer of every kernel, one copy per sublayer.
+        remat: recompute the block in the backward pass of training calls (Keras'
+            ``keras.remat``; dropout draws the same masks again) instead of keeping its
+            activations: less memory, about one more forward pass of time. Default False.
+            Calls with a cache are not recomputed.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -134,10 +139,12 @@ class DecoderBlock(keras.layers.Layer):
         output_bias: bool | None = None,
         dropout: float = 0.0,
         kernel_initializer: Any = "glorot_uniform",
+        remat: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = f"{type(self).__name__}({self.name!r})"
+        self._set_remat(caller, remat)
         self.intermediate_dim = check_int(caller, "intermediate_dim", intermediate_dim, 1)
         self.num_heads = check_int(caller, "num_heads", num_heads, 1)
         self.head_dim = None if head_dim is None else check_int(caller, "head_dim", head_dim, 1)
@@ -252,6 +259,10 @@ class DecoderBlock(keras.layers.Layer):
         cache_update_index: Any = None,
         training: Any = None,
     ) -> Any:
+        if cache is None and self._remats(training):
+            return self._remat_call(
+                lambda x: self.call(x, padding_mask, training=training), (x,), training
+            )
         caller = f"{type(self).__name__}({self.name!r})"
         check_features(caller, "x", x)
         if padding_mask is not None:  # named as the block's argument, not the attention's
@@ -314,6 +325,7 @@ class DecoderBlock(keras.layers.Layer):
             use_bias=self.use_bias,
             dropout=self.dropout,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            remat=self.remat,
             **arguments,
         )
         return config

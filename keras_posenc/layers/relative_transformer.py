@@ -52,7 +52,7 @@ from keras_posenc.layers._relative_arguments import (
     check_relative_logits,
     check_rotary,
 )
-from keras_posenc.layers._remat import remat_call, training_now
+from keras_posenc.layers._remat import Remat
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 
 __all__ = ["RelativeTransformerEncoder"]
@@ -83,7 +83,7 @@ def feedforward_denses(layer: Any, shape: tuple) -> tuple[Any, Any]:
     return intermediate, output
 
 
-class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
+class _RelativeTransformerBase(Remat, SequenceChecks, keras.layers.Layer):
     """Arguments, validation and the sublayers both blocks share."""
 
     def __init__(
@@ -117,8 +117,7 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
-        self.remat = check_bool(caller, "remat", remat)
-        self._inside_remat = False
+        self._set_remat(caller, remat)
         if layer_norm not in ("layer", "rms"):
             raise ValueError(
                 f"{caller}: `layer_norm` must be 'layer' (LayerNormalization) or 'rms' "
@@ -296,23 +295,6 @@ class _RelativeTransformerBase(SequenceChecks, keras.layers.Layer):
             **self._decoder_options(),
         )
         return config
-
-    def _remats(self, training: Any) -> bool:
-        """Whether this call is recomputed in the backward pass (``remat=True``, training)."""
-        return self.remat and not self._inside_remat and training_now(training)
-
-    def _remat_call(self, call: Any, tensors: tuple, training: Any) -> Any:
-        """``call(*tensors)`` (the block's own ``call`` without remat) recomputed in the
-        backward pass: Keras' remat, its dropout replayed (keras_posenc/layers/_remat.py)."""
-
-        def body(*given: Any) -> Any:
-            previous, self._inside_remat = self._inside_remat, True
-            try:
-                return call(*given)
-            finally:
-                self._inside_remat = previous
-
-        return remat_call(self, body, tensors, training)
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")

@@ -239,6 +239,7 @@ def build_coatnet(
     head_norm_epsilon: float = 1e-5,
     head_norm: str = "layer",
     base_size: int | tuple[int, int] | None = None,
+    remat: bool = False,
 ) -> keras.Model:
     """Builds a CoAtNet as a functional ``keras.Model``.
 
@@ -262,6 +263,9 @@ def build_coatnet(
         drop_path_rate: stochastic depth rate of the last block, rising linearly
             from 0 over the blocks of S1..S4 (the paper: 0.2 for CoAtNet-0 up to
             0.7 for CoAtNet-3 on ImageNet-1K).
+        remat: recompute every Transformer block in the backward pass of training
+            (Keras' remat: ``RelativeTransformerBlock2D(remat=True)``): less memory, more
+            time. Default False.
         features: return the five stage outputs S0..S4 (strides 2, 4, 8, 16, 32)
             instead of the head's output; ``include_top`` and ``pooling`` are then
             not used.
@@ -346,6 +350,7 @@ def build_coatnet(
     transformer_options = _block_options(
         transformer_options, "transformer_options", RelativeTransformerBlock2D
     )
+    transformer_options["remat"] = check_bool(_WHO, "remat", remat)
     # Checked before building: the translated options, and a shift as an odd block's.
     shift = transformer_arguments(transformer_options, _WHO)[1]
     size = transformer_options.get("partition_size")
@@ -591,6 +596,7 @@ class CoAtNetConfig(ZooConfig):
     classifier_activation: str | None = None
     # Training and the model.
     drop_path_rate: float = 0.0
+    remat: bool = False
     synchronized: bool = False
     name: str = "coatnet"
 

@@ -50,7 +50,7 @@ NO_BIAS = "none"
 # Block arguments the builders set themselves (not allowed in conv/transformer_options).
 _SET_BY_BUILDER = frozenset(
     {"self", "kwargs", "filters", "strides", "drop_path_rate", "name", "stride_on",
-     "synchronized", "head_dim", "seed", "dtype", "bias_size"}
+     "synchronized", "head_dim", "seed", "dtype", "bias_size", "remat"}
 )  # fmt: skip
 
 

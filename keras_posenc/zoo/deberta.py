@@ -38,6 +38,7 @@ from keras_posenc.layers import DebertaBuckets, DisentangledSelfAttention
 from keras_posenc.layers._attention import unmasked
 from keras_posenc.layers._checks import (
     check_activation,
+    check_bool,
     check_int,
     check_mask,
     check_positive_number,
@@ -46,6 +47,7 @@ from keras_posenc.layers._checks import (
 )
 from keras_posenc.layers._initializers import sublayer_initializer
 from keras_posenc.layers._memory import check_allocation
+from keras_posenc.layers._remat import Remat
 from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.config import ZooConfig, by_name
 from keras_posenc.zoo.registry import register_model
@@ -155,7 +157,7 @@ class DebertaRelativeEmbedding(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class DebertaEncoderBlock(keras.layers.Layer):
+class DebertaEncoderBlock(Remat, keras.layers.Layer):
     """One DeBERTa v3 layer: disentangled self-attention and a feed-forward network, post-norm.
 
     ``x = norm(x + dropout(attention(x, table)))``, then ``x = norm(x +
@@ -171,6 +173,9 @@ class DebertaEncoderBlock(keras.layers.Layer):
         activation: the feed-forward activation (DeBERTa: exact GELU).
         layer_norm_epsilon: the layer norms' epsilon.
         kernel_initializer: the projections' initializer (each its own copy).
+        remat: recompute the block in the backward pass of training calls (Keras'
+            ``keras.remat``; dropout draws the same masks again) instead of keeping its
+            activations: less memory, about one more forward pass of time. Default False.
         **kwargs: standard layer arguments.
 
     Call arguments:
@@ -199,10 +204,12 @@ class DebertaEncoderBlock(keras.layers.Layer):
         activation: Any = "gelu",
         layer_norm_epsilon: float = 1e-7,
         kernel_initializer: Any = None,
+        remat: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
+        self._set_remat(caller, remat)
         self.num_heads = check_int(caller, "num_heads", num_heads, 1)
         self.intermediate_dim = check_int(caller, "intermediate_dim", intermediate_dim, 1)
         self.position = DebertaBuckets.checked(
@@ -265,6 +272,12 @@ class DebertaEncoderBlock(keras.layers.Layer):
     def call(
         self, x: Any, relative_embeddings: Any, padding_mask: Any = None, training: Any = None
     ) -> Any:
+        if self._remats(training):
+            return self._remat_call(
+                lambda x, table: self.call(x, table, padding_mask, training),
+                (unmasked(x), relative_embeddings),
+                training,
+            )
         x = unmasked(x)
         h = self.attention(x, relative_embeddings, padding_mask=padding_mask, training=training)
         x = self.attention_norm(x + self.dropout_layer(h, training=training))
@@ -285,6 +298,7 @@ class DebertaEncoderBlock(keras.layers.Layer):
             activation=keras.activations.serialize(self.activation),
             layer_norm_epsilon=self.layer_norm_epsilon,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            remat=self.remat,
         )
         return config
 
@@ -342,6 +356,7 @@ def build_deberta_v3(
     max_sequence_length: int = 512,
     bucket_size: int = 256,
     layer_norm_epsilon: float = 1e-7,
+    remat: bool = False,
     name: str = "deberta_v3",
     dtype: Any = None,
 ) -> keras.Model:
@@ -363,6 +378,8 @@ def build_deberta_v3(
             end (any length runs: farther distances share the end rows).
         bucket_size: DeBERTa's ``position_buckets`` (256): exact distances up to half of it.
         layer_norm_epsilon: the layer norms' epsilon.
+        remat: recompute every block in the backward pass of training (Keras' remat:
+            ``DebertaEncoderBlock(remat=True)``): less memory, more time. Default False.
         name: the model's name.
         dtype: the layers' dtype policy (``"mixed_bfloat16"``); None: Keras' global one.
 
@@ -379,6 +396,7 @@ def build_deberta_v3(
         (2, 5, 8)
     """
     owner = "build_deberta_v3"
+    remat = check_bool(owner, "remat", remat)
     vocabulary_size = check_int(owner, "vocabulary_size", vocabulary_size, 1)
     num_layers = check_int(owner, "num_layers", num_layers, 1)
     hidden_dim = check_int(owner, "hidden_dim", hidden_dim, 1)
@@ -415,6 +433,7 @@ def build_deberta_v3(
             dropout=dropout,
             layer_norm_epsilon=layer_norm_epsilon,
             dtype=dtype,
+            remat=remat,
             name=f"encoder_block_{index}",
         )(x, table, padding_mask=padding_mask)
     # One output name whatever the depth (the export's, docs/guides/export.md).
@@ -439,6 +458,7 @@ class DebertaV3Config(ZooConfig):
     max_sequence_length: int = 512
     bucket_size: int = 256
     layer_norm_epsilon: float = 1e-7
+    remat: bool = False
     name: str = "deberta_v3"
 
     def __post_init__(self) -> None:

@@ -102,6 +102,8 @@ class DecoderLM(LanguageModel):
         tie_word_embeddings: the output projection is the embedding's transpose (default
             True); False gives it its own weights (Llama, Mistral).
         dropout: dropout on the attention probabilities and every residual branch.
+        remat: recompute every block in the backward pass of training (Keras' remat:
+            ``DecoderBlock(remat=True)``): less memory, more time. Default False.
         max_length: the longest sequence accepted (None: any).
         pad_id: the padding id (0).
         bos_id: the start id (1).
@@ -162,6 +164,7 @@ class DecoderLM(LanguageModel):
         scale_embeddings: bool = False,
         tie_word_embeddings: bool = True,
         dropout: float = 0.0,
+        remat: bool = False,
         max_length: int | None = None,
         pad_id: int = 0,
         bos_id: int = 1,
@@ -230,6 +233,8 @@ class DecoderLM(LanguageModel):
             use_bias=use_bias,
             output_bias=output_bias,
             dropout=self.dropout,
+            # Keras' remat of every block's call in training (keras_posenc/layers/_remat.py).
+            remat=check_bool(owner, "remat", remat),
         )
         self.sliding_window = sliding_window
         if attention_sinks and sliding_window is None:
@@ -414,6 +419,7 @@ class DecoderLMConfig(ZooConfig):
     scale_embeddings: bool = False
     tie_word_embeddings: bool = True
     dropout: float = 0.0
+    remat: bool = False
     max_length: int | None = None
     pad_id: int = 0
     bos_id: int = 1

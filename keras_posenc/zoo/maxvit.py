@@ -199,6 +199,7 @@ def build_maxvit(
     head_norm_epsilon: float = 1e-5,
     base_size: int | tuple[int, int] | None = None,
     pad_to_multiple: bool = False,
+    remat: bool = False,
 ) -> keras.Model:
     """Builds a MaxViT as a functional ``keras.Model``.
 
@@ -220,6 +221,9 @@ def build_maxvit(
             top, ``None`` returns the S4 feature map.
         drop_path_rate: stochastic depth rate of the last block, rising linearly from
             0 over the blocks of S1..S4 (the three layers of a block share it).
+        remat: recompute every Transformer block in the backward pass of training
+            (Keras' remat: ``RelativeTransformerBlock2D(remat=True)``): less memory, more
+            time. Default False.
         features: return the five stage outputs S0..S4 (strides 2, 4, 8, 16, 32)
             instead of the head's output.
         head_dim: channels per attention head (32 in the paper).
@@ -304,6 +308,7 @@ def build_maxvit(
             set_by_builder=_PARTITIONING,
         ),
     }
+    transformer_options["remat"] = check_bool(_WHO, "remat", remat)
     _, shift = transformer_arguments(transformer_options, _WHO)
     head_options = check_head(
         _WHO,
@@ -417,6 +422,7 @@ class MaxViTConfig(ZooConfig):
     classifier_activation: str | None = None
     # Training and the model.
     drop_path_rate: float = 0.0
+    remat: bool = False
     synchronized: bool = False
     name: str = "maxvit"
 

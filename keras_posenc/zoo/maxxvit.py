@@ -125,6 +125,7 @@ def build_maxxvit(
     transformer_options: Mapping[str, Any] | None = None,
     head: str = "norm_pool",
     head_norm_epsilon: float = 1e-6,
+    remat: bool = False,
 ) -> keras.Model:
     """Builds a MaxxViT or CoAtNeXt (ConvNeXt blocks in a MaxViT or CoAtNet) as a
     functional ``keras.Model``.
@@ -145,6 +146,9 @@ def build_maxxvit(
             top, ``None`` returns the S4 feature map.
         drop_path_rate: stochastic depth rate of the last block, rising linearly from
             0 over the blocks of S1..S4.
+        remat: recompute every Transformer block in the backward pass of training
+            (Keras' remat: ``RelativeTransformerBlock2D(remat=True)``): less memory, more
+            time. Default False.
         features: return the five stage outputs S0..S4 instead of the head's output.
         head_dim: channels per attention head.
         partition_size: the windows and grid of the ``"M"`` / ``"G"`` stages,
@@ -207,6 +211,7 @@ def build_maxxvit(
         set_by_builder=_PARTITIONING,
     )
     # "rotary" and position_bias="none" as CoAtNet's and MaxViT's; Swin's shift is theirs only.
+    transformer_options["remat"] = check_bool(_WHO, "remat", remat)
     transformer_options, shift = transformer_arguments(transformer_options, _WHO)
     if shift is not None:
         raise ValueError(
@@ -348,6 +353,7 @@ class MaxxViTConfig(ZooConfig):
     classifier_activation: str | None = None
     # Training and the model.
     drop_path_rate: float = 0.0
+    remat: bool = False
     name: str = "maxxvit"
 
     def __post_init__(self) -> None:

@@ -279,6 +279,7 @@ def _block_arguments(
     activation_dropout: Any,
     weight_dropout: Any,
     fused_attention: Any,
+    remat: Any,
 ) -> dict:
     """The blocks' keyword arguments, validated once (errors name ``owner``)."""
     hidden_dim = check_int(owner, "hidden_dim", hidden_dim, 1)
@@ -294,6 +295,7 @@ def _block_arguments(
         activation_dropout=activation_dropout,
         weight_dropout=weight_dropout,
         fused_attention=fused_attention,
+        remat=remat,
     )
     try:
         probe = MUSEEncoderLayer(**arguments)
@@ -331,8 +333,7 @@ class MUSE(Seq2SeqModel):
         num_encoder_layers: encoder blocks.
         num_decoder_layers: decoder blocks.
         conv: ``"dynamic"`` (the official code) or ``"static"``.
-        kernel_sizes: convolution kernel sizes, ``(3, 15)`` officially;
-            ``None`` for the layers' defaults.
+        kernel_sizes: convolution kernel sizes, ``(3, 15)`` officially (None: the layers').
         dropout: dropout on the embeddings and on every branch's output.
         attention_dropout: dropout on attention probabilities.
         activation_dropout: dropout after the feed-forward activation.
@@ -341,6 +342,7 @@ class MUSE(Seq2SeqModel):
             through ``keras.ops.dot_product_attention`` when it can (float32, no
             active attention dropout); ``"auto"`` where it pays (PyTorch without
             gradients); see `MUSEAttention`.
+        remat: Keras' remat of every block in training (less memory, more time).
         share_embeddings: one table for source tokens, target tokens and the
             output projection (fairseq's ``--share-all-embeddings``; needs equal
             vocabulary sizes).
@@ -389,6 +391,7 @@ class MUSE(Seq2SeqModel):
         activation_dropout: float = 0.0,
         weight_dropout: float = 0.1,
         fused_attention: bool | str = "auto",
+        remat: bool = False,
         share_embeddings: bool = False,
         tie_output_embedding: bool | None = None,
         max_source_positions: int | None = 1024,
@@ -411,6 +414,7 @@ class MUSE(Seq2SeqModel):
             activation_dropout,
             weight_dropout,
             fused_attention,
+            remat,
         )
         self.hidden_dim = int(hidden_dim)
         self.num_encoder_layers = check_int(owner, "num_encoder_layers", num_encoder_layers, 1)
@@ -574,6 +578,7 @@ class MUSE(Seq2SeqModel):
             "activation_dropout": blocks["activation_dropout"],
             "weight_dropout": blocks["weight_dropout"],
             "fused_attention": blocks["fused_attention"],
+            "remat": blocks["remat"],
             "share_embeddings": self.share_embeddings,
             "tie_output_embedding": self.tie_output_embedding,
             "max_source_positions": self.max_source_length,
@@ -599,6 +604,7 @@ def build_muse_encoder(
     activation_dropout: float = 0.0,
     weight_dropout: float = 0.1,
     fused_attention: bool | str = "auto",
+    remat: bool = False,
     pad_id: int = 0,
     name: str = "muse_encoder",
 ) -> keras.Model:
@@ -627,6 +633,7 @@ def build_muse_encoder(
         weight_dropout: dropout on the dynamic kernels' taps.
         fused_attention: ``"auto"`` (default), ``True`` or ``False``; see
             `MUSEAttention`.
+        remat: Keras' remat of every block in training (less memory, more time).
         pad_id: padding id.
         name: the model's name.
 
@@ -666,6 +673,7 @@ def build_muse_encoder(
         activation_dropout,
         weight_dropout,
         fused_attention,
+        remat,
     )
     vocab_size = check_int(owner, "vocab_size", vocab_size, 1)
     num_classes = check_int(owner, "num_classes", num_classes, 1)
@@ -704,6 +712,7 @@ class _Blocks(ZooConfig):
     activation_dropout: float = 0.0
     weight_dropout: float = 0.1
     fused_attention: bool | str = "auto"
+    remat: bool = False
     pad_id: int = 0
 
     def __post_init__(self) -> None:

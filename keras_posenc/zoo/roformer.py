@@ -32,7 +32,7 @@ import keras
 from keras import ops
 
 from keras_posenc.layers import RelativeTransformerEncoder, RotaryPositions
-from keras_posenc.layers._checks import check_int, check_positive_number
+from keras_posenc.layers._checks import check_bool, check_int, check_positive_number
 from keras_posenc.layers._memory import check_allocation
 from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.config import ZooConfig, by_name
@@ -84,6 +84,7 @@ def build_roformer_v2(
     max_wavelength: float = 10000.0,
     layer_norm_epsilon: float = 1e-7,
     pad_id: int = 0,
+    remat: bool = False,
     name: str = "roformer_v2",
     dtype: Any = None,
 ) -> keras.Model:
@@ -107,6 +108,9 @@ def build_roformer_v2(
         max_wavelength: the rotary frequencies' base.
         layer_norm_epsilon: the RMS norms' epsilon (Keras' ``epsilon()``, 1e-7).
         pad_id: the padding id (its keys are masked).
+        remat: recompute every block in the backward pass of training (Keras' remat:
+            ``RelativeTransformerEncoder(remat=True)``): less memory, more time. Default
+            False.
         name: the model's name.
         dtype: the layers' dtype policy (``"mixed_bfloat16"``); None: Keras' global one.
 
@@ -123,6 +127,7 @@ def build_roformer_v2(
         (2, 5, 8)
     """
     owner = "build_roformer_v2"
+    remat = check_bool(owner, "remat", remat)
     vocabulary_size = check_int(owner, "vocabulary_size", vocabulary_size, 1)
     num_layers = check_int(owner, "num_layers", num_layers, 1)
     num_heads = check_int(owner, "num_heads", num_heads, 1)
@@ -175,6 +180,7 @@ def build_roformer_v2(
             relative=None,
             rotary=rotary,
             dtype=dtype,
+            remat=remat,
             name=f"encoder_block_{index}",
         )(x, padding_mask=padding_mask)
     # One output name whatever the depth (the export's, docs/guides/export.md).
@@ -203,6 +209,7 @@ class RoformerV2Config(ZooConfig):
     max_wavelength: float = 10000.0
     layer_norm_epsilon: float = 1e-7
     pad_id: int = 0
+    remat: bool = False
     name: str = "roformer_v2"
 
     def __post_init__(self) -> None:

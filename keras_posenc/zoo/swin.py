@@ -39,7 +39,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_posenc.layers._checks import check_int, check_rate
+from keras_posenc.layers._checks import check_bool, check_int, check_rate
 from keras_posenc.layers.coatnet import RelativeTransformerBlock2D
 from keras_posenc.zoo.adapt import ZooFunctional
 from keras_posenc.zoo.config import ZooConfig, by_name
@@ -115,6 +115,7 @@ def build_swin(
     patch_norm: bool = True,
     num_classes: int | None = None,
     head_dropout: float = 0.0,
+    remat: bool = False,
     name: str = "swin",
 ) -> keras.Model:
     """A Swin Transformer v1 backbone or image classifier (the layout in this module's docstring).
@@ -135,6 +136,9 @@ def build_swin(
         mlp_ratio: the feed-forward width as a multiple of the block's (an int).
         dropout_rate: dropout after the patch embedding.
         drop_path: stochastic depth, rising linearly from 0 to it over the blocks.
+        remat: recompute every Transformer block in the backward pass of training
+            (Keras' remat: ``RelativeTransformerBlock2D(remat=True)``): less memory, more
+            time. Default False.
         patch_norm: a LayerNorm after the patch embedding.
         num_classes: None (the backbone), or the classes of a head on the mean of the
             last map's cells.
@@ -165,6 +169,7 @@ def build_swin(
     patch_size = check_int(owner, "patch_size", patch_size, 1)
     mlp_ratio = check_int(owner, "mlp_ratio", mlp_ratio, 1)
     drop_path = check_rate(owner, "drop_path", drop_path)
+    remat = check_bool(owner, "remat", remat)
     depths, num_heads = tuple(depths), tuple(num_heads)
     if not depths or len(depths) != len(num_heads):
         raise ValueError(
@@ -204,6 +209,7 @@ def build_swin(
                 partition="block",
                 partition_size=window_size,
                 shift="half" if index % 2 and shiftable else None,
+                remat=remat,
                 name=f"stage_{stage}_block_{index}",
             )(x)
         if stage < len(depths) - 1:
@@ -246,6 +252,7 @@ class SwinConfig(ZooConfig):
     patch_norm: bool = True
     num_classes: int | None = None
     head_dropout: float = 0.0
+    remat: bool = False
     name: str = "swin"
 
     def __post_init__(self) -> None:

@@ -266,6 +266,8 @@ class T5(Seq2SeqModel):
         position: another bias scheme in place of the buckets, in both stacks (a
             transplant, `keras_posenc.zoo.transplant`: ``"alibi"``, ``"kerple"``, ...);
             None (default) for T5's.
+        remat: recompute every block in the backward pass of training (Keras' remat:
+            ``T5Block(remat=True)``): less memory, more time. Default False.
         max_source_length: the longest source accepted, or None (any).
         max_target_length: the longest target (start token included), or None.
         pad_id: padding id (0).
@@ -326,6 +328,7 @@ class T5(Seq2SeqModel):
         max_distance: int = 128,
         fused_attention: bool | str = "auto",
         position: Any = None,
+        remat: bool = False,
         max_source_length: int | None = None,
         max_target_length: int | None = None,
         pad_id: int = 0,
@@ -376,6 +379,7 @@ class T5(Seq2SeqModel):
             max_distance=max_distance,
             fused_attention=fused_attention,
             position=position,
+            remat=remat,
             dtype=policy,
         )
         try:
@@ -644,6 +648,7 @@ class T5(Seq2SeqModel):
             "max_distance": self.encoder.max_distance,
             "position": keras.saving.serialize_keras_object(self.encoder.position),
             "fused_attention": block.fused_attention,
+            "remat": block.remat,
             "max_source_length": self.max_source_length,
             "max_target_length": self.max_target_length,
             "pad_id": self.pad_id,

@@ -54,6 +54,8 @@ class T5Config(ZooConfig):
     fused_attention: bool | str = "auto"
     # Another bias scheme in place of the buckets (keras_posenc/zoo/transplant.py).
     position: Any = None
+    # Keras' remat of every block in training (less memory, more time).
+    remat: bool = False
     # A keras-hub T5Tokenizer: text in and out of generate.
     tokenizer: Any = None
     # Longest sequences (None: any) and the model.

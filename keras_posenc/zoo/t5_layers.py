@@ -24,6 +24,7 @@ from keras_posenc.layers._checks import (
     check_rate,
 )
 from keras_posenc.layers._initializers import sublayer_initializer
+from keras_posenc.layers._remat import Remat
 from keras_posenc.layers.position_schemes import LogBuckets
 from keras_posenc.layers.relative_attention import MultiHeadRelativeAttention
 from keras_posenc.layers.relative_position import RelativePositionBias
@@ -66,7 +67,7 @@ def _normal(stddev: float) -> keras.initializers.Initializer:
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class T5Block(keras.layers.Layer):
+class T5Block(Remat, keras.layers.Layer):
     """One T5 layer: pre-norm self-attention, cross-attention (decoder), feed-forward.
 
     ``x + attention(rms(x))``, then in the decoder ``x + cross(rms(x), encoder)``,
@@ -98,6 +99,10 @@ class T5Block(keras.layers.Layer):
             decoder block).
         fused_attention: ``"auto"``, ``True`` or ``False``; see
             `MultiHeadRelativeAttention`.
+        remat: recompute the block in the backward pass of training calls (Keras'
+            ``keras.remat``; dropout draws the same masks again) instead of keeping its
+            activations: less memory, about one more forward pass of time. Default False.
+            Calls with a cache are not recomputed.
         **kwargs: standard layer arguments.
 
     Call arguments:
@@ -145,10 +150,12 @@ class T5Block(keras.layers.Layer):
         layer_norm_epsilon: float = 1e-6,
         cross_attention: bool = False,
         fused_attention: bool | str = "auto",
+        remat: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
+        self._set_remat(caller, remat)
         self.intermediate_dim = check_int(caller, "intermediate_dim", intermediate_dim, 1)
         self.num_heads = check_int(caller, "num_heads", num_heads, 1)
         self.key_value_dim = check_int(caller, "key_value_dim", key_value_dim, 1)
@@ -245,6 +252,14 @@ class T5Block(keras.layers.Layer):
         cache_update_index: Any = None,
         training: Any = None,
     ) -> Any:
+        if cache is None and self._remats(training):
+
+            def block(x: Any, bias: Any, encoder: Any) -> Any:
+                return self.call(
+                    x, bias, padding_mask, encoder, encoder_mask, use_causal_mask, training=training
+                )
+
+            return self._remat_call(block, (x, attention_bias, encoder_output), training)
         if self.cross_attention and encoder_output is None and cache is None:
             raise ValueError(
                 f"{type(self).__name__}({self.name!r}): a decoder block needs "
@@ -309,6 +324,7 @@ class T5Block(keras.layers.Layer):
             layer_norm_epsilon=self.layer_norm_epsilon,
             cross_attention=self.cross_attention,
             fused_attention=self.fused_attention,
+            remat=self.remat,
         )
         return config
 
@@ -339,6 +355,7 @@ class T5Stack(keras.layers.Layer):
             keras_posenc/zoo/transplant.py: ``"alibi"``, ``"kerple"``, FIRE in a decoder,
             ...); None (default) for T5's ``LogBuckets(num_buckets, max_distance)``.
         fused_attention: ``"auto"``, ``True`` or ``False``; see `MultiHeadRelativeAttention`.
+        remat: every block's (`T5Block`): recomputed in the backward pass of training.
         **kwargs: standard layer arguments.
 
     Call arguments:
@@ -385,6 +402,7 @@ class T5Stack(keras.layers.Layer):
         max_distance: int = 128,
         fused_attention: bool | str = "auto",
         position: Any = None,
+        remat: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -421,6 +439,7 @@ class T5Stack(keras.layers.Layer):
                 layer_norm_epsilon=layer_norm_epsilon,
                 cross_attention=self.decoder,
                 fused_attention=fused_attention,
+                remat=remat,
                 dtype=self.dtype_policy,
                 name=f"{kind}_block_{i}",
             )
@@ -520,6 +539,7 @@ class T5Stack(keras.layers.Layer):
                     "dropout",
                     "layer_norm_epsilon",
                     "fused_attention",
+                    "remat",
                 )
             },
             decoder=self.decoder,

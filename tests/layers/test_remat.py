@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from remat_gradients import assert_same, counting_remat, gradients, reseed
 
 from keras_posenc.layers import (
     MultiHeadRelativeAttention,
@@ -23,82 +24,13 @@ from keras_posenc.layers import (
 
 pytestmark = pytest.mark.contract
 
-BACKEND = keras.backend.backend()
 MODES = ("bias", "keys", "keys_values")
-
-
-def _gradients(layer, inputs, call):
-    """``call(layer, *inputs)`` and the gradients of a fixed weighted sum of it with respect
-    to the float inputs and the layer's trainable weights (NumPy arrays)."""
-    weights = None
-
-    def total(output):
-        nonlocal weights
-        if weights is None:
-            rng = np.random.default_rng(1)
-            weights = rng.standard_normal(tuple(output.shape)).astype("float32")
-        return ops.sum(output * ops.convert_to_tensor(weights))
-
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        tensors = [tf.constant(x) for x in inputs]
-        with tf.GradientTape() as tape:
-            tape.watch(tensors)
-            output = call(layer, *tensors)
-            loss = total(output)
-        grads = tape.gradient(loss, tensors + [v.value for v in layer.trainable_variables])
-    elif BACKEND == "jax":
-        import jax
-
-        trainable = [v.value for v in layer.trainable_variables]
-        non_trainable = [v.value for v in layer.non_trainable_variables]
-
-        def loss(trainable, *tensors):
-            state = list(zip(layer.trainable_variables, trainable, strict=True))
-            state += list(zip(layer.non_trainable_variables, non_trainable, strict=True))
-            with keras.StatelessScope(state_mapping=state):
-                output = call(layer, *tensors)
-            return total(output), output
-
-        argnums = tuple(range(len(inputs) + 1))
-        # Compiled: op by op, JAX's gradients of a recomputed block took a minute here.
-        gradients = jax.jit(jax.value_and_grad(loss, argnums, has_aux=True))
-        (_, output), grads = gradients(trainable, *inputs)
-        grads = list(grads[1:]) + list(grads[0])
-    else:
-        import torch
-
-        tensors = [torch.tensor(x, requires_grad=True) for x in inputs]
-        for variable in layer.trainable_variables:
-            variable.value.grad = None
-        output = call(layer, *tensors)
-        total(output).backward()
-        grads = [t.grad for t in tensors] + [v.value.grad for v in layer.trainable_variables]
-    assert all(g is not None for g in grads)
-    return ops.convert_to_numpy(output), [ops.convert_to_numpy(g) for g in grads]
-
-
-def _assert_same(got, expected, atol=1e-5):
-    (output, grads), (expected_output, expected_grads) = got, expected
-    np.testing.assert_allclose(output, expected_output, rtol=1e-5, atol=atol)
-    assert len(grads) == len(expected_grads)
-    for index, (grad, want) in enumerate(zip(grads, expected_grads, strict=True)):
-        np.testing.assert_allclose(grad, want, rtol=1e-5, atol=atol, err_msg=f"gradient {index}")
 
 
 @pytest.fixture
 def remat_calls(monkeypatch):
     """How many functions Keras' remat wrapped (the blocks recomputed)."""
-    calls = []
-    wrap = keras.remat
-
-    def counting(function):
-        calls.append(function)
-        return wrap(function)
-
-    monkeypatch.setattr(keras, "remat", counting)
-    return calls
+    return counting_remat(monkeypatch)
 
 
 def _pair(rng, **arguments):
@@ -121,9 +53,9 @@ def test_recomputed_blocks_give_the_unblocked_gradients(relative, rng, remat_cal
     def call(layer, query, value):
         return layer(query, value, training=True)
 
-    got = _gradients(blocked, (query, value), call)
+    got = gradients(blocked, (query, value), call)
     assert len(remat_calls) == 3  # blocks of 4 + 4 + 3 queries, each recomputed
-    _assert_same(got, _gradients(whole, (query, value), call))
+    assert_same(got, gradients(whole, (query, value), call))
 
 
 def test_recomputed_blocks_with_masks_causal_and_a_bias(rng, remat_calls):
@@ -144,9 +76,9 @@ def test_recomputed_blocks_with_masks_causal_and_a_bias(rng, remat_calls):
             training=True,
         )
 
-    got = _gradients(blocked, (x, bias), call)
+    got = gradients(blocked, (x, bias), call)
     assert remat_calls
-    _assert_same(got, _gradients(whole, (x, bias), call))
+    assert_same(got, gradients(whole, (x, bias), call))
 
 
 def test_no_recomputation_outside_training(rng, remat_calls):
@@ -158,21 +90,6 @@ def test_no_recomputation_outside_training(rng, remat_calls):
     assert not remat_calls
 
 
-def _reseed(layer):
-    """A function that puts the layer's seed generators (and PyTorch's) back as now."""
-    states = [ops.convert_to_numpy(v.value) for v in layer.non_trainable_variables]
-
-    def reset():
-        for variable, state in zip(layer.non_trainable_variables, states, strict=True):
-            variable.assign(state)
-        if BACKEND == "torch":
-            import torch
-
-            torch.manual_seed(3)
-
-    return reset
-
-
 def test_dropout_is_replayed_in_the_recomputation(rng, monkeypatch):
     """With dropout the recomputed blocks draw the masks of the first pass, those the layer
     draws without recomputation: equal outputs, and the gradients of that output."""
@@ -181,19 +98,19 @@ def test_dropout_is_replayed_in_the_recomputation(rng, monkeypatch):
     )
     x = rng.standard_normal((2, 11, 8)).astype("float32")
     layer(x, x)
-    reset = _reseed(layer)
+    reset = reseed(layer)
 
     def call(layer, x):
         return layer(x, x, training=True)
 
     reset()
-    got = _gradients(layer, (x,), call)
+    got = gradients(layer, (x,), call)
     reset()
     monkeypatch.setattr(keras, "remat", lambda function: function)  # no recomputation
     monkeypatch.setattr(layer, "_dropout_seeds", lambda training: None)  # the layer's draws
-    expected = _gradients(layer, (x,), call)
+    expected = gradients(layer, (x,), call)
     assert np.mean(got[0] != 0) > 0  # dropout active: some probabilities dropped
-    _assert_same(got, expected)
+    assert_same(got, expected)
 
 
 def _blocks(block, **arguments):
@@ -212,7 +129,7 @@ def test_encoder_remat_gives_the_same_gradients(rng, remat_calls):
     for layer in (remat, plain):
         layer(x, padding_mask=padding)
     plain.set_weights(remat.get_weights())
-    reset = _reseed(remat)
+    reset = reseed(remat)
     for variable, state in zip(plain.non_trainable_variables, remat.non_trainable_variables):
         variable.assign(state.value)
 
@@ -220,10 +137,10 @@ def test_encoder_remat_gives_the_same_gradients(rng, remat_calls):
         return layer(x, padding_mask=padding, training=True)
 
     reset()
-    got = _gradients(remat, (x,), call)
+    got = gradients(remat, (x,), call)
     assert remat_calls
     reset()
-    _assert_same(got, _gradients(plain, (x,), call))
+    assert_same(got, gradients(plain, (x,), call))
 
 
 def test_decoder_remat_gives_the_same_gradients(rng, remat_calls):
@@ -237,9 +154,9 @@ def test_decoder_remat_gives_the_same_gradients(rng, remat_calls):
     def call(layer, decoder, encoder):
         return layer(decoder, encoder, training=True)
 
-    got = _gradients(remat, (decoder, encoder), call)
+    got = gradients(remat, (decoder, encoder), call)
     assert remat_calls
-    _assert_same(got, _gradients(plain, (decoder, encoder), call))
+    assert_same(got, gradients(plain, (decoder, encoder), call))
 
 
 def test_zoo_model_remat_gives_the_same_gradients(rng, remat_calls):
@@ -262,6 +179,46 @@ def test_zoo_model_remat_gives_the_same_gradients(rng, remat_calls):
     def call(model):
         return model(ids, training=True)
 
-    got = _gradients(remat, (), call)
+    got = gradients(remat, (), call)
     assert len(remat_calls) >= 2  # the encoder's block and the decoder's
-    _assert_same(got, _gradients(plain, (), call))
+    assert_same(got, gradients(plain, (), call))
+
+
+def test_shifted_window_block_remat_gives_the_same_gradients(rng, remat_calls):
+    """`RelativeTransformerBlock2D` (CoAtNet's, MaxViT's, Swin's blocks) in Swin's shifted
+    windows, stochastic depth active: the recomputation draws the first pass's noise."""
+    from keras_posenc.layers.coatnet import RelativeTransformerBlock2D
+
+    arguments = dict(head_dim=4, partition="block", partition_size=4, shift="half")
+    remat = RelativeTransformerBlock2D(8, remat=True, drop_path_rate=0.5, seed=1, **arguments)
+    plain = RelativeTransformerBlock2D(8, drop_path_rate=0.5, seed=1, **arguments)
+    assert remat.get_config()["remat"] is True and plain.get_config()["remat"] is False
+    x = rng.standard_normal((4, 8, 8, 8)).astype("float32")
+    for layer in (remat, plain):
+        layer(x)
+    plain.set_weights(remat.get_weights())
+    reset = reseed(remat)
+
+    def call(layer, x):
+        return layer(x, training=True)
+
+    reset()
+    got = gradients(remat, (x,), call)
+    assert len(remat_calls) == 1
+    reset()
+    expected = gradients(plain, (x,), call)
+    # Stochastic depth was active: some examples' branches were dropped.
+    assert not np.allclose(got[0], ops.convert_to_numpy(plain(x)), atol=1e-4)
+    assert_same(got, expected)
+
+
+@pytest.mark.neutral
+def test_remat_is_a_bool_and_refuses_batch_norm():
+    from keras_posenc.layers import DecoderBlock
+    from keras_posenc.layers.coatnet import RelativeTransformerBlock2D
+
+    with pytest.raises(TypeError, match=r"DecoderBlock.*`remat` must be True or False, got 1"):
+        DecoderBlock(16, 2, remat=1)
+    with pytest.raises(ValueError, match=r"remat=True .* norm='batch' would update its moving"):
+        RelativeTransformerBlock2D(8, head_dim=4, norm="batch", remat=True)
+    assert DecoderBlock.from_config(DecoderBlock(16, 2, remat=True).get_config()).remat

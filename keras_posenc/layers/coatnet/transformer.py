@@ -18,6 +18,7 @@ from keras_posenc.layers._checks import (
     grid_size,
 )
 from keras_posenc.layers._initializers import _derived_seed
+from keras_posenc.layers._remat import Remat
 from keras_posenc.layers.coatnet.partitions import (
     _check_partition,
     _partition,
@@ -57,7 +58,7 @@ NORMS = ("layer", "batch")
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class RelativeTransformerBlock2D(keras.layers.Layer):
+class RelativeTransformerBlock2D(Remat, keras.layers.Layer):
     """Pre-norm Transformer block with 2D relative attention over a feature map (CoAtNet's T).
 
     ``x <- Shortcut(x) + DropPath(Attention(Pool(LayerNorm(x))))`` then
@@ -171,6 +172,11 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             map's size at build, which must then be known. Maps of other sizes
             resize the table bilinearly in the call (an MLP bias is evaluated
             for them).
+        remat: recompute the block in the backward pass of training calls (Keras'
+            ``keras.remat``; stochastic depth and dropout draw the same masks again)
+            instead of keeping its activations: less memory, about one more forward
+            pass of time. Default False. Not with ``norm="batch"`` (the recomputation
+            would update the moving statistics again).
         **kwargs: base layer arguments (``name``, ``dtype``, ``trainable``).
 
     Call arguments:
@@ -244,10 +250,12 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         bias_size: int | tuple[int, int] | None = None,
         rotary: Any = None,
         shift: int | tuple[int, int] | str | None = None,
+        remat: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         who = self._who()
+        self._set_remat(who, remat)
         self.rotary = _check_rotary(who, rotary)
         if position_bias is None and self.rotary is None:
             raise ValueError(
@@ -276,6 +284,12 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         self.activation = activation
         self._activation_fn = check_activation(who, activation)
         self.norm = check_choice(who, "norm", norm, NORMS)
+        if self.remat and self.norm == "batch":
+            raise ValueError(
+                f"{who}: remat=True recomputes the block in the backward pass, and "
+                f"norm='batch' would update its moving statistics again there: use "
+                f"norm='layer' or remat=False"
+            )
         self.norm_momentum = check_rate(who, "norm_momentum", norm_momentum)
         self.partition, self.partition_size = _partition(who, partition, partition_size)
         self.shift = _shift(who, shift, self.partition, self.partition_size)
@@ -492,6 +506,8 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
         return norm(x, training=training) if self.norm == "batch" else norm(x)
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
+        if self._remats(training):
+            return self._remat_call(lambda x: self.call(x, training), (inputs,), training)
         shortcut = _PooledProjection.call(self, inputs)
         x = self._normalised(self.attention_norm, inputs, training)
         if self.attention_pool is not None:
@@ -531,6 +547,7 @@ class RelativeTransformerBlock2D(keras.layers.Layer):
             bias_size=None if self.bias_size is None else list(self.bias_size),
             rotary=keras.saving.serialize_keras_object(self.rotary),
             shift=None if self.shift is None else list(self.shift),
+            remat=self.remat,
         )
         return config
 

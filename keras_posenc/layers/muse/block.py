@@ -23,11 +23,12 @@ from keras_posenc.layers._checks import (
     check_rate,
 )
 from keras_posenc.layers._initializers import sublayer_initializer
+from keras_posenc.layers._remat import Remat
 from keras_posenc.layers.muse.attention import _CONV_MODES, MUSEAttention, _check_kernel_sizes
 from keras_posenc.layers.relative_transformer import feedforward_denses
 
 
-class _MUSEBlock(SequenceChecks, keras.layers.Layer):
+class _MUSEBlock(Remat, SequenceChecks, keras.layers.Layer):
     """Arguments, validation and the sublayers the encoder and decoder blocks share."""
 
     _causal = False
@@ -48,10 +49,12 @@ class _MUSEBlock(SequenceChecks, keras.layers.Layer):
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
         fused_attention: bool | str = "auto",
+        remat: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         caller = type(self).__name__
+        self._set_remat(caller, remat)
         self.intermediate_dim = check_int(caller, "intermediate_dim", intermediate_dim, 1)
         self.num_heads = check_int(caller, "num_heads", num_heads, 1)
         if conv not in _CONV_MODES:
@@ -162,5 +165,6 @@ class _MUSEBlock(SequenceChecks, keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
             fused_attention=self.fused_attention,
+            remat=self.remat,
         )
         return config

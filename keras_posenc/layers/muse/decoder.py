@@ -146,6 +146,9 @@ class MUSEDecoderLayer(_MUSEBlock):
         fused_attention: ``"auto"`` (default), ``True`` or ``False``: self- (and
             cross-) attention through ``keras.ops.dot_product_attention`` without
             active attention dropout; see `MUSEAttention`.
+        remat: recompute the block in the backward pass of training calls (Keras'
+            ``keras.remat``; dropout draws the same masks again) instead of keeping its
+            activations: less memory, about one more forward pass of time. Default False.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -284,6 +287,18 @@ class MUSEDecoderLayer(_MUSEBlock):
         cache_update_index: Any = None,
         training: Any = None,
     ) -> Any:
+        if cache is None and self._remats(training):
+            # The masks read here: the recomputed sequences carry no Keras mask.
+            if decoder_padding_mask is None:
+                decoder_padding_mask = self._mask_reader(decoder_sequence)
+            if encoder_padding_mask is None and encoder_sequence is not None:
+                encoder_padding_mask = self._mask_reader(encoder_sequence)
+
+            def block(decoder: Any, encoder: Any) -> Any:
+                masks = (decoder_padding_mask, encoder_padding_mask)
+                return self.call(decoder, encoder, *masks, training=training)
+
+            return self._remat_call(block, (decoder_sequence, encoder_sequence), training)
         self._check_sequence("decoder_sequence", decoder_sequence)
         decoder_padding_mask = self._check_mask(
             "decoder_padding_mask", decoder_padding_mask, like=shape_of(decoder_sequence)[:2]

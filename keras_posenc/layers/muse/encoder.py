@@ -62,6 +62,9 @@ class MUSEEncoderLayer(_MUSEBlock):
         fused_attention: ``"auto"`` (default), ``True`` or ``False``: self- (and
             cross-) attention through ``keras.ops.dot_product_attention`` without
             active attention dropout; see `MUSEAttention`.
+        remat: recompute the block in the backward pass of training calls (Keras'
+            ``keras.remat``; dropout draws the same masks again) instead of keeping its
+            activations: less memory, about one more forward pass of time. Default False.
         **kwargs: standard layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
@@ -95,6 +98,12 @@ class MUSEEncoderLayer(_MUSEBlock):
         self.built = True
 
     def call(self, inputs: Any, padding_mask: Any = None, training: Any = None) -> Any:
+        if self._remats(training):
+            if padding_mask is None:  # read here: the recomputed inputs carry no Keras mask
+                padding_mask = self._mask_reader(inputs)
+            return self._remat_call(
+                lambda x: self.call(x, padding_mask, training), (inputs,), training
+            )
         self._check_sequence("inputs", inputs)
         padding_mask = self._check_mask("padding_mask", padding_mask, like=shape_of(inputs)[:2])
         if padding_mask is None:
