@@ -35,6 +35,25 @@ __all__ = [
 ]
 
 
+class _MaskedLMFromZoo:
+    """``from_zoo`` of the masked language models: a mixin before keras-hub's class."""
+
+    @classmethod
+    def from_zoo(
+        cls, name: str, *, weights: Any = None, preprocessor: Any = None, **overrides: Any
+    ) -> keras_hub.models.MaskedLM:
+        """The masked language model over the zoo's named configuration ``name``: its
+        backbone with the weights ``zoo.create(name, weights=weights, **overrides)`` loads
+        (None: fresh) and a fresh head of keras-hub's.
+
+        Raises:
+            ValueError: an unknown name, a name of another family, an override that is no
+                field of the configuration, or weights ``zoo.create`` refuses.
+        """
+        backbone = cls.backbone_cls.from_zoo(name, weights=weights, **overrides)
+        return cls(backbone=backbone, preprocessor=preprocessor)
+
+
 @keras.saving.register_keras_serializable(package="keras_posenc")
 class DebertaV3MaskedLMPreprocessor(keras_hub.models.DebertaV3MaskedLMPreprocessor):
     """keras-hub's DeBERTa v3 masked-LM preprocessor (strings to masked ``token_ids``,
@@ -51,7 +70,7 @@ class DebertaV3MaskedLMPreprocessor(keras_hub.models.DebertaV3MaskedLMPreprocess
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class DebertaV3MaskedLM(keras_hub.models.DebertaV3MaskedLM):
+class DebertaV3MaskedLM(_MaskedLMFromZoo, keras_hub.models.DebertaV3MaskedLM):
     """keras-hub's DeBERTa v3 masked language model over :class:`DebertaV3Backbone`: keras-hub's
     head (``mlm_head``) on the states at ``mask_positions``, its output projection tied to
     the backbone's token embedding.
@@ -72,21 +91,6 @@ class DebertaV3MaskedLM(keras_hub.models.DebertaV3MaskedLM):
     backbone_cls = DebertaV3Backbone
     preprocessor_cls = DebertaV3MaskedLMPreprocessor
 
-    @classmethod
-    def from_zoo(
-        cls, name: str, *, weights: Any = None, preprocessor: Any = None, **overrides: Any
-    ) -> DebertaV3MaskedLM:
-        """The masked language model over the zoo's named configuration ``name``: its
-        backbone with the weights ``zoo.create(name, weights=weights, **overrides)`` loads
-        (None: fresh) and a fresh head of keras-hub's.
-
-        Raises:
-            ValueError: an unknown name, a name of another family, an override that is no
-                field of the configuration, or weights ``zoo.create`` refuses.
-        """
-        backbone = cls.backbone_cls.from_zoo(name, weights=weights, **overrides)
-        return cls(backbone=backbone, preprocessor=preprocessor)
-
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
 class RoformerV2MaskedLMPreprocessor(keras_hub.models.RoformerV2MaskedLMPreprocessor):
@@ -104,7 +108,7 @@ class RoformerV2MaskedLMPreprocessor(keras_hub.models.RoformerV2MaskedLMPreproce
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class RoformerV2MaskedLM(keras_hub.models.RoformerV2MaskedLM):
+class RoformerV2MaskedLM(_MaskedLMFromZoo, keras_hub.models.RoformerV2MaskedLM):
     """keras-hub's RoFormer v2 masked language model over :class:`RoformerV2Backbone`: keras-hub's
     head (``mlm_head``) on the states at ``mask_positions``, its output projection tied to
     the backbone's token embedding.
@@ -128,18 +132,3 @@ class RoformerV2MaskedLM(keras_hub.models.RoformerV2MaskedLM):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         check_padding_id(self)
-
-    @classmethod
-    def from_zoo(
-        cls, name: str, *, weights: Any = None, preprocessor: Any = None, **overrides: Any
-    ) -> RoformerV2MaskedLM:
-        """The masked language model over the zoo's named configuration ``name``: its
-        backbone with the weights ``zoo.create(name, weights=weights, **overrides)`` loads
-        (None: fresh) and a fresh head of keras-hub's.
-
-        Raises:
-            ValueError: an unknown name, a name of another family, an override that is no
-                field of the configuration, or weights ``zoo.create`` refuses.
-        """
-        backbone = cls.backbone_cls.from_zoo(name, weights=weights, **overrides)
-        return cls(backbone=backbone, preprocessor=preprocessor)

@@ -178,24 +178,41 @@ class _TextBackbone(ZooBackbone):
         return model
 
 
-def _from_zoo(
-    task_cls: type,
-    name: str,
-    num_classes: int,
-    weights: Any,
-    preprocessor: Any,
-    head: Mapping[str, Any] | None,
-    overrides: dict[str, Any],
-) -> keras_hub.models.TextClassifier:
-    head = dict(head or {})
-    unknown = sorted(set(head) - {"activation", "hidden_dim", "dropout"})
-    if unknown:
-        raise ValueError(
-            f"{task_cls.__name__}.from_zoo: `head` takes 'activation', 'hidden_dim' and "
-            f"'dropout' (keras-hub's head arguments), got {', '.join(map(repr, unknown))}."
-        )
-    backbone = task_cls.backbone_cls.from_zoo(name, weights=weights, **overrides)
-    return task_cls(backbone=backbone, num_classes=num_classes, preprocessor=preprocessor, **head)
+class _ClassifierFromZoo:
+    """``from_zoo`` of the text classifiers: a mixin before keras-hub's classifier class."""
+
+    @classmethod
+    def from_zoo(
+        cls,
+        name: str,
+        *,
+        num_classes: int,
+        weights: Any = None,
+        preprocessor: Any = None,
+        head: Mapping[str, Any] | None = None,
+        **overrides: Any,
+    ) -> keras_hub.models.TextClassifier:
+        """The classifier over the zoo's named configuration ``name``: its backbone
+        with the weights ``zoo.create(name, weights=weights, **overrides)`` loads (a shipped
+        tag, a ``.weights.h5`` / ``.keras`` file, a preset source; None: fresh), and a fresh
+        head of keras-hub's: ``num_classes`` classes, ``head`` its other arguments
+        (``{"activation": ..., "hidden_dim": ..., "dropout": ...}``, the classifier's
+        own; ``overrides`` are the configuration's fields, ``hidden_dim`` the encoder's).
+
+        Raises:
+            ValueError: an unknown name, a name of another family, an override that is no
+                field of the configuration, weights ``zoo.create`` refuses, or a key of
+                ``head`` the classifier does not take.
+        """
+        head = dict(head or {})
+        unknown = sorted(set(head) - {"activation", "hidden_dim", "dropout"})
+        if unknown:
+            raise ValueError(
+                f"{cls.__name__}.from_zoo: `head` takes 'activation', 'hidden_dim' and "
+                f"'dropout' (keras-hub's head arguments), got {', '.join(map(repr, unknown))}."
+            )
+        backbone = cls.backbone_cls.from_zoo(name, weights=weights, **overrides)
+        return cls(backbone=backbone, num_classes=num_classes, preprocessor=preprocessor, **head)
 
 
 # --------------------------------------------------------------------------- DeBERTa v3
@@ -254,7 +271,7 @@ class DebertaV3TextClassifierPreprocessor(keras_hub.models.DebertaV3TextClassifi
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class DebertaV3TextClassifier(keras_hub.models.DebertaV3TextClassifier):
+class DebertaV3TextClassifier(_ClassifierFromZoo, keras_hub.models.DebertaV3TextClassifier):
     """keras-hub's DeBERTa v3 text classifier over :class:`DebertaV3Backbone`.
 
     The head is keras-hub's: the ``[CLS]`` state, dropout, a GELU dense layer
@@ -282,31 +299,6 @@ class DebertaV3TextClassifier(keras_hub.models.DebertaV3TextClassifier):
 
     backbone_cls = DebertaV3Backbone
     preprocessor_cls = DebertaV3TextClassifierPreprocessor
-
-    @classmethod
-    def from_zoo(
-        cls,
-        name: str,
-        *,
-        num_classes: int,
-        weights: Any = None,
-        preprocessor: Any = None,
-        head: Mapping[str, Any] | None = None,
-        **overrides: Any,
-    ) -> DebertaV3TextClassifier:
-        """The classifier over the zoo's named configuration ``name``: its backbone
-        with the weights ``zoo.create(name, weights=weights, **overrides)`` loads (a shipped
-        tag, a ``.weights.h5`` / ``.keras`` file, a preset source; None: fresh), and a fresh
-        head of keras-hub's: ``num_classes`` classes, ``head`` its other arguments
-        (``{"activation": ..., "hidden_dim": ..., "dropout": ...}``, the classifier's
-        own; ``overrides`` are the configuration's fields, ``hidden_dim`` the encoder's).
-
-        Raises:
-            ValueError: an unknown name, a name of another family, an override that is no
-                field of the configuration, weights ``zoo.create`` refuses, or a key of
-                ``head`` the classifier does not take.
-        """
-        return _from_zoo(cls, name, num_classes, weights, preprocessor, head, overrides)
 
 
 # --------------------------------------------------------------------------- RoFormer v2
@@ -367,7 +359,7 @@ class RoformerV2TextClassifierPreprocessor(keras_hub.models.RoformerV2TextClassi
 
 
 @keras.saving.register_keras_serializable(package="keras_posenc")
-class RoformerV2TextClassifier(keras_hub.models.RoformerV2TextClassifier):
+class RoformerV2TextClassifier(_ClassifierFromZoo, keras_hub.models.RoformerV2TextClassifier):
     """keras-hub's RoFormer v2 text classifier over :class:`RoformerV2Backbone`.
 
     The head is keras-hub's: the ``[CLS]`` state, dropout, a tanh dense layer
@@ -399,28 +391,3 @@ class RoformerV2TextClassifier(keras_hub.models.RoformerV2TextClassifier):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         check_padding_id(self)
-
-    @classmethod
-    def from_zoo(
-        cls,
-        name: str,
-        *,
-        num_classes: int,
-        weights: Any = None,
-        preprocessor: Any = None,
-        head: Mapping[str, Any] | None = None,
-        **overrides: Any,
-    ) -> RoformerV2TextClassifier:
-        """The classifier over the zoo's named configuration ``name``: its backbone
-        with the weights ``zoo.create(name, weights=weights, **overrides)`` loads (a shipped
-        tag, a ``.weights.h5`` / ``.keras`` file, a preset source; None: fresh), and a fresh
-        head of keras-hub's: ``num_classes`` classes, ``head`` its other arguments
-        (``{"activation": ..., "hidden_dim": ..., "dropout": ...}``, the classifier's
-        own; ``overrides`` are the configuration's fields, ``hidden_dim`` the encoder's).
-
-        Raises:
-            ValueError: an unknown name, a name of another family, an override that is no
-                field of the configuration, weights ``zoo.create`` refuses, or a key of
-                ``head`` the classifier does not take.
-        """
-        return _from_zoo(cls, name, num_classes, weights, preprocessor, head, overrides)
