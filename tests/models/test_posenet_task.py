@@ -4,7 +4,8 @@ The task of a named PosENet gives ``zoo.create``'s maps with the same weights an
 ``to_zoo`` gives the zoo's model back; ``save_to_preset`` then keras-hub's own
 ``DepthEstimator.from_preset`` and ``Backbone.from_preset`` rebuild our classes with equal
 outputs; ``predict`` runs on an image file through the preprocessor; ``fit`` trains the
-readout only (keras-hub's default loss: mean squared error, PosENet's).
+readout only (keras-hub's default loss: mean squared error, PosENet's); a ``.keras`` file
+keeps the task.
 """
 
 from __future__ import annotations
@@ -115,6 +116,15 @@ def test_predict_and_fit_on_an_image_file(tmp_path):
     assert np.isfinite(history.history["loss"]).all()
     for old, new in zip(before, task.backbone.weights, strict=True):
         np.testing.assert_array_equal(old, ops.convert_to_numpy(new))
+    # A .keras file keeps the task, its converter and its weights.
+    task.save(tmp_path / "task.keras")
+    reloaded = keras.saving.load_model(tmp_path / "task.keras", compile=False)
+    assert type(reloaded) is models.PosENetDepthEstimator
+    np.testing.assert_allclose(
+        reloaded.predict(image[None], verbose=0)["depths"],
+        task.predict(image[None], verbose=0)["depths"],
+        atol=1e-6,
+    )
 
 
 def test_bad_arguments_name_the_class():
