@@ -50,8 +50,8 @@ from keras_posenc.zoo.posenet import (
     build_posenet,
     check_readout,
     posenet_features,
+    posenet_readout,
 )
-from keras_posenc.zoo.posenet import posenet_readout as _readout
 from keras_posenc.zoo.registry import create, create_arguments, get_spec
 
 __all__ = [
@@ -224,7 +224,9 @@ class PosENetDepthEstimator(keras_hub.models.DepthEstimator):
         inputs = backbone.input
         policy = backbone.dtype_policy  # keras-hub's head dtype: the backbone's
         with dtype_policy(policy):
-            maps = _readout(backbone(inputs), tuple(inputs.shape[1:3]), policy=policy, **head)
+            maps = posenet_readout(
+                backbone(inputs), tuple(inputs.shape[1:3]), policy=policy, **head
+            )
             depths = keras.layers.Identity(dtype=policy, name="depths")(maps)
         keras_hub.models.Task.__init__(
             self, inputs=inputs, outputs={"depths": depths}, compile=False, **kwargs

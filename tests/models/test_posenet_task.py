@@ -64,6 +64,9 @@ def test_save_to_preset_then_keras_hub_from_preset(tmp_path):
     assert type(loaded.preprocessor.image_converter) is models.PosENetImageConverter
     assert loaded.head_config == task.head_config
     np.testing.assert_allclose(maps(loaded, x), expected, atol=1e-6, rtol=0)
+    assert type(keras_hub.layers.ImageConverter.from_preset(folder)) is models.PosENetImageConverter
+    preprocessor = keras_hub.models.DepthEstimatorPreprocessor.from_preset(folder)
+    assert type(preprocessor) is models.PosENetDepthEstimatorPreprocessor
     backbone = keras_hub.models.Backbone.from_preset(folder)
     assert type(backbone) is models.PosENetBackbone
     np.testing.assert_allclose(
