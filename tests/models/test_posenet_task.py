@@ -3,9 +3,9 @@
 The task of a named PosENet gives ``zoo.create``'s maps with the same weights and
 ``to_zoo`` gives the zoo's model back; ``save_to_preset`` then keras-hub's own
 ``DepthEstimator.from_preset`` and ``Backbone.from_preset`` rebuild our classes with equal
-outputs; ``predict`` runs on an image file through the preprocessor; ``fit`` trains the
-readout only (keras-hub's default loss: mean squared error, PosENet's); a ``.keras`` file
-keeps the task.
+outputs, and ``hub.load_preset`` reads the folder as the zoo's PosENet; ``predict`` runs
+on an image file through the preprocessor; ``fit`` trains the readout only (keras-hub's
+default loss: mean squared error, PosENet's); a ``.keras`` file keeps the task.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_posenc import models, probe, zoo
+from keras_posenc import hub, models, probe, zoo
 
 pytestmark = pytest.mark.contract
 
@@ -67,6 +67,11 @@ def test_save_to_preset_then_keras_hub_from_preset(tmp_path):
     assert type(keras_hub.layers.ImageConverter.from_preset(folder)) is models.PosENetImageConverter
     preprocessor = keras_hub.models.DepthEstimatorPreprocessor.from_preset(folder)
     assert type(preprocessor) is models.PosENetDepthEstimatorPreprocessor
+    # Ours reads the folder too: the zoo's PosENet (to_zoo) and the converter.
+    preset = hub.load_preset(folder)
+    assert isinstance(preset.model, probe.PosENet)
+    assert type(preset.preprocessor) is models.PosENetImageConverter
+    np.testing.assert_allclose(maps(preset.model, x), expected, atol=1e-6, rtol=0)
     backbone = keras_hub.models.Backbone.from_preset(folder)
     assert type(backbone) is models.PosENetBackbone
     np.testing.assert_allclose(
