@@ -40,6 +40,7 @@ from typing import Any
 import keras
 import keras_hub
 
+from keras_posenc.layers._checks import check_int
 from keras_posenc.models._backbone import ZooBackbone, copy_weights, dtype_policy
 from keras_posenc.models.image_base import ZooImageConverter
 from keras_posenc.zoo.posenet import (
@@ -96,10 +97,11 @@ def build_posenet_features(
             f"{who}: `input_shape` must be (height, width, channels) of positive ints; "
             f"received input_shape={input_shape!r}"
         )
+    feature_size = check_int(who, "feature_size", feature_size, 1)
     network = None if backbone is None else _backbone(backbone, shape, backbone_weights)
     policy = keras.config.dtype_policy()  # ZooBackbone sets keras-hub's dtype meanwhile
     inputs = keras.Input(PosENet._image_shape(network, shape), name="images")
-    _, features = posenet_features(inputs, network, tap_layers, int(feature_size), policy)
+    _, features = posenet_features(inputs, network, tap_layers, feature_size, policy)
     return keras.Model(inputs, features, name=name or f"posenet_{backbone or 'alone'}_features")
 
 

@@ -147,5 +147,7 @@ def test_bad_arguments_name_the_class():
         models.PosENetBackbone(**ALONE, targets=("H",))
     with pytest.raises(ValueError, match="build_posenet_features: `backbone` must be one"):
         models.PosENetBackbone(backbone="vgg19")
+    with pytest.raises(ValueError, match="build_posenet_features: `feature_size`"):
+        models.PosENetBackbone(**{**ALONE, "feature_size": 0})
     with pytest.raises(ValueError, match="is a 'coatnet' model"):
         models.PosENetDepthEstimator.from_zoo("coatnet_0")
