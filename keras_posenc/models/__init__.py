@@ -75,6 +75,15 @@ from keras_posenc.models.image_base import (
 )
 from keras_posenc.models.image_presets import to_keras_hub_preset
 
+# PosENet: keras-hub DepthEstimator (dense position maps; models/posenet.py).
+from keras_posenc.models.posenet import (
+    PosENetBackbone,
+    PosENetDepthEstimator,
+    PosENetDepthEstimatorPreprocessor,
+    PosENetImageConverter,
+    build_posenet_features,
+)
+
 # The encoder-decoders' Seq2SeqLMs (with the generating families above).
 from keras_posenc.models.seq2seq_lms import *  # noqa: F403
 from keras_posenc.models.seq2seq_lms import __all__ as _seq2seq_lms
@@ -127,4 +136,10 @@ __all__ = [
     "ZooWordTokenizer",
     *_seq2seq_lms,
     *_causal_lms,
+    # PosENet: keras-hub DepthEstimator.
+    "PosENetBackbone",
+    "PosENetDepthEstimator",
+    "PosENetDepthEstimatorPreprocessor",
+    "PosENetImageConverter",
+    "build_posenet_features",
 ]

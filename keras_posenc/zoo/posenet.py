@@ -183,6 +183,128 @@ class FeatureStandardization(keras.layers.Layer):
         return tuple(input_shape)
 
 
+def check_readout(
+    who: str,
+    *,
+    readout_layers: int,
+    kernel_size: int,
+    feature_size: int,
+    targets: Sequence[str] | str,
+    readout_filters: int,
+    readout_padding: int,
+) -> tuple[int, int, list[str], int, int]:
+    """PosENet's readout arguments checked (``who`` names the caller in the messages):
+    ``(readout_layers, kernel_size, targets, readout_filters, readout_padding)``.
+
+    Raises:
+        ValueError: a count below its minimum, targets that are not distinct names of
+            ``PATTERN_NAMES``, or convolutions that leave nothing of the feature grid.
+    """
+    readout_layers = check_int(who, "readout_layers", readout_layers, 1)
+    kernel_size = check_int(who, "kernel_size", kernel_size, 1)
+    feature_size = check_int(who, "feature_size", feature_size, 1)
+    readout_filters = check_int(who, "readout_filters", readout_filters, 1)
+    readout_padding = check_int(who, "readout_padding", readout_padding, 0)
+    targets = [targets] if isinstance(targets, str) else list(targets)
+    unknown = [t for t in targets if t not in PATTERN_NAMES]
+    if not targets or unknown or len(set(targets)) != len(targets):
+        raise ValueError(
+            f"{who}: `targets` must be distinct names from {list(PATTERN_NAMES)}; "
+            f"received {targets!r}"
+        )
+    remaining = feature_size - readout_layers * (kernel_size - 1 - 2 * int(readout_padding))
+    if remaining < 1:
+        raise ValueError(
+            f"{who}: {readout_layers} readout convolution(s) of kernel {kernel_size} with "
+            f"readout_padding={readout_padding} leave no output of a {feature_size} x "
+            f"{feature_size} feature grid; enlarge feature_size"
+        )
+    return readout_layers, kernel_size, targets, readout_filters, int(readout_padding)
+
+
+def posenet_features(
+    inputs: Any,
+    backbone: keras.Model | None,
+    tap_layers: Sequence[str] | None,
+    feature_size: int,
+    policy: Any,
+) -> tuple[list[str], Any]:
+    """PosENet's features of the ``inputs`` (a ``keras.Input``): the frozen ``backbone``'s
+    taps (the image itself without one) resized to ``feature_size`` and concatenated
+    (layer ``"features"``). Returns the tap layers' names and the features.
+
+    The one implementation of PosENet's feature side: :class:`PosENet` and
+    ``keras_posenc.models.PosENetBackbone`` build it."""
+    if backbone is None:
+        tap_layers, taps = [], [inputs]
+    else:
+        tap_layers = PosENet._tap_names(backbone, tap_layers)
+        backbone.trainable = False
+        extractor = keras.Model(
+            backbone.inputs,
+            [backbone.get_layer(name).output for name in tap_layers],
+            name=f"{backbone.name}_taps",
+        )
+        taps = keras.tree.flatten(extractor(inputs))
+    resized = [
+        keras.layers.Resizing(
+            feature_size,
+            feature_size,
+            interpolation="bilinear",
+            dtype=policy,
+            name=f"resize_{index}",
+        )(tap)
+        for index, tap in enumerate(taps)
+    ]
+    if len(resized) > 1:
+        x = keras.layers.Concatenate(axis=-1, dtype=policy, name="features")(resized)
+    else:
+        x = keras.layers.Identity(dtype=policy, name="features")(resized[0])
+    return list(tap_layers), x
+
+
+def posenet_readout(
+    features: Any,
+    image_size: Sequence[int],
+    *,
+    targets: Sequence[str],
+    readout_layers: int,
+    kernel_size: int,
+    readout_filters: int,
+    readout_padding: int,
+    policy: Any,
+) -> Any:
+    """PosENet's readout on its ``features`` (checked arguments: :func:`check_readout`):
+    the statistics, ``readout_layers`` convolutions with ``'valid'`` padding, the sigmoid
+    and the bilinear upsampling to ``image_size`` (layer ``"position_maps"``).
+
+    The one implementation of PosENet's readout: :class:`PosENet` and
+    ``keras_posenc.models.PosENetDepthEstimator`` build it."""
+    x = features
+    for index in range(readout_layers):
+        last = index == readout_layers - 1
+        if readout_padding:
+            x = SpatialPadding2D(int(readout_padding), dtype=policy, name=f"readout_pad_{index}")(x)
+        if index == 0:
+            x = FeatureStandardization(dtype=policy, name="feature_standardization")(x)
+        x = keras.layers.Conv2D(
+            len(targets) if last else readout_filters,
+            kernel_size,
+            padding="valid",
+            activation=None if last else "relu",
+            dtype=policy,
+            name=f"readout_conv_{index}",
+        )(x)
+    x = keras.layers.Activation("sigmoid", dtype=policy, name="sigmoid")(x)
+    return keras.layers.Resizing(
+        int(image_size[0]),
+        int(image_size[1]),
+        interpolation="bilinear",
+        dtype=policy,
+        name="position_maps",
+    )(x)
+
+
 @keras.saving.register_keras_serializable(package="keras_posenc")
 class PosENet(ZooModel, keras.Model):
     """PosENet: how much absolute position do a network's features encode?
@@ -271,75 +393,31 @@ class PosENet(ZooModel, keras.Model):
         image_shape: Sequence[int] | None = None,
         **kwargs: Any,
     ) -> None:
-        readout_layers = check_int("PosENet", "readout_layers", readout_layers, 1)
-        kernel_size = check_int("PosENet", "kernel_size", kernel_size, 1)
+        readout_layers, kernel_size, targets, readout_filters, readout_padding = check_readout(
+            "PosENet",
+            readout_layers=readout_layers,
+            kernel_size=kernel_size,
+            feature_size=feature_size,
+            targets=targets,
+            readout_filters=readout_filters,
+            readout_padding=readout_padding,
+        )
         feature_size = check_int("PosENet", "feature_size", feature_size, 1)
-        readout_filters = check_int("PosENet", "readout_filters", readout_filters, 1)
-        readout_padding = check_int("PosENet", "readout_padding", readout_padding, 0)
-        targets = [targets] if isinstance(targets, str) else list(targets)
-        unknown = [t for t in targets if t not in PATTERN_NAMES]
-        if not targets or unknown or len(set(targets)) != len(targets):
-            raise ValueError(
-                f"PosENet: `targets` must be distinct names from {list(PATTERN_NAMES)}; "
-                f"received {targets!r}"
-            )
         shape = self._image_shape(backbone, image_shape)
-        remaining = feature_size - readout_layers * (kernel_size - 1 - 2 * int(readout_padding))
-        if readout_padding < 0 or remaining < 1:
-            raise ValueError(
-                f"PosENet: {readout_layers} readout convolution(s) of kernel {kernel_size} with "
-                f"readout_padding={readout_padding} leave no output of a {feature_size} x "
-                f"{feature_size} feature grid; enlarge feature_size"
-            )
-
         # The readout's layers take the model's policy (a .keras file records it: ZooModel).
         policy = keras.dtype_policies.get(kwargs.pop("dtype", None) or keras.config.dtype_policy())
         inputs = keras.Input(shape, name="images")
-        if backbone is None:
-            tap_layers, taps = [], [inputs]
-        else:
-            tap_layers = self._tap_names(backbone, tap_layers)
-            backbone.trainable = False
-            extractor = keras.Model(
-                backbone.inputs,
-                [backbone.get_layer(name).output for name in tap_layers],
-                name=f"{backbone.name}_taps",
-            )
-            taps = keras.tree.flatten(extractor(inputs))
-        resized = [
-            keras.layers.Resizing(
-                feature_size,
-                feature_size,
-                interpolation="bilinear",
-                dtype=policy,
-                name=f"resize_{index}",
-            )(tap)
-            for index, tap in enumerate(taps)
-        ]
-        if len(resized) > 1:
-            x = keras.layers.Concatenate(axis=-1, dtype=policy, name="features")(resized)
-        else:
-            x = keras.layers.Identity(dtype=policy, name="features")(resized[0])
-        for index in range(readout_layers):
-            last = index == readout_layers - 1
-            if readout_padding:
-                x = SpatialPadding2D(
-                    int(readout_padding), dtype=policy, name=f"readout_pad_{index}"
-                )(x)
-            if index == 0:
-                x = FeatureStandardization(dtype=policy, name="feature_standardization")(x)
-            x = keras.layers.Conv2D(
-                len(targets) if last else readout_filters,
-                kernel_size,
-                padding="valid",
-                activation=None if last else "relu",
-                dtype=policy,
-                name=f"readout_conv_{index}",
-            )(x)
-        x = keras.layers.Activation("sigmoid", dtype=policy, name="sigmoid")(x)
-        outputs = keras.layers.Resizing(
-            shape[0], shape[1], interpolation="bilinear", dtype=policy, name="position_maps"
-        )(x)
+        tap_layers, x = posenet_features(inputs, backbone, tap_layers, feature_size, policy)
+        outputs = posenet_readout(
+            x,
+            shape[:2],
+            targets=targets,
+            readout_layers=readout_layers,
+            kernel_size=kernel_size,
+            readout_filters=readout_filters,
+            readout_padding=readout_padding,
+            policy=policy,
+        )
         super().__init__(inputs, outputs, name=kwargs.pop("name", "posenet"), **kwargs)
         self.layers_dtype = policy.name
 
