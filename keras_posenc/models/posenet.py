@@ -47,9 +47,9 @@ from keras_posenc.zoo.posenet import (
     BACKBONES,
     PATTERN_NAMES,
     PosENet,
-    _backbone,
     build_posenet,
     check_readout,
+    posenet_backbone,
     posenet_features,
     posenet_readout,
 )
@@ -98,7 +98,7 @@ def build_posenet_features(
             f"received input_shape={input_shape!r}"
         )
     feature_size = check_int(who, "feature_size", feature_size, 1)
-    network = None if backbone is None else _backbone(backbone, shape, backbone_weights)
+    network = None if backbone is None else posenet_backbone(backbone, shape, backbone_weights)
     policy = keras.config.dtype_policy()  # ZooBackbone sets keras-hub's dtype meanwhile
     inputs = keras.Input(PosENet._image_shape(network, shape), name="images")
     _, features = posenet_features(inputs, network, tap_layers, feature_size, policy)

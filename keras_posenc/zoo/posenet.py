@@ -569,7 +569,14 @@ REFERENCE = (
 _IMAGENET_DOWNLOADS = {"vgg16": ("VGG16", "58.9 MB"), "resnet50": ("ResNet50", "94.8 MB")}
 
 
-def _backbone(name: str, input_shape: tuple[int, int, int], weights: Any) -> keras.Model:
+def posenet_backbone(name: str, input_shape: tuple[int, int, int], weights: Any) -> keras.Model:
+    """The network PosENet reads, by ``build_posenet``'s ``backbone`` name: ``"vgg16"`` or
+    ``"resnet50"`` (keras.applications' without the top; ``weights="imagenet"``
+    downloads theirs) or ``"coatnet_0"`` (the zoo's, its five stage outputs).
+
+    Raises:
+        ConnectionError: ImageNet weights to download and no network.
+    """
     if name == "coatnet_0":
         # The zoo's CoAtNet-0 in features mode: its five stage outputs S0..S4 are the taps.
         return create(name, weights=weights, input_shape=input_shape, features=True)
@@ -664,7 +671,7 @@ def build_posenet(
             "build_posenet: `input_shape` must be (height, width, channels) of positive ints; "
             f"received input_shape={input_shape!r}"
         )
-    network = _backbone(backbone, tuple(int(v) for v in shape), backbone_weights)
+    network = posenet_backbone(backbone, tuple(int(v) for v in shape), backbone_weights)
     return PosENet(
         network,
         tap_layers=tap_layers,
