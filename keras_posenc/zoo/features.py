@@ -53,7 +53,7 @@ import keras
 
 from keras_posenc.layers._checks import excerpt
 from keras_posenc.zoo.adapt import ZooFunctional
-from keras_posenc.zoo.posenet import KNOWN_TAP_LAYERS, _backbone, default_tap_layers
+from keras_posenc.zoo.posenet import KNOWN_TAP_LAYERS, default_tap_layers, posenet_backbone
 from keras_posenc.zoo.registry import create, get_spec
 
 __all__ = [
@@ -374,7 +374,7 @@ def create_features(
                 f"`weights` only; received {unknown}"
             )
         shape = tuple(overrides.get("input_shape", (224, 224, 3)))
-        model = _backbone(name, shape, weights)
+        model = posenet_backbone(name, shape, weights)
         return feature_pyramid(model, KNOWN_TAP_LAYERS[name], levels=levels)
     model = create(name, weights=weights, **overrides)
     if not isinstance(model, FeaturePyramidModel):
