@@ -286,6 +286,13 @@ class ZooSeq2SeqLMPreprocessor(TextModel, keras_hub.models.Seq2SeqLMPreprocessor
     def call(self, x: Any, y: Any = None, sample_weight: Any = None, **lengths: Any) -> Any:
         """``(x, y, sample_weight)`` for ``fit`` from ``{"encoder_text", "decoder_text"}``
         (``TextModel.preprocess_text_pairs``)."""
+        if getattr(self.tokenizer, "pipeline", None) is not None:
+            # A translation tokenizer (keras_posenc/models/translation.py) tokenizes in the
+            # source language only: the targets would get source ids.
+            raise TypeError(
+                f"{type(self).__name__}: packing text pairs for `fit` is not supported with "
+                f"a translation tokenizer ({type(self.tokenizer).__name__}); pass token ids."
+            )
         encoder = lengths.get("encoder_sequence_length", self.encoder_sequence_length)
         decoder = lengths.get("sequence_length") or lengths.get(
             "decoder_sequence_length", self.decoder_sequence_length

@@ -30,6 +30,7 @@ from keras_posenc.convert import fairseq_to_posenc_ids
 
 pytestmark = pytest.mark.contract
 
+
 def _numpy(x):
     return keras.ops.convert_to_numpy(x)
 
@@ -75,6 +76,8 @@ def test_generate_equals_translate_through_keras_hub_and_back(converted):
         got = task.generate(texts, max_length=MAX_LENGTH + 1, beam_size=beam_size, min_length=1)
         assert got == expected
         assert all(got)  # min_length=1: something was generated
+    with pytest.raises(TypeError, match="packing text pairs for `fit` is not supported"):
+        task.preprocessor({"encoder_text": texts, "decoder_text": texts})
     # The logits too: the backbone holds the converted weights.
     x = {
         "encoder_token_ids": np.array([[5, 6, 7, 2]], "int32"),
@@ -89,9 +92,7 @@ def test_generate_equals_translate_through_keras_hub_and_back(converted):
         assert getattr(preset.preprocessor, name) == getattr(reference.preprocessor, name)
     assert preset.model.preprocessor is preset.preprocessor  # for translate
     assert preset.model.translate(texts, beam_size=3, max_length=MAX_LENGTH) == expected
-    np.testing.assert_allclose(
-        _numpy(preset.model(x)), _numpy(model(x)), rtol=1e-6, atol=1e-6
-    )
+    np.testing.assert_allclose(_numpy(preset.model(x)), _numpy(model(x)), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.large
