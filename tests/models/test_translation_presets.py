@@ -142,3 +142,37 @@ def test_bad_inputs_are_named(converted, tmp_path):
         models.to_keras_hub_translation_preset(image, tmp_path / "x")
     with pytest.raises(FileExistsError, match="exists; pass overwrite=True"):
         models.to_keras_hub_preset(ours, target)
+
+
+@pytest.mark.large
+def test_a_muse_translation_preset(converted, tmp_path):
+    """MUSE takes the same pipeline: a narrowed muse_tiny with the archive's vocabularies."""
+    from keras_posenc import zoo
+    from keras_posenc.zoo.translation import TranslationPreprocessor
+
+    _, files, _, _ = converted
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    english, french = (
+        specials
+        + [line.rsplit(" ", 1)[0] for line in files[f"dict.{lang}.txt"].decode().splitlines()]
+        for lang in ("en", "fr")
+    )
+    pre = TranslationPreprocessor("en", "fr", english, french, bpe_codes=files["bpecodes"].decode())
+    model = zoo.create(
+        "muse_tiny",
+        src_vocab_size=len(english),
+        tgt_vocab_size=len(french),
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        max_source_positions=32,
+        max_target_positions=32,
+    )
+    ours = hub.save_preset(model, tmp_path / "muse", preprocessor=pre)
+    target = models.to_keras_hub_preset(ours, tmp_path / "keras_hub")
+    task = keras_hub.models.Seq2SeqLM.from_preset(target)
+    assert type(task) is models.MUSESeq2SeqLM
+    assert type(task.preprocessor.tokenizer) is models.MUSETranslationTokenizer
+    texts = ENGLISH[:2]
+    expected = model.translate(texts, preprocessor=pre, beam_size=2, max_length=MAX_LENGTH)
+    assert task.generate(texts, max_length=MAX_LENGTH + 1, beam_size=2, min_length=1) == expected
+    assert hub.from_preset(target).translate(texts, beam_size=2, max_length=MAX_LENGTH) == expected
