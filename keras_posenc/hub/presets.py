@@ -55,7 +55,8 @@ def load_preset(source: str | os.PathLike, *, progress: bool = True) -> Preset:
     Args:
         source: a preset folder (:func:`save_preset`'s, or keras-hub's format written by
             a ``keras_posenc.models`` task's ``save_to_preset``: its model is the zoo's,
-            ``task.to_zoo()``, its preprocessor the task's image converter),
+            ``task.to_zoo()``, its preprocessor the task's image converter, or a
+            translation task's text pipeline),
             ``hf://ORG/REPO``, a timm CoAtNet or MaxViT repository on the Hugging Face
             hub, or a fairseq translation archive's URL or file. **A hub source or URL
             is downloaded** (once; see :func:`preset_path`). A translation preset's model gets its
@@ -122,12 +123,17 @@ def _keras_hub_preset(folder: str, who: str) -> Preset:
         )
     with configuration_errors(os.path.join(folder, TASK_FILE), who):
         task = task_cls.from_preset(folder)
-    preprocessor = getattr(task.preprocessor, "image_converter", task.preprocessor)
+    model = task.to_zoo()
+    # An image task's converter; a translation task's text pipeline (its zoo model's
+    # `preprocessor`, for `translate`: keras_posenc/models/translation.py); else the task's.
+    preprocessor = getattr(task.preprocessor, "image_converter", None)
+    if preprocessor is None:
+        preprocessor = getattr(model, "preprocessor", None) or task.preprocessor
     class_names = None
     if os.path.isfile(os.path.join(folder, CLASS_NAMES_FILE)):
         class_names = [str(n) for n in _read_json(os.path.join(folder, CLASS_NAMES_FILE), who)]
     metadata = _read_json(os.path.join(folder, METADATA_FILE), who)
-    return Preset(task.to_zoo(), preprocessor, class_names, metadata, folder)
+    return Preset(model, preprocessor, class_names, metadata, folder)
 
 
 def from_preset(source: str | os.PathLike, *, progress: bool = True) -> keras.Model:

@@ -88,6 +88,14 @@ from keras_posenc.models.posenet import (
 from keras_posenc.models.seq2seq_lms import *  # noqa: F403
 from keras_posenc.models.seq2seq_lms import __all__ as _seq2seq_lms
 
+# Translation presets: fairseq's text pipeline as a keras-hub tokenizer (models/translation.py).
+from keras_posenc.models.translation import (
+    ConvS2STranslationTokenizer,
+    MUSETranslationTokenizer,
+    TranslationTokenizer,
+    to_keras_hub_translation_preset,
+)
+
 __all__ = [
     "ZooBackbone",
     "copy_weights",
@@ -142,4 +150,9 @@ __all__ = [
     "PosENetDepthEstimatorPreprocessor",
     "PosENetImageConverter",
     "build_posenet_features",
+    # Translation presets.
+    "ConvS2STranslationTokenizer",
+    "MUSETranslationTokenizer",
+    "TranslationTokenizer",
+    "to_keras_hub_translation_preset",
 ]

@@ -214,6 +214,18 @@ class _ZooGenerating:
         preprocessor = None if tokenizer is None else cls.preprocessor_cls(tokenizer)
         return cls(backbone=backbone, preprocessor=preprocessor)
 
+    def to_zoo(self) -> keras.Model:
+        """The zoo's model of the backbone's configuration with the task's weights; a
+        translation task's model gets its tokenizer's pipeline as ``model.preprocessor``
+        (what the zoo's ``translate`` reads: keras_posenc/models/translation.py)."""
+        backbone = self.backbone
+        model = backbone.build_network(**backbone.network_config, name=backbone.name)
+        copy_weights(backbone, model, f"{type(self).__name__}.to_zoo")
+        pipeline = getattr(getattr(self.preprocessor, "tokenizer", None), "pipeline", None)
+        if pipeline is not None:
+            model.preprocessor = pipeline
+        return model
+
     @classmethod
     def zoo_tokenizer(cls, name: str, weights: Any, model: Any) -> Any:
         """The tokenizer ``from_zoo`` gives the preprocessor by default: the zoo model's
@@ -274,6 +286,13 @@ class ZooSeq2SeqLMPreprocessor(TextModel, keras_hub.models.Seq2SeqLMPreprocessor
     def call(self, x: Any, y: Any = None, sample_weight: Any = None, **lengths: Any) -> Any:
         """``(x, y, sample_weight)`` for ``fit`` from ``{"encoder_text", "decoder_text"}``
         (``TextModel.preprocess_text_pairs``)."""
+        if getattr(self.tokenizer, "pipeline", None) is not None:
+            # A translation tokenizer (keras_posenc/models/translation.py) tokenizes in the
+            # source language only: the targets would get source ids.
+            raise TypeError(
+                f"{type(self).__name__}: packing text pairs for `fit` is not supported with "
+                f"a translation tokenizer ({type(self.tokenizer).__name__}); pass token ids."
+            )
         encoder = lengths.get("encoder_sequence_length", self.encoder_sequence_length)
         decoder = lengths.get("sequence_length") or lengths.get(
             "decoder_sequence_length", self.decoder_sequence_length
@@ -323,7 +342,14 @@ class ZooSeq2SeqLMPreprocessor(TextModel, keras_hub.models.Seq2SeqLMPreprocessor
         return self.decode_texts(np.where(mask, ids, self.pad_id)[:, 1:], None)
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "decoder_start_id": self.decoder_start_id}
+        # keras-hub's Seq2SeqLMPreprocessor.get_config leaves the lengths out (its family
+        # subclasses add them): without them a preset's generate length fell back to 64.
+        return {
+            **super().get_config(),
+            "encoder_sequence_length": self.encoder_sequence_length,
+            "decoder_sequence_length": self.decoder_sequence_length,
+            "decoder_start_id": self.decoder_start_id,
+        }
 
 
 def _python(x: Any) -> Any:

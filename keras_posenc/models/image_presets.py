@@ -1,4 +1,4 @@
-"""Our image presets in keras-hub's preset format.
+"""Our image and translation presets in keras-hub's preset format.
 
 :func:`to_keras_hub_preset` writes, for a preset folder of ours (``hub.save_preset``'s, a
 converted timm repository's: ``hf://timm/...``) or a preset shipped in the package
@@ -7,7 +7,9 @@ preprocessing as keras-hub's ``save_to_preset`` writes it (``config.json``,
 ``task.json``, ``preprocessor.json``, the weights), plus the class names our presets keep
 (``assets/class_names.json``). keras-hub's ``ImageClassifier.from_preset(folder)`` loads
 it as ours; so do ``hub.load_preset(folder)``, ``hub.from_preset(folder)`` and
-``zoo.create(name, weights=folder)``.
+``zoo.create(name, weights=folder)``. A translation preset (a fairseq archive, or the
+folder ``hub.load_preset`` converted it into) becomes its ``Seq2SeqLM`` with its text
+pipeline (keras_posenc/models/translation.py).
 
 Examples:
 
@@ -28,6 +30,10 @@ from typing import Any
 
 from keras_posenc.hub import ImagePreprocessor, load_preset
 from keras_posenc.models.image import CLASSIFIERS
+from keras_posenc.models.translation import (
+    is_translation_preset,
+    to_keras_hub_translation_preset,
+)
 from keras_posenc.zoo import shipped
 from keras_posenc.zoo.registry import get_spec
 
@@ -57,11 +63,17 @@ def to_keras_hub_preset(
     overwrite: bool = False,
     **overrides: Any,
 ) -> str:
-    """Writes an image preset of ours in keras-hub's preset format.
+    """Writes an image or translation preset of ours in keras-hub's preset format.
+
+    An image preset becomes its family's ``ImageClassifier``; a translation preset
+    (ConvS2S with its text pipeline) its ``Seq2SeqLM``, whose ``generate(texts)``
+    translates as the zoo model's ``translate`` (:func:`~keras_posenc.models.translation.
+    to_keras_hub_translation_preset`; ``name`` and ``overrides`` do not apply).
 
     Args:
         source: a shipped preset ``"NAME/TAG"`` (``zoo.shipped_presets()``), a preset
-            folder of ours, or a source ``hub.load_preset`` reads (``hf://ORG/REPO``).
+            folder of ours, or a source ``hub.load_preset`` reads (``hf://ORG/REPO``, a
+            fairseq translation archive's URL or file).
         folder: the keras-hub preset folder to write.
         name: the zoo name of the preset's model; default the preset's
             ``metadata.json`` ``architecture`` (converted timm repositories record it).
@@ -91,6 +103,8 @@ def to_keras_hub_preset(
         class_names = _SHIPPED_CLASS_NAMES.get(text)
     else:
         preset = load_preset(text)
+        if is_translation_preset(preset):  # keras_posenc/models/translation.py
+            return to_keras_hub_translation_preset(preset, target)
         name = name or preset.metadata.get("architecture")
         if not name:
             raise ValueError(
