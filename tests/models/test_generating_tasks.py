@@ -10,7 +10,7 @@ import keras_hub
 import numpy as np
 import pytest
 
-from keras_posenc import models, zoo
+from keras_posenc import hub, models, zoo
 from keras_posenc.models._generating_tasks import copy_weights
 
 pytestmark = pytest.mark.contract
@@ -43,6 +43,10 @@ def test_shaw_reverse_preset_through_keras_hub(tmp_path):
 
     # Text in, text out through keras-hub's Seq2SeqLM.generate: the shipped model reverses.
     assert loaded.generate(["k e r a s", "x y z . 7"]) == ["s a r e k", "7 . z y x"]
+    # Our API reads the same folder: the zoo's model (task.to_zoo), the same logits.
+    ours = hub.load_preset(str(tmp_path)).model
+    assert type(ours).__name__ == "ShawTransformer"
+    np.testing.assert_array_equal(_numpy(ours(SHAW_X)), reference)
 
 
 @pytest.mark.large
