@@ -46,21 +46,35 @@ from keras_posenc import _quiet
 # models, the probe's PosENet, the hub's ImagePreprocessor): what ``import keras_posenc``
 # imported eagerly before. The hub also hands the zoo its preset functions
 # (keras_posenc/hub/__init__.py), so ``zoo.create(name, weights="hf://...")`` reaches it.
-REGISTERING = (
-    "keras_posenc.layers",
-    "keras_posenc.zoo",
-    "keras_posenc.probe",
-    "keras_posenc.hub",
-    "keras_posenc.models",
-)
+REGISTERING = ("keras_posenc.layers", "keras_posenc.zoo", "keras_posenc.probe", "keras_posenc.hub")
+# keras-hub's API over the zoo (keras_posenc/models/): registered once keras_hub is imported
+# too, as a keras-hub ``from_preset`` needs it. Importing keras_hub imports TensorFlow, whose
+# start-up lines and seconds a JAX or PyTorch user of the zoo alone should not pay.
+KERAS_HUB_REGISTERING = ("keras_posenc.models",)
 
 
 def register_all() -> None:
-    """Imports :data:`REGISTERING` (imports Keras and its backend)."""
+    """Imports :data:`REGISTERING` (imports Keras and its backend), and
+    :data:`KERAS_HUB_REGISTERING` now or when keras_hub is imported."""
     _FINDER.done = True
     _FINDER.uninstall()
     _quiet.quiet_import("keras")  # TensorFlow's start-up lines hidden (keras_posenc/_quiet.py)
-    for name in REGISTERING:
+    _HUB_FINDER.registering += 1
+    try:
+        for name in REGISTERING:
+            importlib.import_module(name)
+    finally:
+        _HUB_FINDER.registering -= 1
+    if "keras_hub" in sys.modules:
+        register_keras_hub()
+    else:
+        _HUB_FINDER.install()
+
+
+def register_keras_hub() -> None:
+    """Imports :data:`KERAS_HUB_REGISTERING` (imports keras_hub)."""
+    _HUB_FINDER.uninstall()
+    for name in KERAS_HUB_REGISTERING:
         importlib.import_module(name)
 
 
@@ -127,6 +141,58 @@ class _RegisterWhenKerasLoads(importlib.abc.MetaPathFinder):
 
 
 _FINDER = _RegisterWhenKerasLoads()
+
+
+class _KerasHubLoader(importlib.abc.Loader):
+    """Runs keras_hub's own loader, then registers keras-hub's API over the zoo."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        # Imported by keras_posenc's own registering imports: register_all does it after.
+        if not _HUB_FINDER.registering:
+            register_keras_hub()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class _RegisterWhenKerasHubLoads(importlib.abc.MetaPathFinder):
+    """Watches the import of ``keras_hub`` after :func:`register_all`."""
+
+    def __init__(self) -> None:
+        self.registering = 0  # register_all's imports under way
+
+    def install(self) -> None:
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
+
+    def uninstall(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "keras_hub":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _KerasHubLoader(spec.loader)
+                return spec
+        return None
+
+
+_HUB_FINDER = _RegisterWhenKerasHubLoads()
 
 
 def watch() -> None:

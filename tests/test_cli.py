@@ -136,6 +136,32 @@ def test_importing_a_submodule_first_still_registers_the_zoo():
 
 
 @pytest.mark.neutral
+def test_keras_hubs_classes_register_when_keras_hub_is_imported():
+    # keras_posenc.models imports keras_hub, and keras_hub TensorFlow: a user of the zoo alone
+    # does not pay for it; keras-hub's from_preset, which needs the classes, comes with it.
+    result = _python(
+        """
+        import sys, keras_posenc, keras
+        from keras_posenc import zoo
+        before = ["keras_hub" in sys.modules, "keras_posenc.models" in sys.modules]
+        import keras_hub
+        found = keras.saving.get_registered_object("keras_posenc>CoAtNetBackbone")
+        print(before, found.__name__)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[False, False] CoAtNetBackbone"
+    result = _python(  # keras_hub first
+        """
+        import keras_hub, keras_posenc, keras
+        print(keras.saving.get_registered_object("keras_posenc>ShawTransformerSeq2SeqLM"))
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ShawTransformerSeq2SeqLM" in result.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.neutral
 def test_registered_classes_are_the_same_in_this_process():
     from keras_posenc import _registration
 

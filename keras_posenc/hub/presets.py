@@ -22,6 +22,7 @@ nothing.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -113,6 +114,8 @@ def _keras_hub_preset(folder: str, who: str) -> Preset:
     task's image converter as the preprocessor."""
     from keras_posenc.zoo.registry import configuration_errors
 
+    # Importing keras_hub registers keras_posenc.models' classes (keras_posenc/_registration.py).
+    importlib.import_module("keras_hub")
     described = _read_json(os.path.join(folder, TASK_FILE), who)
     registered = described.get("registered_name") if isinstance(described, dict) else None
     task_cls = keras.saving.get_registered_object(registered) if registered else None

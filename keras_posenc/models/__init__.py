@@ -2,7 +2,7 @@
 
 keras-hub's ``from_preset`` loads a preset that ``save_to_preset`` wrote, whichever
 class wrote it, by the registered names in its ``config.json`` and ``task.json``: once
-``keras_posenc`` and Keras are imported, every class here is registered (see
+``keras_posenc``, Keras and keras-hub are imported, every class here is registered (see
 keras_posenc/_registration.py), so ``keras_hub.models.Backbone.from_preset(folder)``
 rebuilds ours. The zoo stays the short way in: ``zoo.create(name)`` builds the same
 layers.
@@ -27,8 +27,20 @@ from keras_posenc.models._generating_tasks import (
     ZooSeq2SeqLMPreprocessor,
 )
 from keras_posenc.models._text_tokenizers import ZooByteTokenizer, ZooWordTokenizer
-from keras_posenc.models.causal_lms import *  # noqa: F403
-from keras_posenc.models.causal_lms import __all__ as _causal_lms
+from keras_posenc.models.causal_lms import (
+    ConvS2SLanguageModelBackbone,
+    ConvS2SLanguageModelCausalLM,
+    ConvS2SLanguageModelCausalLMPreprocessor,
+    ConvS2SLanguageModelTokenizer,
+    DecoderLMBackbone,
+    DecoderLMCausalLM,
+    DecoderLMCausalLMPreprocessor,
+    DecoderLMTokenizer,
+    MusicTransformerBackbone,
+    MusicTransformerCausalLM,
+    MusicTransformerCausalLMPreprocessor,
+    MusicTransformerTokenizer,
+)
 
 # Text encoders: DeBERTa v3, RoFormer v2 (keras_posenc/models/encoders.py, encoder_lms.py).
 from keras_posenc.models.encoder_lms import (
@@ -85,8 +97,25 @@ from keras_posenc.models.posenet import (
 )
 
 # The encoder-decoders' Seq2SeqLMs (with the generating families above).
-from keras_posenc.models.seq2seq_lms import *  # noqa: F403
-from keras_posenc.models.seq2seq_lms import __all__ as _seq2seq_lms
+from keras_posenc.models.seq2seq_lms import (
+    REVERSE_VOCABULARY,
+    ConvS2SBackbone,
+    ConvS2SSeq2SeqLM,
+    ConvS2SSeq2SeqLMPreprocessor,
+    ConvS2STokenizer,
+    MUSEBackbone,
+    MUSESeq2SeqLM,
+    MUSESeq2SeqLMPreprocessor,
+    MUSETokenizer,
+    ShawTransformerBackbone,
+    ShawTransformerSeq2SeqLM,
+    ShawTransformerSeq2SeqLMPreprocessor,
+    ShawTransformerTokenizer,
+    ZooT5Backbone,
+    ZooT5Seq2SeqLM,
+    ZooT5Seq2SeqLMPreprocessor,
+    ZooT5Tokenizer,
+)
 
 # Translation presets: fairseq's text pipeline as a keras-hub tokenizer (models/translation.py).
 from keras_posenc.models.translation import (
@@ -142,8 +171,35 @@ __all__ = [
     "ZooCausalLMPreprocessor",
     "ZooByteTokenizer",
     "ZooWordTokenizer",
-    *_seq2seq_lms,
-    *_causal_lms,
+    "REVERSE_VOCABULARY",
+    "ConvS2SBackbone",
+    "ConvS2SSeq2SeqLM",
+    "ConvS2SSeq2SeqLMPreprocessor",
+    "ConvS2STokenizer",
+    "MUSEBackbone",
+    "MUSESeq2SeqLM",
+    "MUSESeq2SeqLMPreprocessor",
+    "MUSETokenizer",
+    "ShawTransformerBackbone",
+    "ShawTransformerSeq2SeqLM",
+    "ShawTransformerSeq2SeqLMPreprocessor",
+    "ShawTransformerTokenizer",
+    "ZooT5Backbone",
+    "ZooT5Seq2SeqLM",
+    "ZooT5Seq2SeqLMPreprocessor",
+    "ZooT5Tokenizer",
+    "ConvS2SLanguageModelBackbone",
+    "ConvS2SLanguageModelCausalLM",
+    "ConvS2SLanguageModelCausalLMPreprocessor",
+    "ConvS2SLanguageModelTokenizer",
+    "DecoderLMBackbone",
+    "DecoderLMCausalLM",
+    "DecoderLMCausalLMPreprocessor",
+    "DecoderLMTokenizer",
+    "MusicTransformerBackbone",
+    "MusicTransformerCausalLM",
+    "MusicTransformerCausalLMPreprocessor",
+    "MusicTransformerTokenizer",
     # PosENet: keras-hub DepthEstimator.
     "PosENetBackbone",
     "PosENetDepthEstimator",
