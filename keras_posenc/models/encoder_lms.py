@@ -75,10 +75,11 @@ class DebertaV3MaskedLM(_MaskedLMFromZoo, keras_hub.models.DebertaV3MaskedLM):
     head (``mlm_head``) on the states at ``mask_positions``, its output projection tied to
     the backbone's token embedding.
 
-    Args:
-        backbone: a :class:`DebertaV3Backbone`.
-        preprocessor: a :class:`DebertaV3MaskedLMPreprocessor` or None.
-        **kwargs: ``keras_hub.models.Task``'s.
+    Constructed as keras-hub's class (its ``__init__``, not written here):
+
+    - ``backbone``: a :class:`DebertaV3Backbone`.
+    - ``preprocessor``: a :class:`DebertaV3MaskedLMPreprocessor` or None.
+    - ``**kwargs``: ``keras_hub.models.Task``'s.
 
     Examples:
 
@@ -113,10 +114,11 @@ class RoformerV2MaskedLM(_MaskedLMFromZoo, keras_hub.models.RoformerV2MaskedLM):
     head (``mlm_head``) on the states at ``mask_positions``, its output projection tied to
     the backbone's token embedding.
 
-    Args:
-        backbone: a :class:`RoformerV2Backbone`.
-        preprocessor: a :class:`RoformerV2MaskedLMPreprocessor` or None.
-        **kwargs: ``keras_hub.models.Task``'s.
+    Constructed as keras-hub's class (its ``__init__``, not written here):
+
+    - ``backbone``: a :class:`RoformerV2Backbone`.
+    - ``preprocessor``: a :class:`RoformerV2MaskedLMPreprocessor` or None.
+    - ``**kwargs``: ``keras_hub.models.Task``'s.
 
     Examples:
 

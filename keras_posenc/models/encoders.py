@@ -277,14 +277,15 @@ class DebertaV3TextClassifier(_ClassifierFromZoo, keras_hub.models.DebertaV3Text
     The head is keras-hub's: the ``[CLS]`` state, dropout, a GELU dense layer
     (``hidden_dim``), dropout, the ``logits`` dense layer.
 
-    Args:
-        backbone: a :class:`DebertaV3Backbone`.
-        num_classes: classes.
-        preprocessor: a :class:`DebertaV3TextClassifierPreprocessor` or None.
-        activation: the logits' activation (None: logits).
-        hidden_dim: the pooled layer's width; None: the backbone's.
-        dropout: the pooled state's dropout.
-        **kwargs: ``keras_hub.models.Task``'s.
+    Constructed as keras-hub's class (its ``__init__``, not written here):
+
+    - ``backbone``: a :class:`DebertaV3Backbone`.
+    - ``num_classes``: classes.
+    - ``preprocessor``: a :class:`DebertaV3TextClassifierPreprocessor` or None.
+    - ``activation``: the logits' activation (None: logits).
+    - ``hidden_dim``: the pooled layer's width; None: the backbone's.
+    - ``dropout``: the pooled state's dropout.
+    - ``**kwargs``: ``keras_hub.models.Task``'s.
 
     Examples:
 
@@ -365,14 +366,15 @@ class RoformerV2TextClassifier(_ClassifierFromZoo, keras_hub.models.RoformerV2Te
     The head is keras-hub's: the ``[CLS]`` state, dropout, a tanh dense layer
     (``hidden_dim``), dropout, the ``logits`` dense layer.
 
-    Args:
-        backbone: a :class:`RoformerV2Backbone`.
-        num_classes: classes.
-        preprocessor: a :class:`RoformerV2TextClassifierPreprocessor` or None.
-        activation: the logits' activation (None: logits).
-        hidden_dim: the pooled layer's width; None: the backbone's.
-        dropout: the head's dropout.
-        **kwargs: ``keras_hub.models.Task``'s.
+    Constructed as keras-hub's class (its ``__init__``, not written here):
+
+    - ``backbone``: a :class:`RoformerV2Backbone`.
+    - ``num_classes``: classes.
+    - ``preprocessor``: a :class:`RoformerV2TextClassifierPreprocessor` or None.
+    - ``activation``: the logits' activation (None: logits).
+    - ``hidden_dim``: the pooled layer's width; None: the backbone's.
+    - ``dropout``: the head's dropout.
+    - ``**kwargs``: ``keras_hub.models.Task``'s.
 
     Examples:
 

@@ -166,8 +166,11 @@ class PosENetDepthEstimator(keras_hub.models.DepthEstimator):
     Args:
         backbone: a :class:`PosENetBackbone`.
         preprocessor: a :class:`PosENetDepthEstimatorPreprocessor`, or None.
-        readout_layers, kernel_size, targets, readout_filters, readout_padding: the
-            readout's, as ``zoo.create("posenet_...")`` takes them.
+        readout_layers: the readout's convolutions (as ``zoo.create("posenet_...")``).
+        kernel_size: their kernel size.
+        targets: the position patterns predicted, one channel each.
+        readout_filters: the hidden convolutions' width.
+        readout_padding: the readout's zero padding.
         **kwargs: ``name``, ``trainable``, ``dtype``, and keras-hub's ``compile``.
 
     Raises:

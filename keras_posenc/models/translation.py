@@ -84,14 +84,18 @@ class TranslationTokenizer(keras_hub.tokenizers.Tokenizer):
     subclass sets ``backbone_cls``. Runs eagerly in Python on every backend.
 
     Args:
-        source_lang, target_lang: the languages' codes (``"en"``), for Moses.
-        source_vocabulary, target_vocabulary: the tokens in id order, or files of one
-            token per line; None when the assets are loaded later.
+        source_lang: the source language's code (``"en"``), for Moses.
+        target_lang: the target language's code.
+        source_vocabulary: the source tokens in id order, or a file of one token per line;
+            None when the assets are loaded later.
+        target_vocabulary: the target tokens, likewise.
         bpe_codes: subword-nmt BPE codes (their text or a path), or None.
         bpe: whether the assets hold BPE codes (default: whether ``bpe_codes`` is given;
             a config read back from a preset says it).
-        **options: the pipeline's ``bpe_separator``, ``moses_escape``,
-            ``aggressive_dash_splits``; and keras-hub ``Tokenizer`` arguments (``name``).
+        bpe_separator: the pipeline's BPE continuation mark (``"@@"``).
+        moses_escape: the pipeline's Moses escaping of special characters.
+        aggressive_dash_splits: the pipeline's Moses dash splitting.
+        **kwargs: keras-hub ``Tokenizer`` arguments (``name``).
 
     Raises:
         TypeError, ValueError: what ``TranslationPreprocessor`` refuses.
