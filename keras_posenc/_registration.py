@@ -78,6 +78,26 @@ def register_keras_hub() -> None:
         importlib.import_module(name)
 
 
+def _watched_spec(
+    watcher: importlib.abc.MetaPathFinder,
+    fullname: str,
+    path: Sequence[str] | None,
+    target: ModuleType | None,
+    wrap: Any,
+) -> importlib.machinery.ModuleSpec | None:
+    """The spec the finders after ``watcher`` give ``fullname``, its loader wrapped by
+    ``wrap`` (a loader that runs the module's own, then tells the watcher)."""
+    for finder in sys.meta_path:  # the finder that would have found it without us
+        if finder is watcher or not hasattr(finder, "find_spec"):
+            continue
+        spec = finder.find_spec(fullname, path, target)
+        if spec is not None:
+            if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = wrap(spec.loader)
+            return spec
+    return None
+
+
 class _WatchingLoader(importlib.abc.Loader):
     """Runs a module's own loader, then tells the finder that the import finished."""
 
@@ -123,15 +143,9 @@ class _RegisterWhenKerasLoads(importlib.abc.MetaPathFinder):
         package = fullname.startswith("keras_posenc.")
         if self.done or not (package or fullname == "keras"):
             return None
-        for finder in sys.meta_path:  # the finder that would have found it without us
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _WatchingLoader(spec.loader, self, package)
-                return spec
-        return None
+        return _watched_spec(
+            self, fullname, path, target, lambda loader: _WatchingLoader(loader, self, package)
+        )
 
     def imported(self) -> None:
         """After an import finished: register if Keras is loaded and no import is open."""
@@ -181,15 +195,7 @@ class _RegisterWhenKerasHubLoads(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname != "keras_hub":
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _KerasHubLoader(spec.loader)
-                return spec
-        return None
+        return _watched_spec(self, fullname, path, target, _KerasHubLoader)
 
 
 _HUB_FINDER = _RegisterWhenKerasHubLoads()

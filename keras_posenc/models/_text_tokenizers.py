@@ -47,6 +47,17 @@ def _strings(inputs: Any) -> Any:
     return inputs
 
 
+def vocabulary_token(tokenizer: Any, id: Any) -> str:  # noqa: A002 (keras-hub's name)
+    """``tokenizer.id_to_token(id)`` read from its ``get_vocabulary()``, the id checked."""
+    vocabulary = tokenizer.get_vocabulary()
+    if not isinstance(id, int | np.integer) or not 0 <= id < len(vocabulary):
+        raise ValueError(
+            f"{type(tokenizer).__name__}.id_to_token: `id` must be an int in "
+            f"[0, {len(vocabulary)}), got {id!r}."
+        )
+    return vocabulary[int(id)]
+
+
 class _ZooTokenizer(keras_hub.tokenizers.Tokenizer):
     """What both bases share: Python-string calls, and no asset files."""
 
@@ -76,13 +87,7 @@ class _ZooTokenizer(keras_hub.tokenizers.Tokenizer):
         return None
 
     def id_to_token(self, id: int) -> str:  # noqa: A002 (keras-hub's name)
-        vocabulary = self.get_vocabulary()
-        if not isinstance(id, int | np.integer) or not 0 <= id < len(vocabulary):
-            raise ValueError(
-                f"{type(self).__name__}.id_to_token: `id` must be an int in "
-                f"[0, {len(vocabulary)}), got {id!r}."
-            )
-        return vocabulary[int(id)]
+        return vocabulary_token(self, id)
 
 
 class ZooByteTokenizer(_ZooTokenizer):

@@ -37,7 +37,7 @@ import keras_hub
 import numpy as np
 
 from keras_posenc.models._backbone import copy_weights
-from keras_posenc.models._text_tokenizers import _strings
+from keras_posenc.models._text_tokenizers import _strings, vocabulary_token
 from keras_posenc.models.seq2seq_lms import (
     ConvS2SBackbone,
     ConvS2SSeq2SeqLM,
@@ -203,13 +203,7 @@ class TranslationTokenizer(keras_hub.tokenizers.Tokenizer):
         return vocabulary.index(token)
 
     def id_to_token(self, id: int) -> str:  # noqa: A002 (keras-hub's name)
-        vocabulary = self.get_vocabulary()
-        if not isinstance(id, int | np.integer) or not 0 <= id < len(vocabulary):
-            raise ValueError(
-                f"{type(self).__name__}.id_to_token: `id` must be an int in "
-                f"[0, {len(vocabulary)}), got {id!r}."
-            )
-        return vocabulary[int(id)]
+        return vocabulary_token(self, id)
 
     # ------------------------------------------------------------------ assets
 
